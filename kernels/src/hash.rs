@@ -1,0 +1,274 @@
+//! Vectorized hashing of group-key columns.
+//!
+//! Every row's key is hashed exactly once, into one `u64`, by [`hash_columns`]. The same hash
+//! serves the group table ([`crate::group_values`]) and, in the parallel engine, the choice of
+//! worker: the partitioner takes its bits from the high end ([`partition_of`]) while hashbrown
+//! takes the bucket from the low end and its tag from the top seven bits, so the two stay
+//! independent enough for a worker's table to spread its keys.
+//!
+//! Hashes are deterministic across runs and processes (fixed seeds), which keeps partitioning,
+//! and therefore replays, reproducible.
+
+use std::hash::{BuildHasher, Hash};
+
+use ahash::RandomState;
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, DictionaryArray, PrimitiveArray};
+use arrow_buffer::ArrowNativeType;
+use arrow_schema::{ArrowError, DataType, TimeUnit};
+
+/// The fixed hasher every key hash is built with.
+pub fn random_state() -> RandomState {
+    RandomState::with_seeds(
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    )
+}
+
+/// The hash given to a NULL key value.
+pub const NULL_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// A native value that can be a key: hashed and compared by its bit pattern.
+///
+/// Floats are compared by their bits, as arrow-row does: `-0.0` and `0.0` are different keys, and
+/// NaNs with different payloads are different keys. That keeps every interning path (the
+/// single-column fast paths and the arrow-row path) in agreement on what one group is.
+pub trait KeyNative: Copy + Send + Sync + 'static {
+    /// Hashes the value.
+    fn key_hash(self, rs: &RandomState) -> u64;
+    /// Bit equality.
+    fn key_eq(self, other: Self) -> bool;
+}
+
+macro_rules! key_native_int {
+    ($($t:ty),*) => {$(
+        impl KeyNative for $t {
+            #[inline(always)]
+            fn key_hash(self, rs: &RandomState) -> u64 { rs.hash_one(self) }
+            #[inline(always)]
+            fn key_eq(self, other: Self) -> bool { self == other }
+        }
+    )*};
+}
+key_native_int!(i8, i16, i32, i64, u8, u16, u32, u64, i128);
+
+impl KeyNative for f32 {
+    #[inline(always)]
+    fn key_hash(self, rs: &RandomState) -> u64 {
+        rs.hash_one(self.to_bits())
+    }
+    #[inline(always)]
+    fn key_eq(self, other: Self) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+
+impl KeyNative for f64 {
+    #[inline(always)]
+    fn key_hash(self, rs: &RandomState) -> u64 {
+        rs.hash_one(self.to_bits())
+    }
+    #[inline(always)]
+    fn key_eq(self, other: Self) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+
+/// Folds one column's hash into the running hash of a row.
+#[inline(always)]
+pub fn combine_hashes(acc: u64, col: u64) -> u64 {
+    // A multiply-xorshift mix: order-sensitive, cheap, and well spread in every bit.
+    let x = (acc ^ col.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^ (x >> 32)
+}
+
+/// Picks a partition in `0..n` from a row hash, using the hash's high bits
+/// (a multiply-shift range reduction, so no modulo and no bias towards low bits).
+#[inline(always)]
+pub fn partition_of(hash: u64, n: usize) -> usize {
+    ((u128::from(hash.rotate_left(17)) * n as u128) >> 64) as usize
+}
+
+/// Hashes the rows of `cols` into `out` (cleared first): one `u64` per row.
+///
+/// With no columns every row hashes to the same value (a global aggregate).
+///
+/// # Errors
+/// When a column's type cannot be a group key, or the columns differ in length.
+pub fn hash_columns(cols: &[ArrayRef], out: &mut Vec<u64>) -> Result<(), ArrowError> {
+    let rs = random_state();
+    out.clear();
+    let Some(first) = cols.first() else {
+        return Ok(());
+    };
+    let n = first.len();
+    if cols.iter().any(|c| c.len() != n) {
+        return Err(ArrowError::InvalidArgumentError(
+            "key columns differ in length".to_string(),
+        ));
+    }
+    out.resize(n, 0);
+    for (i, col) in cols.iter().enumerate() {
+        hash_array(col.as_ref(), &rs, out, i > 0)?;
+    }
+    Ok(())
+}
+
+/// Hashes one array into `out`, either writing (`combine == false`) or folding into what is there.
+pub fn hash_array(
+    array: &dyn Array,
+    rs: &RandomState,
+    out: &mut [u64],
+    combine: bool,
+) -> Result<(), ArrowError> {
+    macro_rules! prim {
+        ($t:ty) => {
+            hash_primitive::<$t>(array.as_primitive::<$t>(), rs, out, combine)
+        };
+    }
+    match array.data_type() {
+        DataType::Int8 => prim!(Int8Type),
+        DataType::Int16 => prim!(Int16Type),
+        DataType::Int32 => prim!(Int32Type),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::UInt8 => prim!(UInt8Type),
+        DataType::UInt16 => prim!(UInt16Type),
+        DataType::UInt32 => prim!(UInt32Type),
+        DataType::UInt64 => prim!(UInt64Type),
+        DataType::Float32 => prim!(Float32Type),
+        DataType::Float64 => prim!(Float64Type),
+        DataType::Decimal128(_, _) => prim!(Decimal128Type),
+        DataType::Date32 => prim!(Date32Type),
+        DataType::Date64 => prim!(Date64Type),
+        DataType::Time32(TimeUnit::Second) => prim!(Time32SecondType),
+        DataType::Time32(TimeUnit::Millisecond) => prim!(Time32MillisecondType),
+        DataType::Time64(TimeUnit::Microsecond) => prim!(Time64MicrosecondType),
+        DataType::Time64(TimeUnit::Nanosecond) => prim!(Time64NanosecondType),
+        DataType::Timestamp(TimeUnit::Second, _) => prim!(TimestampSecondType),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => prim!(TimestampMillisecondType),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => prim!(TimestampMicrosecondType),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => prim!(TimestampNanosecondType),
+        DataType::Boolean => {
+            let a = array.as_boolean();
+            let t = rs.hash_one(true);
+            let f = rs.hash_one(false);
+            write_hashes(out, combine, a.nulls(), |i| if a.value(i) { t } else { f });
+            Ok(())
+        }
+        DataType::Utf8 => {
+            let a = array.as_string::<i32>();
+            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            Ok(())
+        }
+        DataType::LargeUtf8 => {
+            let a = array.as_string::<i64>();
+            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            Ok(())
+        }
+        DataType::Utf8View => {
+            let a = array.as_string_view();
+            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            Ok(())
+        }
+        DataType::Dictionary(k, _) => match k.as_ref() {
+            DataType::Int8 => hash_dictionary(array.as_dictionary::<Int8Type>(), rs, out, combine),
+            DataType::Int16 => {
+                hash_dictionary(array.as_dictionary::<Int16Type>(), rs, out, combine)
+            }
+            DataType::Int32 => {
+                hash_dictionary(array.as_dictionary::<Int32Type>(), rs, out, combine)
+            }
+            DataType::Int64 => {
+                hash_dictionary(array.as_dictionary::<Int64Type>(), rs, out, combine)
+            }
+            DataType::UInt8 => {
+                hash_dictionary(array.as_dictionary::<UInt8Type>(), rs, out, combine)
+            }
+            DataType::UInt16 => {
+                hash_dictionary(array.as_dictionary::<UInt16Type>(), rs, out, combine)
+            }
+            DataType::UInt32 => {
+                hash_dictionary(array.as_dictionary::<UInt32Type>(), rs, out, combine)
+            }
+            DataType::UInt64 => {
+                hash_dictionary(array.as_dictionary::<UInt64Type>(), rs, out, combine)
+            }
+            other => Err(unsupported_key(other)),
+        },
+        other => Err(unsupported_key(other)),
+    }
+}
+
+fn unsupported_key(dt: &DataType) -> ArrowError {
+    ArrowError::NotYetImplemented(format!("a group key of type {dt} is not supported"))
+}
+
+/// Hashes a byte string (the hash of a string key).
+#[inline(always)]
+pub fn hash_bytes(rs: &RandomState, bytes: &[u8]) -> u64 {
+    let mut h = rs.build_hasher();
+    bytes.hash(&mut h);
+    std::hash::Hasher::finish(&h)
+}
+
+#[inline(always)]
+fn write_hashes(
+    out: &mut [u64],
+    combine: bool,
+    nulls: Option<&arrow_buffer::NullBuffer>,
+    f: impl Fn(usize) -> u64,
+) {
+    match (nulls.filter(|n| n.null_count() > 0), combine) {
+        (None, false) => out.iter_mut().enumerate().for_each(|(i, h)| *h = f(i)),
+        (None, true) => out
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, h)| *h = combine_hashes(*h, f(i))),
+        (Some(n), false) => out.iter_mut().enumerate().for_each(|(i, h)| {
+            *h = if n.is_valid(i) { f(i) } else { NULL_HASH };
+        }),
+        (Some(n), true) => out.iter_mut().enumerate().for_each(|(i, h)| {
+            let v = if n.is_valid(i) { f(i) } else { NULL_HASH };
+            *h = combine_hashes(*h, v);
+        }),
+    }
+}
+
+fn hash_primitive<T>(
+    a: &PrimitiveArray<T>,
+    rs: &RandomState,
+    out: &mut [u64],
+    combine: bool,
+) -> Result<(), ArrowError>
+where
+    T: ArrowPrimitiveType,
+    T::Native: KeyNative,
+{
+    let values = a.values();
+    write_hashes(out, combine, a.nulls(), |i| values[i].key_hash(rs));
+    Ok(())
+}
+
+fn hash_dictionary<K: ArrowDictionaryKeyType>(
+    a: &DictionaryArray<K>,
+    rs: &RandomState,
+    out: &mut [u64],
+    combine: bool,
+) -> Result<(), ArrowError> {
+    // Hash each dictionary value once, then gather per row.
+    let values = a.values();
+    let mut value_hashes = vec![0u64; values.len()];
+    hash_array(values.as_ref(), rs, &mut value_hashes, false)?;
+    let keys = a.keys();
+    let key_values = keys.values();
+    // A row is NULL when its key is NULL or the value it points at is NULL; the value hashes
+    // already carry NULL_HASH for the latter.
+    write_hashes(out, combine, keys.nulls(), |i| {
+        value_hashes[key_values[i].as_usize()]
+    });
+    Ok(())
+}
+

@@ -1,0 +1,492 @@
+//! MIN and MAX.
+//!
+//! Over insert-only input a group keeps only its extreme value ([`MinMaxAccumulator`]). With
+//! retractions the extreme can be taken away, so a group keeps a value → multiplicity multiset
+//! ([`MinMaxRetractAccumulator`], Flink's `MaxWithRetractAggFunction`): the result is the
+//! greatest (least) value whose multiplicity is positive, NULL when there is none. Multiplicities
+//! may go negative (a retraction that precedes its accumulation, in a local phase) and cancel
+//! when the accumulation arrives. Unlike Flink, values with a negative multiplicity never become
+//! the result; that only differs on inconsistent input (see SEMANTICS.md).
+//!
+//! Floats are ordered by IEEE total order (`-0.0 < 0.0`, NaN greatest), strings by their UTF-8
+//! bytes. Booleans, dictionaries and the other string types are cast to `UInt8` / `Utf8` by the
+//! factory before they get here.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{
+    Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, GenericListArray, Int64Array,
+    PrimitiveArray, StringArray, StructArray,
+};
+use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
+
+use crate::accumulate::for_each_selected;
+use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
+use crate::numeric::grow;
+
+/// A value MIN/MAX can hold: ordered, owned, readable from and writable to an Arrow array.
+pub trait OrdValue: Ord + Clone + Send + Sync + Debug + 'static {
+    /// The typed array the values are read from.
+    type Array<'a>: Copy;
+    /// Views `a` as [`Self::Array`].
+    ///
+    /// # Errors
+    /// When `a` has another type.
+    fn downcast(a: &ArrayRef) -> Result<Self::Array<'_>, ArrowError>;
+    /// The array's validity.
+    fn nulls<'a>(a: Self::Array<'a>) -> Option<&'a NullBuffer>;
+    /// Compares row `i` of `a` with `other`.
+    fn cmp_at(a: Self::Array<'_>, i: usize, other: &Self) -> Ordering;
+    /// An owned copy of row `i`.
+    fn own(a: Self::Array<'_>, i: usize) -> Self;
+    /// Builds an array of `data_type` from optional values.
+    ///
+    /// # Errors
+    /// When `data_type` does not fit the values.
+    fn build<'a>(
+        values: impl Iterator<Item = Option<&'a Self>>,
+        data_type: &DataType,
+    ) -> Result<ArrayRef, ArrowError>;
+}
+
+/// A primitive native value ordered by Arrow's total order.
+pub struct PrimKey<T: ArrowPrimitiveType>(pub T::Native);
+
+impl<T: ArrowPrimitiveType> Clone for PrimKey<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ArrowPrimitiveType> Copy for PrimKey<T> {}
+impl<T: ArrowPrimitiveType> Debug for PrimKey<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl<T: ArrowPrimitiveType> PartialEq for PrimKey<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.is_eq(other.0)
+    }
+}
+impl<T: ArrowPrimitiveType> Eq for PrimKey<T> {}
+impl<T: ArrowPrimitiveType> PartialOrd for PrimKey<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T: ArrowPrimitiveType> Ord for PrimKey<T> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.compare(other.0)
+    }
+}
+
+impl<T: ArrowPrimitiveType + Debug> OrdValue for PrimKey<T> {
+    type Array<'a> = &'a PrimitiveArray<T>;
+    fn downcast(a: &ArrayRef) -> Result<Self::Array<'_>, ArrowError> {
+        a.as_primitive_opt::<T>()
+            .ok_or_else(|| ArrowError::InvalidArgumentError("unexpected MIN/MAX type".into()))
+    }
+    fn nulls<'a>(a: Self::Array<'a>) -> Option<&'a NullBuffer> {
+        a.nulls()
+    }
+    #[inline(always)]
+    fn cmp_at(a: Self::Array<'_>, i: usize, other: &Self) -> Ordering {
+        a.values()[i].compare(other.0)
+    }
+    #[inline(always)]
+    fn own(a: Self::Array<'_>, i: usize) -> Self {
+        PrimKey(a.values()[i])
+    }
+    fn build<'a>(
+        values: impl Iterator<Item = Option<&'a Self>>,
+        data_type: &DataType,
+    ) -> Result<ArrayRef, ArrowError> {
+        let arr: PrimitiveArray<T> = values.map(|v| v.map(|v| v.0)).collect();
+        Ok(Arc::new(arr.with_data_type(data_type.clone())))
+    }
+}
+
+impl OrdValue for Box<str> {
+    type Array<'a> = &'a StringArray;
+    fn downcast(a: &ArrayRef) -> Result<Self::Array<'_>, ArrowError> {
+        a.as_string_opt::<i32>()
+            .ok_or_else(|| ArrowError::InvalidArgumentError("unexpected MIN/MAX type".into()))
+    }
+    fn nulls<'a>(a: Self::Array<'a>) -> Option<&'a NullBuffer> {
+        a.nulls()
+    }
+    #[inline(always)]
+    fn cmp_at(a: Self::Array<'_>, i: usize, other: &Self) -> Ordering {
+        a.value(i).cmp(other)
+    }
+    fn own(a: Self::Array<'_>, i: usize) -> Self {
+        a.value(i).into()
+    }
+    fn build<'a>(
+        values: impl Iterator<Item = Option<&'a Self>>,
+        _data_type: &DataType,
+    ) -> Result<ArrayRef, ArrowError> {
+        let arr: StringArray = values.map(|v| v.map(|s| &**s)).collect();
+        Ok(Arc::new(arr))
+    }
+}
+
+/// The ordering that wins: `Greater` for MAX, `Less` for MIN.
+#[inline(always)]
+fn wins(is_max: bool) -> Ordering {
+    if is_max {
+        Ordering::Greater
+    } else {
+        Ordering::Less
+    }
+}
+
+/// MIN/MAX over insert-only input: each group keeps its extreme value.
+#[derive(Debug)]
+pub struct MinMaxAccumulator<K: OrdValue> {
+    data_type: DataType,
+    is_max: bool,
+    values: Vec<Option<K>>,
+}
+
+impl<K: OrdValue> MinMaxAccumulator<K> {
+    /// A MIN (or MAX with `is_max`) over `data_type`.
+    pub fn new(data_type: DataType, is_max: bool) -> Self {
+        Self {
+            data_type,
+            is_max,
+            values: vec![],
+        }
+    }
+
+    fn fold(
+        &mut self,
+        v: &ArrayRef,
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let arr = K::downcast(v)?;
+        grow(&mut self.values, total_groups, None);
+        let want = wins(self.is_max);
+        let values = &mut self.values;
+        for_each_selected(groups, K::nulls(arr), filter, |i, g| {
+            let slot = &mut values[g as usize];
+            match slot {
+                Some(cur) if K::cmp_at(arr, i, cur) != want => {}
+                _ => *slot = Some(K::own(arr, i)),
+            }
+        });
+        Ok(())
+    }
+}
+
+impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
+    fn update(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        check_filter(filter, groups)?;
+        let v = single_arg(values, groups, &self.data_type)?;
+        self.fold(v, groups, filter, total_groups)
+    }
+    fn retract(
+        &mut self,
+        _values: &[ArrayRef],
+        _groups: &[u32],
+        _filter: Option<&BooleanBuffer>,
+        _total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        Err(ArrowError::InvalidArgumentError(
+            "MIN/MAX over insert-only input cannot retract; build it retractable".to_string(),
+        ))
+    }
+    fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let v = single_arg(states, groups, &self.data_type)?;
+        self.fold(v, groups, None, total_groups)
+    }
+    fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        K::build(
+            groups
+                .iter()
+                .map(|&g| self.values.get(g as usize).and_then(|v| v.as_ref())),
+            &self.data_type,
+        )
+    }
+    fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        Ok(vec![self.evaluate(groups)?])
+    }
+    fn state_types(&self) -> Vec<DataType> {
+        vec![self.data_type.clone()]
+    }
+    fn result_type(&self) -> DataType {
+        self.data_type.clone()
+    }
+    fn reset(&mut self, groups: &[u32]) {
+        for &g in groups {
+            if let Some(v) = self.values.get_mut(g as usize) {
+                *v = None;
+            }
+        }
+    }
+    fn size(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<Option<K>>()
+    }
+}
+
+/// MIN/MAX with retraction: a value → multiplicity multiset per group.
+#[derive(Debug)]
+pub struct MinMaxRetractAccumulator<K: OrdValue> {
+    data_type: DataType,
+    is_max: bool,
+    maps: Vec<BTreeMap<K, i64>>,
+    /// Entries across all maps, for [`GroupsAccumulator::size`].
+    entries: usize,
+}
+
+impl<K: OrdValue> MinMaxRetractAccumulator<K> {
+    /// A retractable MIN (or MAX with `is_max`) over `data_type`.
+    pub fn new(data_type: DataType, is_max: bool) -> Self {
+        Self {
+            data_type,
+            is_max,
+            maps: vec![],
+            entries: 0,
+        }
+    }
+
+    fn add(&mut self, g: usize, k: K, delta: i64) {
+        let map = &mut self.maps[g];
+        match map.get_mut(&k) {
+            Some(c) => {
+                *c += delta;
+                if *c == 0 {
+                    map.remove(&k);
+                    self.entries -= 1;
+                }
+            }
+            None => {
+                if delta != 0 {
+                    map.insert(k, delta);
+                    self.entries += 1;
+                }
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+        delta: i64,
+    ) -> Result<(), ArrowError> {
+        check_filter(filter, groups)?;
+        let v = single_arg(values, groups, &self.data_type)?;
+        let arr = K::downcast(v)?;
+        grow(&mut self.maps, total_groups, BTreeMap::new());
+        for_each_selected(groups, K::nulls(arr), filter, |i, g| {
+            self.add(g as usize, K::own(arr, i), delta);
+        });
+        Ok(())
+    }
+
+    fn extreme(&self, g: usize) -> Option<&K> {
+        let map = self.maps.get(g)?;
+        if self.is_max {
+            map.iter().rev().find(|(_, c)| **c > 0).map(|(k, _)| k)
+        } else {
+            map.iter().find(|(_, c)| **c > 0).map(|(k, _)| k)
+        }
+    }
+
+    fn entry_fields(&self) -> Fields {
+        Fields::from(vec![
+            Field::new("value", self.data_type.clone(), false),
+            Field::new("count", DataType::Int64, false),
+        ])
+    }
+}
+
+impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
+    fn update(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        self.apply(values, groups, filter, total_groups, 1)
+    }
+    fn retract(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        self.apply(values, groups, filter, total_groups, -1)
+    }
+    fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let [state] = states else {
+            return Err(ArrowError::InvalidArgumentError("bad MIN/MAX state".into()));
+        };
+        let list = state
+            .as_list_opt::<i32>()
+            .ok_or_else(|| ArrowError::InvalidArgumentError("bad MIN/MAX state".into()))?;
+        if list.len() != groups.len() {
+            return Err(ArrowError::InvalidArgumentError(
+                "state and group ids differ in length".into(),
+            ));
+        }
+        let entries = list.values().as_struct();
+        let values = K::downcast(entries.column(0))?;
+        let counts = entries
+            .column(1)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| ArrowError::InvalidArgumentError("bad MIN/MAX state".into()))?;
+        grow(&mut self.maps, total_groups, BTreeMap::new());
+        let offsets = list.value_offsets();
+        for (i, &g) in groups.iter().enumerate() {
+            for j in offsets[i] as usize..offsets[i + 1] as usize {
+                self.add(g as usize, K::own(values, j), counts.value(j));
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        K::build(
+            groups.iter().map(|&g| self.extreme(g as usize)),
+            &self.data_type,
+        )
+    }
+    fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        let mut offsets = Vec::with_capacity(groups.len() + 1);
+        offsets.push(0i32);
+        let mut keys: Vec<&K> = vec![];
+        let mut counts: Vec<i64> = vec![];
+        for &g in groups {
+            if let Some(map) = self.maps.get(g as usize) {
+                for (k, &c) in map {
+                    keys.push(k);
+                    counts.push(c);
+                }
+            }
+            offsets.push(keys.len() as i32);
+        }
+        let values = K::build(keys.into_iter().map(Some), &self.data_type)?;
+        let entries = StructArray::try_new(
+            self.entry_fields(),
+            vec![values, Arc::new(Int64Array::from(counts))],
+            None,
+        )?;
+        let list = GenericListArray::<i32>::try_new(
+            Arc::new(Field::new_struct("item", self.entry_fields(), false)),
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Arc::new(entries),
+            None,
+        )?;
+        Ok(vec![Arc::new(list)])
+    }
+    fn state_types(&self) -> Vec<DataType> {
+        vec![DataType::List(Arc::new(Field::new_struct(
+            "item",
+            self.entry_fields(),
+            false,
+        )))]
+    }
+    fn result_type(&self) -> DataType {
+        self.data_type.clone()
+    }
+    fn reset(&mut self, groups: &[u32]) {
+        for &g in groups {
+            if let Some(m) = self.maps.get_mut(g as usize) {
+                self.entries -= m.len();
+                m.clear();
+            }
+        }
+    }
+    fn size(&self) -> usize {
+        // A BTreeMap node holds up to 11 entries; count each entry with its share of a node.
+        self.maps.capacity() * std::mem::size_of::<BTreeMap<K, i64>>()
+            + self.entries * (std::mem::size_of::<K>() + 8 + 8)
+    }
+}
+
+macro_rules! dispatch_min_max {
+    ($acc:ident, $dt:expr, $is_max:expr) => {{
+        let dt = $dt;
+        macro_rules! p {
+            ($t:ty) => {
+                Box::new($acc::<PrimKey<$t>>::new(dt.clone(), $is_max)) as Box<dyn GroupsAccumulator>
+            };
+        }
+        Ok(match dt {
+            DataType::Int8 => p!(Int8Type),
+            DataType::Int16 => p!(Int16Type),
+            DataType::Int32 => p!(Int32Type),
+            DataType::Int64 => p!(Int64Type),
+            DataType::UInt8 => p!(UInt8Type),
+            DataType::UInt16 => p!(UInt16Type),
+            DataType::UInt32 => p!(UInt32Type),
+            DataType::UInt64 => p!(UInt64Type),
+            DataType::Float32 => p!(Float32Type),
+            DataType::Float64 => p!(Float64Type),
+            DataType::Decimal128(_, _) => p!(Decimal128Type),
+            DataType::Date32 => p!(Date32Type),
+            DataType::Date64 => p!(Date64Type),
+            DataType::Time32(TimeUnit::Second) => p!(Time32SecondType),
+            DataType::Time32(TimeUnit::Millisecond) => p!(Time32MillisecondType),
+            DataType::Time64(TimeUnit::Microsecond) => p!(Time64MicrosecondType),
+            DataType::Time64(TimeUnit::Nanosecond) => p!(Time64NanosecondType),
+            DataType::Timestamp(TimeUnit::Second, _) => p!(TimestampSecondType),
+            DataType::Timestamp(TimeUnit::Millisecond, _) => p!(TimestampMillisecondType),
+            DataType::Timestamp(TimeUnit::Microsecond, _) => p!(TimestampMicrosecondType),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => p!(TimestampNanosecondType),
+            DataType::Utf8 => Box::new($acc::<Box<str>>::new(dt.clone(), $is_max)),
+            other => {
+                return Err(ArrowError::NotYetImplemented(format!(
+                    "MIN/MAX does not support type {other}"
+                )));
+            }
+        })
+    }};
+}
+
+/// Builds an insert-only MIN/MAX over `dt` (already cast to a supported type).
+pub(crate) fn new_min_max(
+    dt: &DataType,
+    is_max: bool,
+) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
+    dispatch_min_max!(MinMaxAccumulator, dt, is_max)
+}
+
+/// Builds a retractable MIN/MAX over `dt` (already cast to a supported type).
+pub(crate) fn new_min_max_retract(
+    dt: &DataType,
+    is_max: bool,
+) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
+    dispatch_min_max!(MinMaxRetractAccumulator, dt, is_max)
+}
+

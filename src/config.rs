@@ -1,0 +1,250 @@
+//! Configuration with Flink's option keys and defaults.
+//!
+//! A Flink user's settings carry over unchanged: the keys are Flink's
+//! (`table.exec.mini-batch.enabled`, …), values are parsed as Flink parses them (durations such
+//! as `5 s`, `200 ms`, `1 min`, or a bare number of milliseconds), and an inconsistent setting fails
+//! with Flink's message. Options Flink lacks live under `tally.`. An unknown key or a bad value is
+//! an error that names the key: no option is silently ignored.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// `table.exec.mini-batch.enabled`
+pub const MINI_BATCH_ENABLED: &str = "table.exec.mini-batch.enabled";
+/// `table.exec.mini-batch.allow-latency`
+pub const MINI_BATCH_ALLOW_LATENCY: &str = "table.exec.mini-batch.allow-latency";
+/// `table.exec.mini-batch.size`
+pub const MINI_BATCH_SIZE: &str = "table.exec.mini-batch.size";
+/// `tally.exec.emit.update-before`
+pub const EMIT_UPDATE_BEFORE: &str = "tally.exec.emit.update-before";
+
+/// Every key [`Config::set`] accepts.
+pub const KEYS: &[&str] = &[
+    MINI_BATCH_ENABLED,
+    MINI_BATCH_ALLOW_LATENCY,
+    MINI_BATCH_SIZE,
+    EMIT_UPDATE_BEFORE,
+];
+
+/// The options Tally reads. Every field has Flink's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `table.exec.mini-batch.enabled` (default `false`): buffer input rows and fold each key's
+    /// changes into one output transition per mini-batch.
+    pub mini_batch_enabled: bool,
+    /// `table.exec.mini-batch.allow-latency` (default `0 ms`): a mini-batch fires when this much
+    /// clock time has passed. Must be positive when mini-batch is enabled.
+    pub mini_batch_allow_latency: Duration,
+    /// `table.exec.mini-batch.size` (default `-1`): a mini-batch fires when this many input rows
+    /// are buffered. Must be positive when mini-batch is enabled.
+    pub mini_batch_size: i64,
+    /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
+    /// for upsert consumers keyed on the group key (Flink decides this from the sink).
+    pub emit_update_before: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            mini_batch_enabled: false,
+            mini_batch_allow_latency: Duration::ZERO,
+            mini_batch_size: -1,
+            emit_update_before: true,
+        }
+    }
+}
+
+impl Config {
+    /// A configuration from `(key, value)` pairs applied in order over the defaults, then
+    /// validated.
+    ///
+    /// # Errors
+    /// An unknown key, a bad value, or an inconsistent combination ([`Config::validate`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use tally::Config;
+    /// let c = Config::from_pairs([
+    ///     ("table.exec.mini-batch.enabled", "true"),
+    ///     ("table.exec.mini-batch.allow-latency", "5 s"),
+    ///     ("table.exec.mini-batch.size", "5000"),
+    /// ]).unwrap();
+    /// assert_eq!(c.mini_batch_allow_latency.as_millis(), 5000);
+    /// ```
+    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self> {
+        let mut c = Config::default();
+        for (k, v) in pairs {
+            c.set(k.as_ref(), v.as_ref())?;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Sets one option from its string form.
+    ///
+    /// # Errors
+    /// An unknown key or a value that does not parse; the error names the key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            MINI_BATCH_ENABLED => self.mini_batch_enabled = parse_bool(key, value)?,
+            MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = parse_duration(key, value)?,
+            MINI_BATCH_SIZE => {
+                self.mini_batch_size = value.trim().parse().map_err(|_| {
+                    Error::config(key, format!("'{value}' is not a whole number"))
+                })?;
+            }
+            EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
+            _ => {
+                return Err(Error::config(
+                    key,
+                    format!("unknown option (known: {})", KEYS.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resets one option to its default.
+    ///
+    /// # Errors
+    /// An unknown key.
+    pub fn reset(&mut self, key: &str) -> Result<()> {
+        let d = Config::default();
+        match key {
+            MINI_BATCH_ENABLED => self.mini_batch_enabled = d.mini_batch_enabled,
+            MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = d.mini_batch_allow_latency,
+            MINI_BATCH_SIZE => self.mini_batch_size = d.mini_batch_size,
+            EMIT_UPDATE_BEFORE => self.emit_update_before = d.emit_update_before,
+            _ => return Err(Error::config(key, "unknown option")),
+        }
+        Ok(())
+    }
+
+    /// Checks that the options fit together, with Flink's messages: enabling mini-batch needs a
+    /// positive latency (checked first, as Flink's optimizer does) and a positive size.
+    ///
+    /// # Errors
+    /// The first inconsistency found.
+    pub fn validate(&self) -> Result<()> {
+        if self.mini_batch_enabled {
+            if self.mini_batch_allow_latency.as_millis() == 0 {
+                return Err(Error::config(
+                    MINI_BATCH_ALLOW_LATENCY,
+                    "MiniBatch Latency must be greater than 0 ms.",
+                ));
+            }
+            if self.mini_batch_size <= 0 {
+                return Err(Error::config(
+                    MINI_BATCH_SIZE,
+                    "Key: 'table.exec.mini-batch.size' , default: -1 (fallback keys: []) must be > 0.",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Error::config(
+            key,
+            format!("'{value}' is not a boolean (true or false)"),
+        )),
+    }
+}
+
+/// Parses a duration as Flink's `TimeUtils.parseDuration` does: a whole number, optional
+/// whitespace, and an optional unit (`ns`, `us`/`µs`, `ms`, `s`, `min`/`m`, `h`, `d` and their
+/// long forms); no unit means milliseconds.
+///
+/// # Errors
+/// When the text is not of that form; the error names `key`.
+pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
+    let text = value.trim().to_ascii_lowercase();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    let bad = |why: &str| {
+        Error::config(
+            key,
+            format!("'{value}' is not a duration ({why}; e.g. '5 s', '200 ms', '1 min')"),
+        )
+    };
+    if number.is_empty() {
+        return Err(bad("it does not start with a whole number"));
+    }
+    let n: u64 = number.parse().map_err(|_| bad("the number is too large"))?;
+    let nanos_per: u64 = match unit.trim() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1_000_000,
+        "ns" | "nano" | "nanos" | "nanosecond" | "nanoseconds" => 1,
+        "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000_000_000,
+        "m" | "min" | "minute" | "minutes" => 60_000_000_000,
+        "h" | "hour" | "hours" => 3_600_000_000_000,
+        "d" | "day" | "days" => 86_400_000_000_000,
+        _ => return Err(bad("unknown unit")),
+    };
+    let nanos = n
+        .checked_mul(nanos_per)
+        .ok_or_else(|| bad("the number is too large"))?;
+    Ok(Duration::from_nanos(nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_flink_writes_them() {
+        let ms = |s: &str| parse_duration("k", s).unwrap().as_millis();
+        assert_eq!(ms("5 s"), 5000);
+        assert_eq!(ms("200 ms"), 200);
+        assert_eq!(ms("1 min"), 60_000);
+        assert_eq!(ms("5000"), 5000);
+        assert_eq!(ms("2h"), 7_200_000);
+        assert_eq!(ms(" 3 SECONDS "), 3000);
+        for bad in ["", "s", "-1 s", "5 parsecs", "1.5 s"] {
+            let e = parse_duration("k", bad).unwrap_err().to_string();
+            assert!(e.contains("'k'"), "{e}");
+        }
+    }
+
+    #[test]
+    fn mini_batch_needs_latency_then_size() {
+        let e = Config::from_pairs([(MINI_BATCH_ENABLED, "true")]).unwrap_err();
+        assert!(e.to_string().contains("MiniBatch Latency must be greater than 0 ms."), "{e}");
+        let e = Config::from_pairs([(MINI_BATCH_ENABLED, "true"), (MINI_BATCH_ALLOW_LATENCY, "1 s")])
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Key: 'table.exec.mini-batch.size' , default: -1 (fallback keys: []) must be > 0."),
+            "{e}"
+        );
+        let e = Config::from_pairs([
+            (MINI_BATCH_ENABLED, "true"),
+            (MINI_BATCH_ALLOW_LATENCY, "1 s"),
+            (MINI_BATCH_SIZE, "-500"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("default: -1"), "{e}");
+        // Disabled mini-batch does not care.
+        Config::from_pairs([(MINI_BATCH_SIZE, "-5")]).unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let e = Config::from_pairs([("table.exec.mini-batch.enable", "true")]).unwrap_err();
+        assert!(e.to_string().contains("'table.exec.mini-batch.enable'"), "{e}");
+        let e = Config::from_pairs([(MINI_BATCH_ENABLED, "yes")]).unwrap_err();
+        assert!(e.to_string().contains(MINI_BATCH_ENABLED), "{e}");
+        let e = Config::from_pairs([(MINI_BATCH_SIZE, "lots")]).unwrap_err();
+        assert!(e.to_string().contains(MINI_BATCH_SIZE), "{e}");
+        assert!(e.is_user_error());
+    }
+}

@@ -1,0 +1,624 @@
+//! `GroupAggregate`: one-phase streaming group aggregation with Flink's changelog.
+//!
+//! # How a mini-batch is processed
+//!
+//! Each input batch is evaluated ([`crate::plan::Calc`]), hashed and interned into group ids once.
+//! Its rows are then applied to the keyed state as whole columns, and the output is derived at the
+//! end of the mini-batch from what changed:
+//!
+//! * on first touch in a mini-batch, a group is marked dirty and its current results are
+//!   snapshotted (vectorized `evaluate` over the newly dirty groups);
+//! * with retraction input, a retraction is dropped when its key had no state before the
+//!   mini-batch and no accumulate of that key came before it in the mini-batch (Flink's "leading
+//!   retractions"); the hidden record count (`count1`) counts the remaining rows;
+//! * every accumulator folds the rows with its FILTER and the accumulate/retract masks;
+//! * when the mini-batch fires, each dirty group gets at most one transition, exactly as
+//!   Flink's `MiniBatchGroupAggFunction`: `+I` (new), `-U`/`+U` (changed values), nothing
+//!   (unchanged), `-D` (count back to 0). Old and new values are compared column-wise and the
+//!   output batch is assembled with `interleave`.
+//!
+//! Applying rows eagerly and emitting at the boundary is equivalent to Flink's buffering because
+//! every accumulator is order-insensitive within a key; only the leading-retraction rule depends on
+//! order, and it is applied in arrival order.
+//!
+//! With mini-batch off, the batch is cut into runs in which no key repeats; each run is one unit
+//! of work, and because no key appears twice in it, its output is exactly Flink's per-record
+//! output (`GroupAggFunction`), in input order.
+//!
+//! Group ids are never reused: a deleted group keeps its id, its accumulators are reset, and it
+//! comes back as a new group (`+I`) when its key returns.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::array::BooleanBufferBuilder;
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::cmp::distinct;
+use arrow::compute::{concat, interleave, or};
+use arrow::datatypes::SchemaRef;
+use datafusion_expr::Expr;
+use tally_kernels::group_values::{GroupValues, new_group_values};
+use tally_kernels::hash::hash_columns;
+
+use crate::changelog::{RowKind, op_array};
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::operator::state::AggState;
+use crate::plan::{AggregatePlan, CalcBatch};
+
+/// Counters of a running aggregation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Input rows pushed.
+    pub rows_in: u64,
+    /// Input batches pushed.
+    pub batches_in: u64,
+    /// Changelog rows emitted.
+    pub rows_out: u64,
+    /// Changelog batches emitted.
+    pub batches_out: u64,
+    /// Units of work fired (mini-batches; with mini-batch off, runs of distinct keys).
+    pub mini_batches: u64,
+    /// Groups that currently have state.
+    pub keys_in_state: u64,
+    /// Bytes of keyed state (key table, accumulators, record counts), from capacity.
+    pub state_bytes: u64,
+}
+
+/// Builds a [`GroupAggregate`]. Created by [`GroupAggregate::builder`].
+#[derive(Debug)]
+pub struct GroupAggregateBuilder {
+    schema: SchemaRef,
+    group_by: Vec<Expr>,
+    aggregates: Vec<Expr>,
+    config: Config,
+    changelog: Option<String>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl GroupAggregateBuilder {
+    /// Group keys (expressions over the input; `alias` names the output column).
+    pub fn group_by(mut self, keys: impl IntoIterator<Item = Expr>) -> Self {
+        self.group_by.extend(keys);
+        self
+    }
+
+    /// Aggregate calls ([`crate::functions`]), in output order.
+    pub fn aggregate(mut self, aggregates: impl IntoIterator<Item = Expr>) -> Self {
+        self.aggregates.extend(aggregates);
+        self
+    }
+
+    /// The whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets one option by its Flink key.
+    ///
+    /// # Errors
+    /// An unknown key or a bad value.
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        self.config.set(key, value)?;
+        Ok(self)
+    }
+
+    /// Names the changelog column of the input (default: `op` when the schema has it).
+    pub fn changelog_column(mut self, name: impl Into<String>) -> Self {
+        self.changelog = Some(name.into());
+        self
+    }
+
+    /// The clock for the latency trigger (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Validates the configuration, resolves the query and builds the operator.
+    ///
+    /// # Errors
+    /// Configuration errors (Flink's messages) and plan errors (unknown column, unsupported
+    /// function or type).
+    pub fn build(self) -> Result<GroupAggregate> {
+        self.config.validate()?;
+        let plan = AggregatePlan::try_new(
+            self.schema,
+            &self.group_by,
+            &self.aggregates,
+            self.changelog.as_deref(),
+        )?;
+        GroupAggregate::try_new(
+            Arc::new(plan),
+            self.config,
+            self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+        )
+    }
+}
+
+/// Per-mini-batch bookkeeping.
+#[derive(Debug, Default)]
+struct Bundle {
+    /// Current bundle id; `mark[g] == id` means `g` is dirty in this bundle.
+    id: u32,
+    rows: usize,
+    dirty: Vec<u32>,
+    had_state: Vec<bool>,
+    mark: Vec<u32>,
+    /// `seen_acc[g] == id`: an accumulate of `g` came in this bundle.
+    seen_acc: Vec<u32>,
+    /// Results of the dirty groups before the bundle, per output column, in pieces.
+    old: Vec<Vec<ArrayRef>>,
+}
+
+impl Bundle {
+    fn next(&mut self) {
+        self.rows = 0;
+        self.dirty.clear();
+        self.had_state.clear();
+        self.old.iter_mut().for_each(Vec::clear);
+        if self.id == u32::MAX {
+            self.mark.fill(0);
+            self.seen_acc.fill(0);
+            self.id = 0;
+        }
+        self.id += 1;
+    }
+}
+
+/// One-phase streaming GROUP BY: keyed state plus Flink's changelog emission.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{Int64Array, RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use datafusion_expr::col;
+/// use tally::functions::{count_star, sum};
+/// use tally::GroupAggregate;
+///
+/// let schema = Arc::new(Schema::new(vec![
+///     Field::new("country", DataType::Utf8, true),
+///     Field::new("amount", DataType::Int64, true),
+/// ]));
+/// let mut agg = GroupAggregate::builder(schema.clone())
+///     .group_by([col("country")])
+///     .aggregate([count_star(), sum(col("amount")).alias("total")])
+///     .build()
+///     .unwrap();
+/// let batch = RecordBatch::try_new(schema, vec![
+///     Arc::new(StringArray::from(vec!["NL", "DE", "NL"])),
+///     Arc::new(Int64Array::from(vec![10, 20, 5])),
+/// ]).unwrap();
+/// // Mini-batch is off: one transition per input row (+I NL, +I DE, -U NL, +U NL).
+/// let changes = agg.push(&batch).unwrap();
+/// let rows: usize = changes.iter().map(|b| b.num_rows()).sum();
+/// assert_eq!(rows, 4);
+/// ```
+#[derive(Debug)]
+pub struct GroupAggregate {
+    plan: Arc<AggregatePlan>,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    groups: Box<dyn GroupValues>,
+    state: AggState,
+    /// Whether each group has state (Flink: `state(k) != null`).
+    alive: Vec<bool>,
+    /// Hidden record count per group (retraction input only).
+    count1: Vec<i64>,
+    live_keys: u64,
+    bundle: Bundle,
+    /// Start of the latency interval last seen on the clock.
+    last_interval: i64,
+    /// Mini-batch off: run id per group, to cut runs where a key repeats.
+    run_mark: Vec<u32>,
+    run_id: u32,
+    hashes: Vec<u64>,
+    gids: Vec<u32>,
+    metrics: Metrics,
+}
+
+impl GroupAggregate {
+    /// A builder over batches of `input_schema`.
+    pub fn builder(input_schema: SchemaRef) -> GroupAggregateBuilder {
+        GroupAggregateBuilder {
+            schema: input_schema,
+            group_by: vec![],
+            aggregates: vec![],
+            config: Config::default(),
+            changelog: None,
+            clock: None,
+        }
+    }
+
+    /// An operator for an already resolved plan.
+    ///
+    /// # Errors
+    /// When the configuration is inconsistent or an accumulator cannot be built.
+    pub fn try_new(plan: Arc<AggregatePlan>, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
+        config.validate()?;
+        let groups = new_group_values(&plan.key_types)
+            .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        let state = AggState::try_new(&plan)?;
+        let bundle = Bundle {
+            id: 1,
+            old: vec![vec![]; plan.calls.len()],
+            ..Bundle::default()
+        };
+        Ok(Self {
+            plan,
+            config,
+            clock,
+            groups,
+            state,
+            alive: vec![],
+            count1: vec![],
+            live_keys: 0,
+            bundle,
+            last_interval: i64::MIN,
+            run_mark: vec![],
+            run_id: 1,
+            hashes: vec![],
+            gids: vec![],
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// The schema of the emitted changelog: `op` (Int8), the keys, the aggregate results.
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.plan.output_schema)
+    }
+
+    /// The resolved query.
+    pub fn plan(&self) -> &AggregatePlan {
+        &self.plan
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters so far, with the current state size.
+    pub fn metrics(&self) -> Metrics {
+        let mut m = self.metrics.clone();
+        m.keys_in_state = self.live_keys;
+        m.state_bytes = (self.groups.size()
+            + self.state.size()
+            + self.alive.capacity()
+            + self.count1.capacity() * 8
+            + (self.bundle.mark.capacity() + self.bundle.seen_acc.capacity()) * 4
+            + self.run_mark.capacity() * 4) as u64;
+        m
+    }
+
+    /// Consumes one input batch and returns the changelog batches that became due: with mini-batch
+    /// off, the changes of every row; with it on, those of each mini-batch that filled up (or
+    /// whose latency passed on the clock).
+    ///
+    /// # Errors
+    /// A batch whose schema differs from the input schema, a bad changelog op, or an expression
+    /// that fails on the data. The state is unchanged by a batch that fails before its first
+    /// row is applied (schema, op column and expression errors all do).
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
+        self.check_schema(batch)?;
+        let mut out = vec![];
+        self.check_latency(&mut out)?;
+        let n = batch.num_rows();
+        self.metrics.batches_in += 1;
+        if n == 0 {
+            return Ok(out);
+        }
+        let cb = self.plan.calc.evaluate(batch)?;
+        hash_columns(&cb.keys, &mut self.hashes)?;
+        if cb.keys.is_empty() {
+            self.hashes.resize(n, 0);
+        }
+        self.groups.intern(&cb.keys, &self.hashes, &mut self.gids)?;
+        let total = self.groups.len();
+        if self.alive.len() < total {
+            self.alive.resize(total, false);
+            self.bundle.mark.resize(total, 0);
+            self.bundle.seen_acc.resize(total, 0);
+            if self.plan.has_retractions() {
+                self.count1.resize(total, 0);
+            }
+        }
+        self.metrics.rows_in += n as u64;
+        let gids = std::mem::take(&mut self.gids);
+        let result = if self.config.mini_batch_enabled {
+            self.push_mini_batch(&cb, &gids, &mut out)
+        } else {
+            self.push_per_record(&cb, &gids, &mut out)
+        };
+        self.gids = gids;
+        result?;
+        Ok(out)
+    }
+
+    /// Fires the pending mini-batch if the latency interval has passed on the clock (for a
+    /// source that has gone quiet). Returns the changes it emitted.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push`].
+    pub fn poll(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut out = vec![];
+        self.check_latency(&mut out)?;
+        Ok(out)
+    }
+
+    /// End of input: fires the pending mini-batch and returns its changes.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push`].
+    pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut out = vec![];
+        self.fire(&mut out)?;
+        Ok(out)
+    }
+
+    fn check_schema(&self, batch: &RecordBatch) -> Result<()> {
+        let want = self.plan.input_schema.fields();
+        let got = batch.schema_ref().fields();
+        if want.len() != got.len()
+            || want
+                .iter()
+                .zip(got.iter())
+                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+        {
+            let show = |f: &arrow::datatypes::Fields| {
+                f.iter()
+                    .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(Error::invalid_input(format!(
+                "batch schema ({}) does not match the input schema ({})",
+                show(got),
+                show(want)
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_latency(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        if !self.config.mini_batch_enabled {
+            return Ok(());
+        }
+        let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
+        let now = self.clock.now_ms();
+        let current = now - now.rem_euclid(interval);
+        if current > self.last_interval {
+            self.last_interval = current;
+            self.fire(out)?;
+        }
+        Ok(())
+    }
+
+    fn push_mini_batch(
+        &mut self,
+        cb: &CalcBatch,
+        gids: &[u32],
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        let size = usize::try_from(self.config.mini_batch_size)
+            .map_err(|_| Error::internal("mini-batch size not validated"))?;
+        let n = cb.num_rows;
+        let mut off = 0;
+        while off < n {
+            let take = (n - off).min(size - self.bundle.rows);
+            self.apply(cb, off, take, &gids[off..off + take])?;
+            self.bundle.rows += take;
+            off += take;
+            if self.bundle.rows >= size {
+                self.fire(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push_per_record(
+        &mut self,
+        cb: &CalcBatch,
+        gids: &[u32],
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        if self.run_mark.len() < self.groups.len() {
+            self.run_mark.resize(self.groups.len(), 0);
+        }
+        let mut start = 0;
+        for (i, &g) in gids.iter().enumerate() {
+            let g = g as usize;
+            if self.run_mark[g] == self.run_id {
+                self.apply(cb, start, i - start, &gids[start..i])?;
+                self.fire(out)?;
+                self.next_run();
+                start = i;
+            }
+            self.run_mark[g] = self.run_id;
+        }
+        self.apply(cb, start, gids.len() - start, &gids[start..])?;
+        self.fire(out)?;
+        self.next_run();
+        Ok(())
+    }
+
+    fn next_run(&mut self) {
+        if self.run_id == u32::MAX {
+            self.run_mark.fill(0);
+            self.run_id = 0;
+        }
+        self.run_id += 1;
+    }
+
+    /// Applies rows `off..off + len` (group ids `gids`) to the state.
+    fn apply(&mut self, cb: &CalcBatch, off: usize, len: usize, gids: &[u32]) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let sliced;
+        let cb = if off == 0 && len == cb.num_rows {
+            cb
+        } else {
+            sliced = cb.slice(off, len);
+            &sliced
+        };
+        // Newly dirty groups: snapshot their results before this slice changes them.
+        let bundle = &mut self.bundle;
+        let first_new = bundle.dirty.len();
+        for &g in gids {
+            let gi = g as usize;
+            if bundle.mark[gi] != bundle.id {
+                bundle.mark[gi] = bundle.id;
+                bundle.dirty.push(g);
+                bundle.had_state.push(self.alive[gi]);
+            }
+        }
+        if bundle.dirty.len() > first_new {
+            let old = self.state.evaluate(&bundle.dirty[first_new..])?;
+            for (pieces, a) in bundle.old.iter_mut().zip(old) {
+                pieces.push(a);
+            }
+        }
+        let total = self.groups.len();
+        let Some(retract) = cb.retract.as_ref() else {
+            return self.state.apply(cb, gids, None, None, total);
+        };
+        // Retraction input: drop leading retractions of stateless keys, count the rest.
+        let mut dropped: Option<BooleanBufferBuilder> = None;
+        for (r, &g) in gids.iter().enumerate() {
+            let gi = g as usize;
+            if retract.value(r) {
+                if !self.alive[gi] && bundle.seen_acc[gi] != bundle.id {
+                    dropped
+                        .get_or_insert_with(|| {
+                            let mut b = BooleanBufferBuilder::new(len);
+                            b.append_n(len, false);
+                            b
+                        })
+                        .set_bit(r, true);
+                } else {
+                    self.count1[gi] -= 1;
+                }
+            } else {
+                bundle.seen_acc[gi] = bundle.id;
+                self.count1[gi] += 1;
+            }
+        }
+        let retracts = retract.count_set_bits();
+        if retracts == 0 {
+            return self.state.apply(cb, gids, None, None, total);
+        }
+        let acc_mask = !retract;
+        let ret_mask = match dropped {
+            Some(mut d) => retract & &!&d.finish(),
+            None => retract.clone(),
+        };
+        self.state
+            .apply(cb, gids, Some(&acc_mask), Some(&ret_mask), total)
+    }
+
+    /// Ends the unit of work: emits one transition per dirty group.
+    fn fire(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        if self.bundle.dirty.is_empty() {
+            self.bundle.next();
+            return Ok(());
+        }
+        self.metrics.mini_batches += 1;
+        let dirty = std::mem::take(&mut self.bundle.dirty);
+        let had_state = std::mem::take(&mut self.bundle.had_state);
+        let new = self.state.evaluate(&dirty)?;
+        let old = self
+            .bundle
+            .old
+            .iter()
+            .map(|pieces| {
+                if pieces.len() == 1 {
+                    Ok(Arc::clone(&pieces[0]))
+                } else {
+                    let refs: Vec<&dyn Array> = pieces.iter().map(|a| a.as_ref()).collect();
+                    concat(&refs)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let retractions = self.plan.has_retractions();
+        let changed = if had_state.iter().any(|&h| h) {
+            Some(changed_rows(&old, &new)?)
+        } else {
+            None
+        };
+        let ub = self.config.emit_update_before;
+        let mut kinds = Vec::with_capacity(dirty.len());
+        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(dirty.len());
+        let mut emit_groups = Vec::with_capacity(dirty.len());
+        let mut deleted = vec![];
+        for (p, &g) in dirty.iter().enumerate() {
+            let gi = g as usize;
+            let zero = retractions && self.count1[gi] == 0;
+            if !zero {
+                if !self.alive[gi] {
+                    self.alive[gi] = true;
+                    self.live_keys += 1;
+                }
+                if !had_state[p] {
+                    kinds.push(RowKind::Insert);
+                    picks.push((1, p));
+                    emit_groups.push(g);
+                } else if changed.as_ref().is_some_and(|c| c.value(p)) {
+                    if ub {
+                        kinds.push(RowKind::UpdateBefore);
+                        picks.push((0, p));
+                        emit_groups.push(g);
+                    }
+                    kinds.push(RowKind::UpdateAfter);
+                    picks.push((1, p));
+                    emit_groups.push(g);
+                }
+            } else {
+                if had_state[p] {
+                    kinds.push(RowKind::Delete);
+                    picks.push((0, p));
+                    emit_groups.push(g);
+                    self.alive[gi] = false;
+                    self.live_keys -= 1;
+                }
+                deleted.push(g);
+            }
+        }
+        self.state.reset(&deleted);
+        self.bundle.dirty = dirty;
+        self.bundle.had_state = had_state;
+        self.bundle.next();
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
+        columns.push(op_array(&kinds));
+        columns.extend(self.groups.keys(&emit_groups)?);
+        for (o, n) in old.iter().zip(&new) {
+            columns.push(interleave(&[o.as_ref(), n.as_ref()], &picks)?);
+        }
+        let batch = RecordBatch::try_new(Arc::clone(&self.plan.output_schema), columns)
+            .map_err(|e| Error::internal(format!("output batch: {e}")))?;
+        self.metrics.rows_out += batch.num_rows() as u64;
+        self.metrics.batches_out += 1;
+        out.push(batch);
+        Ok(())
+    }
+}
+
+/// Rows where any column differs between `old` and `new` (NULL-aware).
+fn changed_rows(old: &[ArrayRef], new: &[ArrayRef]) -> Result<BooleanBuffer> {
+    let mut acc: Option<BooleanArray> = None;
+    for (o, n) in old.iter().zip(new) {
+        let d = distinct(o, n)?;
+        acc = Some(match acc {
+            None => d,
+            Some(a) => or(&a, &d)?,
+        });
+    }
+    let acc = acc.ok_or_else(|| Error::internal("no aggregate columns"))?;
+    Ok(acc.values().clone())
+}

@@ -1,0 +1,184 @@
+//! Keyed aggregate state shared by the operators: the accumulator slots of a query.
+//!
+//! Non-DISTINCT calls get one [`GroupsAccumulator`] each; DISTINCT calls over the same argument
+//! share one [`DistinctAccumulator`]. MIN/MAX with DISTINCT are planned as plain MIN/MAX (the
+//! result is the same).
+
+use arrow::array::ArrayRef;
+use arrow::buffer::BooleanBuffer;
+use tally_kernels::accumulator::{AggregateKind, GroupsAccumulator, new_accumulator};
+use tally_kernels::distinct::DistinctAccumulator;
+
+use crate::error::{Error, Result};
+use crate::plan::{AggregatePlan, CalcBatch};
+
+enum Slot {
+    Plain {
+        acc: Box<dyn GroupsAccumulator>,
+        arg: Option<usize>,
+        filter: Option<usize>,
+    },
+    Distinct {
+        acc: DistinctAccumulator,
+        arg: usize,
+        filters: Vec<Option<usize>>,
+    },
+}
+
+/// The accumulators of every aggregate call, indexed by group id.
+pub(crate) struct AggState {
+    slots: Vec<Slot>,
+    /// Output column `j` is inner aggregate `.1` of slot `.0`.
+    outputs: Vec<(usize, usize)>,
+}
+
+impl std::fmt::Debug for AggState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AggState")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+/// `filter & mask`, either possibly absent.
+fn and(filter: Option<&BooleanBuffer>, mask: Option<&BooleanBuffer>) -> Option<BooleanBuffer> {
+    match (filter, mask) {
+        (None, None) => None,
+        (Some(f), None) => Some(f.clone()),
+        (None, Some(m)) => Some(m.clone()),
+        (Some(f), Some(m)) => Some(f & m),
+    }
+}
+
+impl AggState {
+    pub(crate) fn try_new(plan: &AggregatePlan) -> Result<Self> {
+        let retractable = plan.has_retractions();
+        let mut slots: Vec<Slot> = vec![];
+        let mut outputs = vec![];
+        // DISTINCT calls grouped by argument: arg → (slot index, kinds, filters).
+        let mut distinct: Vec<(usize, Vec<AggregateKind>, Vec<Option<usize>>, Vec<usize>)> = vec![];
+        for (j, call) in plan.calls.iter().enumerate() {
+            let minmax = matches!(call.kind, AggregateKind::Min | AggregateKind::Max);
+            if call.distinct && !minmax {
+                let arg = call.arg.ok_or_else(|| Error::internal("DISTINCT without argument"))?;
+                match distinct.iter_mut().find(|d| d.0 == arg) {
+                    Some(d) => {
+                        d.1.push(call.kind);
+                        d.2.push(call.filter);
+                        d.3.push(j);
+                    }
+                    None => distinct.push((arg, vec![call.kind], vec![call.filter], vec![j])),
+                }
+                outputs.push((usize::MAX, 0));
+                continue;
+            }
+            let arg_type = call
+                .arg
+                .map(|a| plan.calc.args[a].data_type(&plan.input_schema))
+                .transpose()?;
+            let acc = new_accumulator(call.kind, arg_type.as_ref(), retractable)
+                .map_err(|e| Error::plan(format!("{}: {e}", call.name)))?;
+            outputs.push((slots.len(), 0));
+            slots.push(Slot::Plain {
+                acc,
+                arg: call.arg,
+                filter: call.filter,
+            });
+        }
+        for (arg, kinds, filters, js) in distinct {
+            let arg_type = plan.calc.args[arg].data_type(&plan.input_schema)?;
+            let acc = DistinctAccumulator::try_new(&arg_type, &kinds, retractable)
+                .map_err(|e| Error::plan(format!("DISTINCT over {arg_type}: {e}")))?;
+            for (inner, j) in js.into_iter().enumerate() {
+                outputs[j] = (slots.len(), inner);
+            }
+            slots.push(Slot::Distinct { acc, arg, filters });
+        }
+        Ok(Self { slots, outputs })
+    }
+
+    /// Accumulates the rows of `batch` selected by `acc_mask` (all rows when None) and retracts
+    /// those selected by `ret_mask` (none when None), each through its call's FILTER.
+    pub(crate) fn apply(
+        &mut self,
+        batch: &CalcBatch,
+        groups: &[u32],
+        acc_mask: Option<&BooleanBuffer>,
+        ret_mask: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<()> {
+        for slot in &mut self.slots {
+            match slot {
+                Slot::Plain { acc, arg, filter } => {
+                    let values: &[ArrayRef] = match arg {
+                        Some(a) => std::slice::from_ref(&batch.args[*a]),
+                        None => &[],
+                    };
+                    let f = filter.map(|f| &batch.filters[f]);
+                    let m = and(f, acc_mask);
+                    acc.update(values, groups, m.as_ref(), total_groups)?;
+                    if let Some(r) = ret_mask {
+                        let m = and(f, Some(r));
+                        acc.retract(values, groups, m.as_ref(), total_groups)?;
+                    }
+                }
+                Slot::Distinct { acc, arg, filters } => {
+                    let values = &batch.args[*arg];
+                    let masks: Vec<Option<BooleanBuffer>> = filters
+                        .iter()
+                        .map(|f| and(f.map(|f| &batch.filters[f]), acc_mask))
+                        .collect();
+                    let refs: Vec<Option<&BooleanBuffer>> = masks.iter().map(Option::as_ref).collect();
+                    acc.apply(values, groups, &refs, total_groups, 1)?;
+                    if let Some(r) = ret_mask {
+                        let masks: Vec<Option<BooleanBuffer>> = filters
+                            .iter()
+                            .map(|f| and(f.map(|f| &batch.filters[f]), Some(r)))
+                            .collect();
+                        let refs: Vec<Option<&BooleanBuffer>> =
+                            masks.iter().map(Option::as_ref).collect();
+                        acc.apply(values, groups, &refs, total_groups, -1)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The results of `groups`, one array per aggregate call in output order.
+    pub(crate) fn evaluate(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
+        let mut per_slot: Vec<Vec<ArrayRef>> = Vec::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            per_slot.push(match slot {
+                Slot::Plain { acc, .. } => vec![acc.evaluate(groups)?],
+                Slot::Distinct { acc, .. } => acc.evaluate(groups)?,
+            });
+        }
+        Ok(self
+            .outputs
+            .iter()
+            .map(|&(s, i)| per_slot[s][i].clone())
+            .collect())
+    }
+
+    /// Returns `groups` to the empty state.
+    pub(crate) fn reset(&mut self, groups: &[u32]) {
+        for slot in &mut self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => acc.reset(groups),
+                Slot::Distinct { acc, .. } => acc.reset(groups),
+            }
+        }
+    }
+
+    /// Bytes held by all accumulators.
+    pub(crate) fn size(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| match s {
+                Slot::Plain { acc, .. } => acc.size(),
+                Slot::Distinct { acc, .. } => acc.size(),
+            })
+            .sum()
+    }
+}

@@ -1,0 +1,353 @@
+//! Resolving a GROUP BY query (key and aggregate expressions over an input schema) into what the
+//! operators run: a [`Calc`] that evaluates every expression once per batch, and the list of
+//! [`AggregateCall`]s.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion_common::DFSchema;
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::expr::AggregateFunction;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_common::ScalarValue;
+use datafusion_expr::Expr;
+use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
+use tally_kernels::accumulator::{AggregateKind, result_type};
+use tally_kernels::group_values::key_type_supported;
+
+use crate::changelog::{OP_COLUMN, op_type_supported, retract_mask};
+use crate::error::{Error, Result};
+
+/// One aggregate call of the query, resolved.
+#[derive(Debug, Clone)]
+pub struct AggregateCall {
+    /// The function.
+    pub kind: AggregateKind,
+    /// Index of its argument in [`Calc`]'s arguments (None for `COUNT(*)`).
+    pub arg: Option<usize>,
+    /// `DISTINCT`.
+    pub distinct: bool,
+    /// Index of its FILTER in [`Calc`]'s filters.
+    pub filter: Option<usize>,
+    /// The output column name.
+    pub name: String,
+    /// The result type.
+    pub result_type: DataType,
+}
+
+/// The query, resolved against the input schema.
+#[derive(Debug)]
+pub struct AggregatePlan {
+    /// The schema input batches must have.
+    pub input_schema: SchemaRef,
+    /// Group key column names (output order).
+    pub key_names: Vec<String>,
+    /// Group key types.
+    pub key_types: Vec<DataType>,
+    /// The aggregate calls in output order.
+    pub calls: Vec<AggregateCall>,
+    /// Expression evaluation.
+    pub calc: Calc,
+    /// Output: `op` (Int8), keys, then aggregate results.
+    pub output_schema: SchemaRef,
+}
+
+impl AggregatePlan {
+    /// Whether the input carries retractions (it has a changelog column).
+    pub fn has_retractions(&self) -> bool {
+        self.calc.op_index.is_some()
+    }
+
+    /// Resolves `group_by` and `aggregates` against `input_schema`. The changelog column is
+    /// `changelog` if given, else a column named `op` if the schema has one.
+    ///
+    /// # Errors
+    /// Unknown columns, unsupported functions or types, non-boolean filters (plan errors).
+    pub fn try_new(
+        input_schema: SchemaRef,
+        group_by: &[Expr],
+        aggregates: &[Expr],
+        changelog: Option<&str>,
+    ) -> Result<Self> {
+        let df_schema = DFSchema::try_from(input_schema.as_ref().clone())
+            .map_err(|e| Error::plan(format!("input schema: {e}")))?;
+        let op_index = match changelog {
+            Some(name) => Some(input_schema.index_of(name).map_err(|_| {
+                Error::plan(format!("changelog column '{name}' is not in the input schema"))
+            })?),
+            None => input_schema.index_of(OP_COLUMN).ok(),
+        };
+        if let Some(i) = op_index {
+            let dt = input_schema.field(i).data_type();
+            if !op_type_supported(dt) {
+                return Err(Error::plan(format!(
+                    "changelog column '{}' has type {dt}; expected Int8 codes or +I/-U/+U/-D strings",
+                    input_schema.field(i).name()
+                )));
+            }
+        }
+        let mut planner = ExprPlanner {
+            df_schema: &df_schema,
+            schema: &input_schema,
+            props: ExecutionProps::new(),
+            ctx: PhysicalPlanningContext::default(),
+            args: vec![],
+            arg_index: HashMap::new(),
+            filters: vec![],
+            filter_index: HashMap::new(),
+        };
+
+        let mut keys = vec![];
+        let mut key_names = vec![];
+        let mut key_types = vec![];
+        for k in group_by {
+            let (name, inner) = split_alias(k);
+            let phys = planner.physical(inner)?;
+            let dt = phys
+                .data_type(&input_schema)
+                .map_err(|e| Error::plan(format!("group key {inner}: {e}")))?;
+            if !key_type_supported(&dt) {
+                return Err(Error::plan(format!(
+                    "group key {name} has type {dt}, which cannot be a group key"
+                )));
+            }
+            keys.push(phys);
+            key_names.push(name);
+            key_types.push(dt);
+        }
+
+        let mut calls = vec![];
+        for a in aggregates {
+            calls.push(planner.aggregate(a)?);
+        }
+        if calls.is_empty() {
+            return Err(Error::plan("a GROUP BY query needs at least one aggregate"));
+        }
+
+        let mut fields = vec![Field::new(OP_COLUMN, DataType::Int8, false)];
+        for (n, t) in key_names.iter().zip(&key_types) {
+            fields.push(Field::new(n, t.clone(), true));
+        }
+        for c in &calls {
+            let nullable = !matches!(c.kind, AggregateKind::Count | AggregateKind::CountStar);
+            fields.push(Field::new(&c.name, c.result_type.clone(), nullable));
+        }
+        let calc = Calc {
+            keys,
+            args: planner.args,
+            filters: planner.filters,
+            op_index,
+        };
+        Ok(Self {
+            input_schema,
+            key_names,
+            key_types,
+            calls,
+            calc,
+            output_schema: Arc::new(Schema::new(fields)),
+        })
+    }
+}
+
+fn split_alias(e: &Expr) -> (String, &Expr) {
+    match e {
+        Expr::Alias(a) => (a.name.clone(), a.expr.as_ref()),
+        other => (other.schema_name().to_string(), other),
+    }
+}
+
+struct ExprPlanner<'a> {
+    df_schema: &'a DFSchema,
+    schema: &'a SchemaRef,
+    props: ExecutionProps,
+    ctx: PhysicalPlanningContext,
+    args: Vec<Arc<dyn PhysicalExpr>>,
+    arg_index: HashMap<Expr, usize>,
+    filters: Vec<Arc<dyn PhysicalExpr>>,
+    filter_index: HashMap<Expr, usize>,
+}
+
+impl ExprPlanner<'_> {
+    fn physical(&self, e: &Expr) -> Result<Arc<dyn PhysicalExpr>> {
+        create_physical_expr(e, self.df_schema, &self.props, &self.ctx)
+            .map_err(|err| Error::plan(format!("cannot resolve {e}: {}", err.strip_backtrace())))
+    }
+
+    fn aggregate(&mut self, e: &Expr) -> Result<AggregateCall> {
+        let (name, inner) = split_alias(e);
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+            return Err(Error::plan(format!("{inner} is not an aggregate function call")));
+        };
+        let fname = func.name().to_ascii_lowercase();
+        if !params.order_by.is_empty() {
+            return Err(Error::plan(format!("{fname}: ORDER BY inside an aggregate is not supported")));
+        }
+        let star = |args: &[Expr]| match args {
+            [] => true,
+            [Expr::Literal(v, _)] => !v.is_null(),
+            _ => false,
+        };
+        let kind = match fname.as_str() {
+            "count" if params.args.len() > 1 => {
+                return Err(Error::plan("We now only support the count of one field."));
+            }
+            "count" if star(&params.args) => AggregateKind::CountStar,
+            "count" => AggregateKind::Count,
+            "sum" => AggregateKind::Sum,
+            "$sum0" | "sum0" => AggregateKind::Sum0,
+            "avg" | "mean" => AggregateKind::Avg,
+            "min" => AggregateKind::Min,
+            "max" => AggregateKind::Max,
+            other => {
+                return Err(Error::plan(format!(
+                    "aggregate function '{other}' is not supported (supported: COUNT, SUM, AVG, MIN, MAX)"
+                )));
+            }
+        };
+        if kind == AggregateKind::CountStar && params.distinct {
+            return Err(Error::plan("COUNT(DISTINCT *) is not valid"));
+        }
+        let (arg, arg_type) = if kind == AggregateKind::CountStar {
+            (None, None)
+        } else {
+            let [a] = params.args.as_slice() else {
+                return Err(Error::plan(format!("{} takes exactly one argument", kind.name())));
+            };
+            let idx = match self.arg_index.get(a) {
+                Some(&i) => i,
+                None => {
+                    let p = self.physical(a)?;
+                    self.args.push(p);
+                    self.arg_index.insert(a.clone(), self.args.len() - 1);
+                    self.args.len() - 1
+                }
+            };
+            let dt = self.args[idx]
+                .data_type(self.schema)
+                .map_err(|e| Error::plan(format!("argument {a}: {e}")))?;
+            (Some(idx), Some(dt))
+        };
+        let result_type = result_type(kind, arg_type.as_ref())
+            .map_err(|e| Error::plan(format!("{name}: {e}")))?;
+        let filter = match &params.filter {
+            None => None,
+            Some(f) => {
+                let f = f.as_ref();
+                if let Expr::Literal(ScalarValue::Boolean(Some(true)), _) = f {
+                    None
+                } else {
+                    let idx = match self.filter_index.get(f) {
+                        Some(&i) => i,
+                        None => {
+                            let p = self.physical(f)?;
+                            let dt = p
+                                .data_type(self.schema)
+                                .map_err(|e| Error::plan(format!("filter {f}: {e}")))?;
+                            if dt != DataType::Boolean {
+                                return Err(Error::plan(format!(
+                                    "FILTER (WHERE {f}) has type {dt}; it must be BOOLEAN"
+                                )));
+                            }
+                            self.filters.push(p);
+                            self.filter_index.insert(f.clone(), self.filters.len() - 1);
+                            self.filters.len() - 1
+                        }
+                    };
+                    Some(idx)
+                }
+            }
+        };
+        Ok(AggregateCall {
+            kind,
+            arg,
+            distinct: params.distinct,
+            filter,
+            name,
+            result_type,
+        })
+    }
+}
+
+/// Evaluates the key, argument and filter expressions of a query on input batches.
+#[derive(Debug)]
+pub struct Calc {
+    /// Group key expressions.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Distinct aggregate argument expressions.
+    pub args: Vec<Arc<dyn PhysicalExpr>>,
+    /// Distinct FILTER expressions.
+    pub filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// The changelog column, if the input has one.
+    pub op_index: Option<usize>,
+}
+
+/// A batch after [`Calc`]: every column the aggregation needs.
+#[derive(Debug, Clone)]
+pub struct CalcBatch {
+    /// Rows.
+    pub num_rows: usize,
+    /// Group key columns.
+    pub keys: Vec<ArrayRef>,
+    /// Argument columns.
+    pub args: Vec<ArrayRef>,
+    /// FILTER masks (NULL already false).
+    pub filters: Vec<BooleanBuffer>,
+    /// Retracting rows (`-U`/`-D`), when the input is a changelog.
+    pub retract: Option<BooleanBuffer>,
+}
+
+impl CalcBatch {
+    /// Rows `offset..offset + len`, zero-copy.
+    pub fn slice(&self, offset: usize, len: usize) -> CalcBatch {
+        CalcBatch {
+            num_rows: len,
+            keys: self.keys.iter().map(|a| a.slice(offset, len)).collect(),
+            args: self.args.iter().map(|a| a.slice(offset, len)).collect(),
+            filters: self.filters.iter().map(|f| f.slice(offset, len)).collect(),
+            retract: self.retract.as_ref().map(|r| r.slice(offset, len)),
+        }
+    }
+}
+
+impl Calc {
+    /// Evaluates every expression on `batch`.
+    ///
+    /// # Errors
+    /// When evaluation fails (a failing cast, say) or the changelog column is bad.
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<CalcBatch> {
+        let n = batch.num_rows();
+        let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
+            Ok(p.evaluate(batch)?.into_array(n)?)
+        };
+        let keys = self.keys.iter().map(eval).collect::<Result<Vec<_>>>()?;
+        let args = self.args.iter().map(eval).collect::<Result<Vec<_>>>()?;
+        let filters = self
+            .filters
+            .iter()
+            .map(|p| {
+                let a = eval(p)?;
+                let b = a.as_boolean_opt().ok_or_else(|| {
+                    Error::internal(format!("filter evaluated to {}", a.data_type()))
+                })?;
+                Ok(match b.nulls() {
+                    Some(nulls) => b.values() & nulls.inner(),
+                    None => b.values().clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let retract = match self.op_index {
+            Some(i) => Some(retract_mask(batch.column(i))?),
+            None => None,
+        };
+        Ok(CalcBatch {
+            num_rows: n,
+            keys,
+            args,
+            filters,
+            retract,
+        })
+    }
+}
