@@ -93,9 +93,9 @@ pub fn count(x: Expr) -> Expr {
     COUNT.call(vec![x])
 }
 
-/// `COUNT(*)`: the number of rows, named `count(*)`.
+/// `COUNT(*)`: the number of rows (output name `count(*)` unless aliased).
 pub fn count_star() -> Expr {
-    COUNT.call(vec![lit(1i64)]).alias("count(*)")
+    COUNT.call(vec![lit(1i64)])
 }
 
 /// `SUM(x)`: NULL for a group without non-NULL values; keeps the argument's type.

@@ -152,11 +152,18 @@ impl AggregatePlan {
     }
 }
 
+/// The output name (the outermost alias, else the expression's name) and the expression under
+/// any aliases.
 fn split_alias(e: &Expr) -> (String, &Expr) {
-    match e {
-        Expr::Alias(a) => (a.name.clone(), a.expr.as_ref()),
-        other => (other.schema_name().to_string(), other),
+    let name = match e {
+        Expr::Alias(a) => a.name.clone(),
+        other => other.schema_name().to_string(),
+    };
+    let mut inner = e;
+    while let Expr::Alias(a) = inner {
+        inner = a.expr.as_ref();
     }
+    (name, inner)
 }
 
 struct ExprPlanner<'a> {
@@ -259,6 +266,11 @@ impl ExprPlanner<'_> {
                     Some(idx)
                 }
             }
+        };
+        let name = if kind == AggregateKind::CountStar && !matches!(e, Expr::Alias(_)) {
+            name.replacen("count(Int64(1))", "count(*)", 1)
+        } else {
+            name
         };
         Ok(AggregateCall {
             kind,

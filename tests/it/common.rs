@@ -1,0 +1,165 @@
+//! Helpers: input batches from compact rows, changelog formatting, and applying a changelog.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion_expr::Expr;
+use tally::clock::ManualClock;
+use tally::{Config, GroupAggregate};
+
+/// `k` Utf8, `v` Int64, and optionally an `op` Utf8 changelog column first.
+pub fn kv_schema(changelog: bool) -> SchemaRef {
+    let mut fields = vec![];
+    if changelog {
+        fields.push(Field::new("op", DataType::Utf8, false));
+    }
+    fields.push(Field::new("k", DataType::Utf8, true));
+    fields.push(Field::new("v", DataType::Int64, true));
+    Arc::new(Schema::new(fields))
+}
+
+/// Rows like `"+I a 5"`, `"-D a 5"`, `"+I b null"` (op, key, value). Without a changelog column
+/// the op must be `+I`.
+pub fn kv_batch(schema: &SchemaRef, rows: &[&str]) -> RecordBatch {
+    let changelog = schema.fields().len() == 3;
+    let mut ops = vec![];
+    let mut keys = vec![];
+    let mut vals = vec![];
+    for r in rows {
+        let parts: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(parts.len(), 3, "bad row {r}");
+        ops.push(parts[0].to_string());
+        keys.push(if parts[1] == "null" { None } else { Some(parts[1].to_string()) });
+        vals.push(if parts[2] == "null" { None } else { Some(parts[2].parse::<i64>().unwrap()) });
+    }
+    let mut cols: Vec<ArrayRef> = vec![];
+    if changelog {
+        cols.push(Arc::new(StringArray::from(ops)));
+    } else {
+        assert!(ops.iter().all(|o| o == "+I"));
+    }
+    cols.push(Arc::new(StringArray::from(keys)));
+    cols.push(Arc::new(Int64Array::from(vals)));
+    RecordBatch::try_new(schema.clone(), cols).unwrap()
+}
+
+/// Formats changelog batches as lines like `+I[a, 2, 10]`.
+pub fn format_changes(batches: &[RecordBatch]) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("null");
+    let mut out = vec![];
+    for b in batches {
+        let ops = b.column(0).as_primitive::<Int8Type>();
+        let fmts: Vec<ArrayFormatter> = b.columns()[1..]
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for r in 0..b.num_rows() {
+            let kind = tally::changelog::RowKind::from_code(i64::from(ops.value(r))).unwrap();
+            let vals: Vec<String> = fmts.iter().map(|f| f.value(r).to_string()).collect();
+            out.push(format!("{kind}[{}]", vals.join(", ")));
+        }
+    }
+    out
+}
+
+/// The multiset a changelog leaves: `+I`/`+U` add a row, `-U`/`-D` remove one. Panics when a
+/// retraction removes a row that is not there (the changelog would be inconsistent).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Materialized(pub BTreeMap<String, i64>);
+
+impl Materialized {
+    pub fn apply(&mut self, batches: &[RecordBatch]) {
+        for line in format_changes(batches) {
+            let (kind, row) = line.split_at(2);
+            let row = row.to_string();
+            match kind {
+                "+I" | "+U" => *self.0.entry(row).or_insert(0) += 1,
+                "-U" | "-D" => {
+                    let c = self.0.get_mut(&row).unwrap_or_else(|| {
+                        panic!("changelog retracts {row}, which is not in the result")
+                    });
+                    *c -= 1;
+                    if *c == 0 {
+                        self.0.remove(&row);
+                    }
+                }
+                other => panic!("bad kind {other}"),
+            }
+        }
+    }
+
+    /// Rows as sorted strings (each repeated by its multiplicity).
+    pub fn rows(&self) -> Vec<String> {
+        let mut v = vec![];
+        for (r, &c) in &self.0 {
+            assert!(c > 0);
+            for _ in 0..c {
+                v.push(r.clone());
+            }
+        }
+        v
+    }
+}
+
+/// Mini-batch settings: `None` = off, `Some(size)` = on with that size and a 1 s latency.
+pub fn config(mini_batch: Option<usize>, update_before: bool) -> Config {
+    let mut pairs = vec![("tally.exec.emit.update-before".to_string(), update_before.to_string())];
+    if let Some(size) = mini_batch {
+        pairs.push(("table.exec.mini-batch.enabled".into(), "true".into()));
+        pairs.push(("table.exec.mini-batch.allow-latency".into(), "1 s".into()));
+        pairs.push(("table.exec.mini-batch.size".into(), size.to_string()));
+    }
+    Config::from_pairs(pairs).unwrap()
+}
+
+/// Builds an aggregate over `schema` with a manual clock at 0.
+pub fn build(
+    schema: &SchemaRef,
+    keys: Vec<Expr>,
+    aggs: Vec<Expr>,
+    config: Config,
+) -> (GroupAggregate, ManualClock) {
+    let clock = ManualClock::new(0);
+    let agg = GroupAggregate::builder(schema.clone())
+        .group_by(keys)
+        .aggregate(aggs)
+        .config(config)
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    (agg, clock)
+}
+
+/// Pushes each row group as one batch and returns the formatted changes of each push (plus
+/// `finish` as the last element).
+pub fn run(agg: &mut GroupAggregate, schema: &SchemaRef, pushes: &[&[&str]]) -> Vec<Vec<String>> {
+    let mut out = vec![];
+    for rows in pushes {
+        let b = kv_batch(schema, rows);
+        out.push(format_changes(&agg.push(&b).unwrap()));
+    }
+    out.push(format_changes(&agg.finish().unwrap()));
+    out
+}
+
+
+/// Pushes each bundle as one batch and then calls `finish` (which fires a pending mini-batch),
+/// returning the formatted changes of each bundle.
+pub fn run_bundles(
+    agg: &mut GroupAggregate,
+    schema: &SchemaRef,
+    bundles: &[&[&str]],
+) -> Vec<Vec<String>> {
+    bundles
+        .iter()
+        .map(|rows| {
+            let b = kv_batch(schema, rows);
+            let mut changes = agg.push(&b).unwrap();
+            changes.extend(agg.finish().unwrap());
+            format_changes(&changes)
+        })
+        .collect()
+}

@@ -1,0 +1,1 @@
+//! Bad input gets a clear one-line error and never panics.
