@@ -1,1 +1,201 @@
-//! Bad input gets a clear one-line error and never panics.
+//! Bad input gets a clear one-line error naming the problem, never a panic, and never loses
+//! state already accepted.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use datafusion_expr::{ExprFunctionExt, col, lit};
+use tally::functions::{avg, count, count_star, sum};
+use tally::{GroupAggregate, Result};
+
+use crate::common::{build, config, format_changes, kv_batch, kv_schema};
+
+fn build_err(schema: SchemaRef, keys: Vec<datafusion_expr::Expr>, aggs: Vec<datafusion_expr::Expr>) -> String {
+    let e = GroupAggregate::builder(schema)
+        .group_by(keys)
+        .aggregate(aggs)
+        .build()
+        .unwrap_err();
+    assert!(e.is_user_error(), "{e}");
+    let s = e.to_string();
+    assert!(!s.contains('\n'), "error is not one line: {s}");
+    s
+}
+
+#[test]
+fn unknown_columns_are_named() {
+    let s = build_err(kv_schema(false), vec![col("nope")], vec![count_star()]);
+    assert!(s.contains("nope"), "{s}");
+    let s = build_err(kv_schema(false), vec![col("k")], vec![sum(col("missing"))]);
+    assert!(s.contains("missing"), "{s}");
+    let s = build_err(
+        kv_schema(false),
+        vec![col("k")],
+        vec![sum(col("v")).filter(col("ghost").eq(lit(1))).build().unwrap()],
+    );
+    assert!(s.contains("ghost"), "{s}");
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let s = build_err(kv_schema(false), vec![col("v")], vec![sum(col("k"))]);
+    assert!(s.contains("SUM") && s.contains("Utf8"), "{s}");
+    let s = build_err(kv_schema(false), vec![col("v")], vec![avg(col("k"))]);
+    assert!(s.contains("AVG") && s.contains("Utf8"), "{s}");
+    let s = build_err(
+        kv_schema(false),
+        vec![col("k")],
+        vec![sum(col("v")).filter(col("v")).build().unwrap()],
+    );
+    assert!(s.contains("BOOLEAN"), "{s}");
+    let list = Arc::new(Schema::new(vec![Field::new(
+        "l",
+        DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+        true,
+    )]));
+    let s = build_err(list, vec![col("l")], vec![count_star()]);
+    assert!(s.contains("group key"), "{s}");
+}
+
+#[test]
+fn unsupported_functions_and_shapes_are_named() {
+    let s = build_err(kv_schema(false), vec![col("k")], vec![col("v")]);
+    assert!(s.contains("not an aggregate"), "{s}");
+    let s = build_err(kv_schema(false), vec![col("k")], vec![]);
+    assert!(s.contains("at least one aggregate"), "{s}");
+    let s = build_err(kv_schema(false), vec![col("k")], vec![count_star().distinct().build().unwrap()]);
+    assert!(s.contains("DISTINCT"), "{s}");
+}
+
+#[test]
+fn bad_changelog_column() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Float64, false),
+        Field::new("k", DataType::Utf8, true),
+    ]));
+    let s = build_err(schema, vec![col("k")], vec![count_star()]);
+    assert!(s.contains("changelog column 'op'"), "{s}");
+    let e = GroupAggregate::builder(kv_schema(false))
+        .group_by([col("k")])
+        .aggregate([count_star()])
+        .changelog_column("kind")
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("'kind'"), "{e}");
+}
+
+fn changes(agg: &mut GroupAggregate, b: &RecordBatch) -> Result<Vec<String>> {
+    Ok(format_changes(&agg.push(b)?))
+}
+
+#[test]
+fn bad_op_codes_fail_the_batch_and_keep_the_state() {
+    let schema = kv_schema(true);
+    let (mut agg, _) = build(&schema, vec![col("k")], vec![count_star()], config(None, true));
+    assert_eq!(changes(&mut agg, &kv_batch(&schema, &["+I a 1"])).unwrap(), vec!["+I[a, 1]"]);
+    for bad in ["+X", "", "I"] {
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["+I", bad])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["a", "a"])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+            ],
+        )
+        .unwrap();
+        let e = agg.push(&b).unwrap_err();
+        assert!(e.is_user_error());
+        assert!(e.to_string().contains("row 1"), "{e}");
+    }
+    // Nothing of the failed batches was applied.
+    assert_eq!(
+        changes(&mut agg, &kv_batch(&schema, &["+I a 1"])).unwrap(),
+        vec!["-U[a, 1]", "+U[a, 2]"]
+    );
+
+    let int_schema = Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Int8, true),
+        Field::new("k", DataType::Utf8, true),
+    ]));
+    let (mut agg, _) = build(&int_schema, vec![col("k")], vec![count_star()], config(Some(10), true));
+    for (codes, needle) in [(vec![Some(0i8), Some(7)], "7 at row 1"), (vec![None, Some(0)], "NULL op at row 0")] {
+        let b = RecordBatch::try_new(
+            int_schema.clone(),
+            vec![Arc::new(Int8Array::from(codes)) as ArrayRef, Arc::new(StringArray::from(vec!["a", "b"]))],
+        )
+        .unwrap();
+        let e = agg.push(&b).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+}
+
+#[test]
+fn op_column_as_codes_strings_and_dictionary() {
+    let expected = vec!["+I[a, 1]", "-D[a, 1]", "+I[b, 1]"];
+    let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "a", "b"]));
+    let ops: Vec<ArrayRef> = vec![
+        Arc::new(Int8Array::from(vec![0, 3, 2])),
+        Arc::new(Int32Array::from(vec![0, 1, 0])),
+        Arc::new(StringArray::from(vec!["+I", "-D", "+U"])),
+        Arc::new(
+            vec!["+I", "-U", "+I"]
+                .into_iter()
+                .collect::<arrow::array::DictionaryArray<Int32Type>>(),
+        ),
+    ];
+    for op in ops {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("op", op.data_type().clone(), false),
+            Field::new("k", DataType::Utf8, true),
+        ]));
+        let (mut agg, _) = build(&schema, vec![col("k")], vec![count_star()], config(None, true));
+        let b = RecordBatch::try_new(schema.clone(), vec![op.clone(), keys.clone()]).unwrap();
+        assert_eq!(changes(&mut agg, &b).unwrap(), expected, "{}", op.data_type());
+    }
+}
+
+#[test]
+fn schema_mismatch_is_rejected() {
+    let schema = kv_schema(false);
+    let (mut agg, _) = build(&schema, vec![col("k")], vec![count(col("v"))], config(None, true));
+    let other = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int32, true),
+    ]));
+    let b = RecordBatch::try_new(
+        other,
+        vec![Arc::new(StringArray::from(vec!["a"])) as ArrayRef, Arc::new(Int32Array::from(vec![1]))],
+    )
+    .unwrap();
+    let e = agg.push(&b).unwrap_err().to_string();
+    assert!(e.contains("does not match") && e.contains("v: Int32") && e.contains("v: Int64"), "{e}");
+    let list_batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new(
+            "l",
+            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+            true,
+        )])),
+        vec![Arc::new(ListArray::new_null(
+            Arc::new(Field::new("item", DataType::Int32, true)),
+            1,
+        )) as ArrayRef],
+    )
+    .unwrap();
+    assert!(agg.push(&list_batch).is_err());
+}
+
+#[test]
+fn failing_expressions_are_input_errors() {
+    // CAST('x' AS BIGINT) fails on the data, not at planning.
+    let schema = kv_schema(false);
+    let (mut agg, _) = build(
+        &schema,
+        vec![col("k")],
+        vec![sum(datafusion_expr::cast(col("k"), DataType::Int64))],
+        config(None, true),
+    );
+    let e = agg.push(&kv_batch(&schema, &["+I x 1"])).unwrap_err();
+    assert!(e.is_user_error(), "{e}");
+    assert!(!e.to_string().contains('\n'));
+}

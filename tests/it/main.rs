@@ -4,3 +4,4 @@ mod common;
 mod emission;
 mod errors;
 mod oracle;
+mod types;
