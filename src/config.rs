@@ -16,6 +16,8 @@ pub const MINI_BATCH_ENABLED: &str = "table.exec.mini-batch.enabled";
 pub const MINI_BATCH_ALLOW_LATENCY: &str = "table.exec.mini-batch.allow-latency";
 /// `table.exec.mini-batch.size`
 pub const MINI_BATCH_SIZE: &str = "table.exec.mini-batch.size";
+/// `table.exec.state.ttl`
+pub const STATE_TTL: &str = "table.exec.state.ttl";
 /// `tally.exec.emit.update-before`
 pub const EMIT_UPDATE_BEFORE: &str = "tally.exec.emit.update-before";
 
@@ -24,6 +26,7 @@ pub const KEYS: &[&str] = &[
     MINI_BATCH_ENABLED,
     MINI_BATCH_ALLOW_LATENCY,
     MINI_BATCH_SIZE,
+    STATE_TTL,
     EMIT_UPDATE_BEFORE,
 ];
 
@@ -39,6 +42,11 @@ pub struct Config {
     /// `table.exec.mini-batch.size` (default `-1`): a mini-batch fires when this many input rows
     /// are buffered. Must be positive when mini-batch is enabled.
     pub mini_batch_size: i64,
+    /// `table.exec.state.ttl` (default `0 ms` = never): a group whose state has not been written
+    /// for this long (processing time, on the operator's clock) is dropped; a retraction for it is
+    /// then ignored and its next accumulation starts a new group (`+I`). While a TTL is set, an
+    /// update that leaves the values unchanged still emits `-U`/`+U` (Flink's FLINK-33936).
+    pub state_ttl: Duration,
     /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
     /// for upsert consumers keyed on the group key (Flink decides this from the sink).
     pub emit_update_before: bool,
@@ -50,6 +58,7 @@ impl Default for Config {
             mini_batch_enabled: false,
             mini_batch_allow_latency: Duration::ZERO,
             mini_batch_size: -1,
+            state_ttl: Duration::ZERO,
             emit_update_before: true,
         }
     }
@@ -96,6 +105,7 @@ impl Config {
                     Error::config(key, format!("'{value}' is not a whole number"))
                 })?;
             }
+            STATE_TTL => self.state_ttl = parse_duration(key, value)?,
             EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
             _ => {
                 return Err(Error::config(
@@ -117,6 +127,7 @@ impl Config {
             MINI_BATCH_ENABLED => self.mini_batch_enabled = d.mini_batch_enabled,
             MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = d.mini_batch_allow_latency,
             MINI_BATCH_SIZE => self.mini_batch_size = d.mini_batch_size,
+            STATE_TTL => self.state_ttl = d.state_ttl,
             EMIT_UPDATE_BEFORE => self.emit_update_before = d.emit_update_before,
             _ => return Err(Error::config(key, "unknown option")),
         }

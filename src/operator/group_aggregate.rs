@@ -215,6 +215,12 @@ pub struct GroupAggregate {
     /// Mini-batch off: run id per group, to cut runs where a key repeats.
     run_mark: Vec<u32>,
     run_id: u32,
+    /// State TTL in ms (0 = none), the last write time of each group, the clock reading of the
+    /// current push, and when expired groups are next swept.
+    ttl_ms: i64,
+    last_write: Vec<i64>,
+    now: i64,
+    next_sweep: i64,
     hashes: Vec<u64>,
     gids: Vec<u32>,
     metrics: Metrics,
@@ -242,6 +248,7 @@ impl GroupAggregate {
         let groups = new_group_values(&plan.key_types)
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         let state = AggState::try_new(&plan)?;
+        let ttl_ms = config.state_ttl.as_millis().min(i64::MAX as u128) as i64;
         let bundle = Bundle {
             id: 1,
             old: vec![vec![]; plan.calls.len()],
@@ -260,6 +267,10 @@ impl GroupAggregate {
             last_interval: i64::MIN,
             run_mark: vec![],
             run_id: 1,
+            ttl_ms,
+            last_write: vec![],
+            now: 0,
+            next_sweep: i64::MIN,
             hashes: vec![],
             gids: vec![],
             metrics: Metrics::default(),
@@ -290,7 +301,8 @@ impl GroupAggregate {
             + self.alive.capacity()
             + self.count1.capacity() * 8
             + (self.bundle.mark.capacity() + self.bundle.seen_acc.capacity()) * 4
-            + self.run_mark.capacity() * 4) as u64;
+            + self.run_mark.capacity() * 4
+            + self.last_write.capacity() * 8) as u64;
         m
     }
 
@@ -305,7 +317,9 @@ impl GroupAggregate {
     pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
         self.check_schema(batch)?;
         let mut out = vec![];
+        self.now = self.clock.now_ms();
         self.check_latency(&mut out)?;
+        self.sweep_expired();
         let n = batch.num_rows();
         self.metrics.batches_in += 1;
         if n == 0 {
@@ -324,6 +338,9 @@ impl GroupAggregate {
             self.bundle.seen_acc.resize(total, 0);
             if self.plan.has_retractions() {
                 self.count1.resize(total, 0);
+            }
+            if self.ttl_ms > 0 {
+                self.last_write.resize(total, 0);
             }
         }
         self.metrics.rows_in += n as u64;
@@ -345,7 +362,9 @@ impl GroupAggregate {
     /// As [`GroupAggregate::push`].
     pub fn poll(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
+        self.now = self.clock.now_ms();
         self.check_latency(&mut out)?;
+        self.sweep_expired();
         Ok(out)
     }
 
@@ -355,6 +374,7 @@ impl GroupAggregate {
     /// As [`GroupAggregate::push`].
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
+        self.now = self.clock.now_ms();
         self.fire(&mut out)?;
         Ok(out)
     }
@@ -388,13 +408,38 @@ impl GroupAggregate {
             return Ok(());
         }
         let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
-        let now = self.clock.now_ms();
+        let now = self.now;
         let current = now - now.rem_euclid(interval);
         if current > self.last_interval {
             self.last_interval = current;
             self.fire(out)?;
         }
         Ok(())
+    }
+
+    /// Drops the state of groups idle for longer than the TTL (at most once per TTL period).
+    /// Expiry is also checked when a group is touched, so sweeping only frees memory early; it
+    /// never changes output. Groups touched by the pending mini-batch are left alone.
+    fn sweep_expired(&mut self) {
+        if self.ttl_ms <= 0 || self.now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = self.now.saturating_add(self.ttl_ms);
+        let mut expired = vec![];
+        for (g, alive) in self.alive.iter_mut().enumerate() {
+            if *alive
+                && self.bundle.mark[g] != self.bundle.id
+                && self.now - self.last_write[g] >= self.ttl_ms
+            {
+                *alive = false;
+                expired.push(g as u32);
+                if let Some(c) = self.count1.get_mut(g) {
+                    *c = 0;
+                }
+            }
+        }
+        self.live_keys -= expired.len() as u64;
+        self.state.reset(&expired);
     }
 
     fn push_mini_batch(
@@ -468,13 +513,26 @@ impl GroupAggregate {
         // Newly dirty groups: snapshot their results before this slice changes them.
         let bundle = &mut self.bundle;
         let first_new = bundle.dirty.len();
+        let mut expired = vec![];
         for &g in gids {
             let gi = g as usize;
             if bundle.mark[gi] != bundle.id {
                 bundle.mark[gi] = bundle.id;
                 bundle.dirty.push(g);
+                if self.alive[gi] && self.ttl_ms > 0 && self.now - self.last_write[gi] >= self.ttl_ms {
+                    // The state expired: the key is new again.
+                    self.alive[gi] = false;
+                    self.live_keys -= 1;
+                    if let Some(c) = self.count1.get_mut(gi) {
+                        *c = 0;
+                    }
+                    expired.push(g);
+                }
                 bundle.had_state.push(self.alive[gi]);
             }
+        }
+        if !expired.is_empty() {
+            self.state.reset(&expired);
         }
         if bundle.dirty.len() > first_new {
             let old = self.state.evaluate(&bundle.dirty[first_new..])?;
@@ -550,6 +608,7 @@ impl GroupAggregate {
             None
         };
         let ub = self.config.emit_update_before;
+        let ttl = self.ttl_ms > 0;
         let mut kinds = Vec::with_capacity(dirty.len());
         let mut picks: Vec<(usize, usize)> = Vec::with_capacity(dirty.len());
         let mut emit_groups = Vec::with_capacity(dirty.len());
@@ -562,11 +621,14 @@ impl GroupAggregate {
                     self.alive[gi] = true;
                     self.live_keys += 1;
                 }
+                if ttl {
+                    self.last_write[gi] = self.now;
+                }
                 if !had_state[p] {
                     kinds.push(RowKind::Insert);
                     picks.push((1, p));
                     emit_groups.push(g);
-                } else if changed.as_ref().is_some_and(|c| c.value(p)) {
+                } else if ttl || changed.as_ref().is_some_and(|c| c.value(p)) {
                     if ub {
                         kinds.push(RowKind::UpdateBefore);
                         picks.push((0, p));

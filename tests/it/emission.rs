@@ -387,3 +387,53 @@ fn null_is_a_key() {
         assert_eq!(out, vec![expected]);
     }
 }
+
+fn with_ttl(mb: Option<usize>, update_before: bool, ttl: &str) -> tally::Config {
+    let mut c = config(mb, update_before);
+    c.set("table.exec.state.ttl", ttl).unwrap();
+    c.validate().unwrap();
+    c
+}
+
+// §a.4 row 6: state present, values equal, TTL on → -U/+U of the same values (FLINK-33936).
+#[test]
+fn a4_row6_unchanged_values_with_ttl_still_emit() {
+    for mb in [OFF, ON] {
+        let schema = kv_schema(false);
+        let (mut agg, _) = build(&schema, vec![col("k")], vec![max(col("v"))], with_ttl(mb, true, "1 h"));
+        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        assert_eq!(out, vec![v(&["+I[a, 5]"]), v(&["-U[a, 5]", "+U[a, 5]"])], "{mb:?}");
+        let (mut agg, _) = build(&schema, vec![col("k")], vec![max(col("v"))], with_ttl(mb, false, "1 h"));
+        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        assert_eq!(out, vec![v(&["+I[a, 5]"]), v(&["+U[a, 5]"])], "{mb:?}");
+    }
+}
+
+// After expiry (Flink's harness cases C-17/C-19): a retraction for the expired key is dropped and
+// the next accumulation starts a new group with +I (no -U of the stale value).
+#[test]
+fn expired_state_restarts_the_group() {
+    for mb in [OFF, ON] {
+        let schema = kv_schema(true);
+        let (mut agg, clock) = build(
+            &schema,
+            vec![col("k")],
+            vec![count_star(), sum(col("v"))],
+            with_ttl(mb, true, "100 ms"),
+        );
+        let out = run_bundles(&mut agg, &schema, &[&["+I a 5", "+I b 1"]]);
+        assert_eq!(out, vec![v(&["+I[a, 1, 5]", "+I[b, 1, 1]"])]);
+        clock.advance_ms(60);
+        // Writing b refreshes its TTL; a is not written.
+        let out = run_bundles(&mut agg, &schema, &[&["+I b 1"]]);
+        assert_eq!(out, vec![v(&["-U[b, 1, 1]", "+U[b, 2, 2]"])]);
+        clock.advance_ms(40);
+        assert_eq!(agg.metrics().keys_in_state, 2);
+        let out = run_bundles(&mut agg, &schema, &[&["-D a 5"], &["+I a 2", "+I b 3"]]);
+        assert_eq!(out, vec![vec![], v(&["+I[a, 1, 2]", "-U[b, 2, 2]", "+U[b, 3, 5]"])], "{mb:?}");
+        // An idle key is swept without output once its TTL has passed.
+        clock.advance_ms(100);
+        assert!(agg.poll().unwrap().is_empty());
+        assert_eq!(agg.metrics().keys_in_state, 0, "{mb:?}");
+    }
+}

@@ -284,13 +284,32 @@ fn check(
     len: usize,
     n_keys: usize,
 ) {
+    check_with(seed, retractions, keys, key_type, mini_batch, update_before, len, n_keys, None);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_with(
+    seed: u64,
+    retractions: bool,
+    keys: Keys,
+    key_type: KeyType,
+    mini_batch: Option<usize>,
+    update_before: bool,
+    len: usize,
+    n_keys: usize,
+    ttl: Option<&str>,
+) {
     let ctx = format!(
-        "seed {seed} retractions {retractions} keys {keys:?} {key_type:?} mini-batch {mini_batch:?} ub {update_before}"
+        "seed {seed} retractions {retractions} keys {keys:?} {key_type:?} mini-batch {mini_batch:?} ub {update_before} ttl {ttl:?}"
     );
+    let mut cfg = config(mini_batch, update_before);
+    if let Some(ttl) = ttl {
+        cfg.set("table.exec.state.ttl", ttl).unwrap();
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let stream = random_stream(&mut rng, len, retractions, n_keys);
     let schema = schema(key_type, retractions);
-    let (mut agg, _clock) = build(&schema, key_exprs(keys), aggregates(), config(mini_batch, update_before));
+    let (mut agg, _clock) = build(&schema, key_exprs(keys), aggregates(), cfg);
     let n_out_keys = key_exprs(keys).len();
     let mut retract_view = Materialized::default();
     let mut upsert_view = Upserted::default();
@@ -364,5 +383,15 @@ fn upsert_changelog_without_update_before_matches_reference() {
 fn groups_deleted_and_reborn_match_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
         check(900 + i as u64, true, Keys::One, KeyType::Utf8, mb, true, 1500, 2);
+    }
+}
+
+/// A TTL that never expires (the clock does not move) changes the changelog (unchanged values are
+/// re-emitted) but not the result.
+#[test]
+fn unexpired_ttl_matches_reference() {
+    for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
+        check_with(1000 + i as u64, true, Keys::One, KeyType::Utf8, mb, true, 300, 6, Some("1 h"));
+        check_with(1100 + i as u64, false, Keys::One, KeyType::Utf8, mb, false, 300, 6, Some("1 h"));
     }
 }
