@@ -80,7 +80,10 @@ impl std::fmt::Display for RowKind {
 /// Whether an `op` column of this type can be read.
 pub fn op_type_supported(dt: &DataType) -> bool {
     dt.is_integer()
-        || matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+        || matches!(
+            dt,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        )
         || matches!(dt, DataType::Dictionary(_, v) if op_type_supported(v))
 }
 
@@ -100,7 +103,11 @@ pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
     let dt = op.data_type();
     if let DataType::Int8 = dt {
         let codes = op.as_primitive::<arrow::datatypes::Int8Type>().values();
-        if let Some((row, c)) = codes.iter().enumerate().find(|(_, c)| !(0..=3).contains(*c)) {
+        if let Some((row, c)) = codes
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !(0..=3).contains(*c))
+        {
             return Err(bad_code(row, &c.to_string()));
         }
         return Ok(BooleanBuffer::collect_bool(n, |i| codes[i] & 1 == 1));
@@ -108,7 +115,11 @@ pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
     if dt.is_integer() {
         let wide = arrow::compute::cast(op, &DataType::Int64)?;
         let codes = wide.as_primitive::<Int64Type>().values();
-        if let Some((row, c)) = codes.iter().enumerate().find(|(_, c)| !(0..=3).contains(*c)) {
+        if let Some((row, c)) = codes
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !(0..=3).contains(*c))
+        {
             return Err(bad_code(row, &c.to_string()));
         }
         return Ok(BooleanBuffer::collect_bool(n, |i| codes[i] & 1 == 1));

@@ -101,9 +101,10 @@ impl Config {
             MINI_BATCH_ENABLED => self.mini_batch_enabled = parse_bool(key, value)?,
             MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = parse_duration(key, value)?,
             MINI_BATCH_SIZE => {
-                self.mini_batch_size = value.trim().parse().map_err(|_| {
-                    Error::config(key, format!("'{value}' is not a whole number"))
-                })?;
+                self.mini_batch_size = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::config(key, format!("'{value}' is not a whole number")))?;
             }
             STATE_TTL => self.state_ttl = parse_duration(key, value)?,
             EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
@@ -229,12 +230,20 @@ mod tests {
     #[test]
     fn mini_batch_needs_latency_then_size() {
         let e = Config::from_pairs([(MINI_BATCH_ENABLED, "true")]).unwrap_err();
-        assert!(e.to_string().contains("MiniBatch Latency must be greater than 0 ms."), "{e}");
-        let e = Config::from_pairs([(MINI_BATCH_ENABLED, "true"), (MINI_BATCH_ALLOW_LATENCY, "1 s")])
-            .unwrap_err();
         assert!(
             e.to_string()
-                .contains("Key: 'table.exec.mini-batch.size' , default: -1 (fallback keys: []) must be > 0."),
+                .contains("MiniBatch Latency must be greater than 0 ms."),
+            "{e}"
+        );
+        let e = Config::from_pairs([
+            (MINI_BATCH_ENABLED, "true"),
+            (MINI_BATCH_ALLOW_LATENCY, "1 s"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "Key: 'table.exec.mini-batch.size' , default: -1 (fallback keys: []) must be > 0."
+            ),
             "{e}"
         );
         let e = Config::from_pairs([
@@ -251,7 +260,10 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_name_the_key() {
         let e = Config::from_pairs([("table.exec.mini-batch.enable", "true")]).unwrap_err();
-        assert!(e.to_string().contains("'table.exec.mini-batch.enable'"), "{e}");
+        assert!(
+            e.to_string().contains("'table.exec.mini-batch.enable'"),
+            "{e}"
+        );
         let e = Config::from_pairs([(MINI_BATCH_ENABLED, "yes")]).unwrap_err();
         assert!(e.to_string().contains(MINI_BATCH_ENABLED), "{e}");
         let e = Config::from_pairs([(MINI_BATCH_SIZE, "lots")]).unwrap_err();

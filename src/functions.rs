@@ -21,8 +21,8 @@ use std::sync::{Arc, LazyLock};
 
 use arrow::datatypes::DataType;
 use datafusion_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, Signature, Volatility, lit,
-    function::AccumulatorArgs,
+    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, Signature, Volatility,
+    function::AccumulatorArgs, lit,
 };
 use tally_kernels::accumulator::{AggregateKind, result_type};
 

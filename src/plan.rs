@@ -9,11 +9,11 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
+use datafusion_common::ScalarValue;
+use datafusion_expr::Expr;
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::expr::AggregateFunction;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion_common::ScalarValue;
-use datafusion_expr::Expr;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use tally_kernels::accumulator::{AggregateKind, result_type};
 use tally_kernels::group_values::key_type_supported;
@@ -76,7 +76,9 @@ impl AggregatePlan {
             .map_err(|e| Error::plan(format!("input schema: {e}")))?;
         let op_index = match changelog {
             Some(name) => Some(input_schema.index_of(name).map_err(|_| {
-                Error::plan(format!("changelog column '{name}' is not in the input schema"))
+                Error::plan(format!(
+                    "changelog column '{name}' is not in the input schema"
+                ))
             })?),
             None => input_schema.index_of(OP_COLUMN).ok(),
         };
@@ -186,11 +188,15 @@ impl ExprPlanner<'_> {
     fn aggregate(&mut self, e: &Expr) -> Result<AggregateCall> {
         let (name, inner) = split_alias(e);
         let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
-            return Err(Error::plan(format!("{inner} is not an aggregate function call")));
+            return Err(Error::plan(format!(
+                "{inner} is not an aggregate function call"
+            )));
         };
         let fname = func.name().to_ascii_lowercase();
         if !params.order_by.is_empty() {
-            return Err(Error::plan(format!("{fname}: ORDER BY inside an aggregate is not supported")));
+            return Err(Error::plan(format!(
+                "{fname}: ORDER BY inside an aggregate is not supported"
+            )));
         }
         let star = |args: &[Expr]| match args {
             [] => true,
@@ -221,7 +227,10 @@ impl ExprPlanner<'_> {
             (None, None)
         } else {
             let [a] = params.args.as_slice() else {
-                return Err(Error::plan(format!("{} takes exactly one argument", kind.name())));
+                return Err(Error::plan(format!(
+                    "{} takes exactly one argument",
+                    kind.name()
+                )));
             };
             let idx = match self.arg_index.get(a) {
                 Some(&i) => i,

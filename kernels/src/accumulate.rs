@@ -44,7 +44,11 @@ pub fn for_each_selected<F: FnMut(usize, u32)>(
 }
 
 /// The number of rows [`for_each_selected`] would visit.
-pub fn count_selected(len: usize, nulls: Option<&NullBuffer>, filter: Option<&BooleanBuffer>) -> usize {
+pub fn count_selected(
+    len: usize,
+    nulls: Option<&NullBuffer>,
+    filter: Option<&BooleanBuffer>,
+) -> usize {
     let nulls = nulls.filter(|n| n.null_count() > 0);
     match (nulls, filter) {
         (None, None) => len,

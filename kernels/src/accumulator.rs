@@ -6,13 +6,12 @@
 //! The (nulls × filter) case is decided once per call ([`crate::accumulate`]), and the typed inner
 //! loop is chosen once, when the accumulator is built.
 
-
 use arrow_array::{Array, ArrayRef};
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::{ArrowError, DataType};
 
 use crate::min_max::{new_min_max, new_min_max_retract};
-use crate::numeric::{new_avg, new_sum, CountAccumulator};
+use crate::numeric::{CountAccumulator, new_avg, new_sum};
 
 /// Aggregate state for many groups, one dynamic call per batch.
 pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
@@ -334,7 +333,10 @@ pub(crate) fn single_arg<'a>(
 }
 
 /// Checks `filter`'s length against `groups`.
-pub(crate) fn check_filter(filter: Option<&BooleanBuffer>, groups: &[u32]) -> Result<(), ArrowError> {
+pub(crate) fn check_filter(
+    filter: Option<&BooleanBuffer>,
+    groups: &[u32],
+) -> Result<(), ArrowError> {
     match filter {
         Some(f) if f.len() != groups.len() => Err(ArrowError::InvalidArgumentError(
             "filter and group ids differ in length".to_string(),

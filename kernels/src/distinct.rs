@@ -254,7 +254,12 @@ impl DistinctAccumulator {
         }
         let values = entries.column(0);
         let counters = (0..k)
-            .map(|i| entries.column(i + 1).as_primitive_opt::<Int64Type>().ok_or_else(bad))
+            .map(|i| {
+                entries
+                    .column(i + 1)
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(bad)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         // One flattened row per (group, value) entry.
         let offsets = list.value_offsets();
@@ -328,7 +333,11 @@ impl DistinctAccumulator {
 
     /// The type of [`Self::state`]: a list of `{value, count0, …}` entries per group.
     pub fn state_type(&self) -> DataType {
-        DataType::List(Arc::new(Field::new_struct("item", self.entry_fields(), false)))
+        DataType::List(Arc::new(Field::new_struct(
+            "item",
+            self.entry_fields(),
+            false,
+        )))
     }
 
     /// The distinct map of each of `groups` (one list of entries per group), in value-id order.
@@ -412,4 +421,3 @@ impl DistinctAccumulator {
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }
 }
-

@@ -264,9 +264,10 @@ where
             out.push(*self.values.get(g as usize).ok_or_else(|| out_of_range(g))?);
         }
         let nulls = self.null_group.map(|ng| {
-            NullBuffer::new(arrow_buffer::BooleanBuffer::collect_bool(groups.len(), |i| {
-                groups[i] != ng
-            }))
+            NullBuffer::new(arrow_buffer::BooleanBuffer::collect_bool(
+                groups.len(),
+                |i| groups[i] != ng,
+            ))
         });
         let arr = PrimitiveArray::<T>::new(ScalarBuffer::from(out), nulls)
             .with_data_type(self.data_type.clone());
@@ -348,11 +349,11 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) {
         let nulls = nulls.filter(|n| n.null_count() > 0);
-        for i in 0..len {
+        for (i, &h) in hashes.iter().enumerate().take(len) {
             let g = if nulls.is_some_and(|n| n.is_null(i)) {
                 self.null_group()
             } else {
-                self.intern_one(value(i), hashes[i])
+                self.intern_one(value(i), h)
             };
             groups.push(g);
         }
@@ -395,10 +396,12 @@ impl BytesGroupValues {
     }
 }
 
-/// A by-index accessor to the bytes of any string array.
-fn string_accessor<'a>(
-    a: &'a dyn Array,
-) -> Result<Box<dyn Fn(usize) -> &'a [u8] + 'a>, ArrowError> {
+/// A by-index accessor to the bytes of a string array.
+type StringAt<'a> = Box<dyn Fn(usize) -> &'a [u8] + 'a>;
+
+/// A by-index accessor to the bytes of any string array (used once per distinct dictionary value,
+/// not per row).
+fn string_accessor<'a>(a: &'a dyn Array) -> Result<StringAt<'a>, ArrowError> {
     Ok(match a.data_type() {
         DataType::Utf8 => {
             let a = a.as_string::<i32>();

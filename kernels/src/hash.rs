@@ -160,17 +160,23 @@ pub fn hash_array(
         }
         DataType::Utf8 => {
             let a = array.as_string::<i32>();
-            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            write_hashes(out, combine, a.nulls(), |i| {
+                hash_bytes(rs, a.value(i).as_bytes())
+            });
             Ok(())
         }
         DataType::LargeUtf8 => {
             let a = array.as_string::<i64>();
-            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            write_hashes(out, combine, a.nulls(), |i| {
+                hash_bytes(rs, a.value(i).as_bytes())
+            });
             Ok(())
         }
         DataType::Utf8View => {
             let a = array.as_string_view();
-            write_hashes(out, combine, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
+            write_hashes(out, combine, a.nulls(), |i| {
+                hash_bytes(rs, a.value(i).as_bytes())
+            });
             Ok(())
         }
         DataType::Dictionary(k, _) => match k.as_ref() {
@@ -271,4 +277,3 @@ fn hash_dictionary<K: ArrowDictionaryKeyType>(
     });
     Ok(())
 }
-

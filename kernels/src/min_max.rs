@@ -439,7 +439,8 @@ macro_rules! dispatch_min_max {
         let dt = $dt;
         macro_rules! p {
             ($t:ty) => {
-                Box::new($acc::<PrimKey<$t>>::new(dt.clone(), $is_max)) as Box<dyn GroupsAccumulator>
+                Box::new($acc::<PrimKey<$t>>::new(dt.clone(), $is_max))
+                    as Box<dyn GroupsAccumulator>
             };
         }
         Ok(match dt {
@@ -489,4 +490,3 @@ pub(crate) fn new_min_max_retract(
 ) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
     dispatch_min_max!(MinMaxRetractAccumulator, dt, is_max)
 }
-

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, Int64Array, PrimitiveArray};
+use arrow_array::{
+    Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, Int64Array, PrimitiveArray,
+};
 use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType};
 
@@ -125,15 +127,15 @@ impl GroupsAccumulator for CountAccumulator {
         grow(&mut self.counts, total_groups, 0);
         let counts = &mut self.counts;
         let vals = c.values();
-        for_each_selected(groups, c.nulls(), None, |i, g| counts[g as usize] += vals[i]);
+        for_each_selected(groups, c.nulls(), None, |i, g| {
+            counts[g as usize] += vals[i]
+        });
         Ok(())
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        Ok(Arc::new(Int64Array::from_iter_values(
-            groups
-                .iter()
-                .map(|&g| self.counts.get(g as usize).copied().unwrap_or(0)),
-        )))
+        Ok(Arc::new(Int64Array::from_iter_values(groups.iter().map(
+            |&g| self.counts.get(g as usize).copied().unwrap_or(0),
+        ))))
     }
     fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         Ok(vec![self.evaluate(groups)?])
@@ -252,7 +254,12 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for SumAccumulat
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         let values: ScalarBuffer<T::Native> = groups
             .iter()
-            .map(|&g| self.sums.get(g as usize).copied().unwrap_or(T::Native::ZERO))
+            .map(|&g| {
+                self.sums
+                    .get(g as usize)
+                    .copied()
+                    .unwrap_or(T::Native::ZERO)
+            })
             .collect();
         let nulls = if self.sum0 {
             None
@@ -266,7 +273,12 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for SumAccumulat
     fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         let values: ScalarBuffer<T::Native> = groups
             .iter()
-            .map(|&g| self.sums.get(g as usize).copied().unwrap_or(T::Native::ZERO))
+            .map(|&g| {
+                self.sums
+                    .get(g as usize)
+                    .copied()
+                    .unwrap_or(T::Native::ZERO)
+            })
             .collect();
         let sums = PrimitiveArray::<T>::new(values, None).with_data_type(self.output_type.clone());
         let counts = Int64Array::from_iter_values(
@@ -381,7 +393,8 @@ where
     counts: Vec<i64>,
 }
 
-type SumOf<T> = <<<T as ArrowPrimitiveType>::Native as AvgNative>::Sum as ArrowPrimitiveType>::Native;
+type SumOf<T> =
+    <<<T as ArrowPrimitiveType>::Native as AvgNative>::Sum as ArrowPrimitiveType>::Native;
 
 impl<T: ArrowPrimitiveType> AvgAccumulator<T>
 where
@@ -488,7 +501,12 @@ where
         let sums: PrimitiveArray<<T::Native as AvgNative>::Sum> = PrimitiveArray::new(
             groups
                 .iter()
-                .map(|&g| self.sums.get(g as usize).copied().unwrap_or(SumOf::<T>::ZERO))
+                .map(|&g| {
+                    self.sums
+                        .get(g as usize)
+                        .copied()
+                        .unwrap_or(SumOf::<T>::ZERO)
+                })
                 .collect(),
             None,
         );
@@ -547,7 +565,11 @@ fn div_half_up(value: i128, count: i128) -> i128 {
     let q = value / count;
     let r = value % count;
     if r.unsigned_abs() * 2 >= count.unsigned_abs() {
-        if (value < 0) != (count < 0) { q - 1 } else { q + 1 }
+        if (value < 0) != (count < 0) {
+            q - 1
+        } else {
+            q + 1
+        }
     } else {
         q
     }

@@ -30,8 +30,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::array::BooleanBufferBuilder;
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::{concat, interleave, or};
@@ -223,6 +223,7 @@ pub struct GroupAggregate {
     next_sweep: i64,
     hashes: Vec<u64>,
     gids: Vec<u32>,
+    pending: Pending,
     metrics: Metrics,
 }
 
@@ -243,7 +244,11 @@ impl GroupAggregate {
     ///
     /// # Errors
     /// When the configuration is inconsistent or an accumulator cannot be built.
-    pub fn try_new(plan: Arc<AggregatePlan>, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
+    pub fn try_new(
+        plan: Arc<AggregatePlan>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
         config.validate()?;
         let groups = new_group_values(&plan.key_types)
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
@@ -273,6 +278,7 @@ impl GroupAggregate {
             next_sweep: i64::MIN,
             hashes: vec![],
             gids: vec![],
+            pending: Pending::default(),
             metrics: Metrics::default(),
         })
     }
@@ -375,7 +381,8 @@ impl GroupAggregate {
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
         self.now = self.clock.now_ms();
-        self.fire(&mut out)?;
+        self.fire()?;
+        self.emit(&mut out)?;
         Ok(out)
     }
 
@@ -412,7 +419,8 @@ impl GroupAggregate {
         let current = now - now.rem_euclid(interval);
         if current > self.last_interval {
             self.last_interval = current;
-            self.fire(out)?;
+            self.fire()?;
+            self.emit(out)?;
         }
         Ok(())
     }
@@ -458,7 +466,8 @@ impl GroupAggregate {
             self.bundle.rows += take;
             off += take;
             if self.bundle.rows >= size {
-                self.fire(out)?;
+                self.fire()?;
+                self.emit(out)?;
             }
         }
         Ok(())
@@ -478,16 +487,17 @@ impl GroupAggregate {
             let g = g as usize;
             if self.run_mark[g] == self.run_id {
                 self.apply(cb, start, i - start, &gids[start..i])?;
-                self.fire(out)?;
+                self.fire()?;
                 self.next_run();
                 start = i;
             }
             self.run_mark[g] = self.run_id;
         }
         self.apply(cb, start, gids.len() - start, &gids[start..])?;
-        self.fire(out)?;
+        self.fire()?;
         self.next_run();
-        Ok(())
+        // One changelog batch per pushed batch, in input order.
+        self.emit(out)
     }
 
     fn next_run(&mut self) {
@@ -519,7 +529,10 @@ impl GroupAggregate {
             if bundle.mark[gi] != bundle.id {
                 bundle.mark[gi] = bundle.id;
                 bundle.dirty.push(g);
-                if self.alive[gi] && self.ttl_ms > 0 && self.now - self.last_write[gi] >= self.ttl_ms {
+                if self.alive[gi]
+                    && self.ttl_ms > 0
+                    && self.now - self.last_write[gi] >= self.ttl_ms
+                {
                     // The state expired: the key is new again.
                     self.alive[gi] = false;
                     self.live_keys -= 1;
@@ -578,8 +591,9 @@ impl GroupAggregate {
             .apply(cb, gids, Some(&acc_mask), Some(&ret_mask), total)
     }
 
-    /// Ends the unit of work: emits one transition per dirty group.
-    fn fire(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+    /// Ends the unit of work: derives one transition per dirty group and queues it for
+    /// [`Self::emit`].
+    fn fire(&mut self) -> Result<()> {
         if self.bundle.dirty.is_empty() {
             self.bundle.next();
             return Ok(());
@@ -653,14 +667,23 @@ impl GroupAggregate {
         self.bundle.dirty = dirty;
         self.bundle.had_state = had_state;
         self.bundle.next();
-        if kinds.is_empty() {
-            return Ok(());
+        if !kinds.is_empty() {
+            self.pending.add(kinds, emit_groups, &picks, old, new);
         }
+        Ok(())
+    }
+
+    /// Emits the transitions collected since the last call as one changelog batch.
+    fn emit(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
+        };
         let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
-        columns.push(op_array(&kinds));
-        columns.extend(self.groups.keys(&emit_groups)?);
-        for (o, n) in old.iter().zip(&new) {
-            columns.push(interleave(&[o.as_ref(), n.as_ref()], &picks)?);
+        columns.push(op_array(&pending.kinds));
+        columns.extend(self.groups.keys(&pending.groups)?);
+        for sources in &pending.sources {
+            let refs: Vec<&dyn Array> = sources.iter().map(|a| a.as_ref()).collect();
+            columns.push(interleave(&refs, &pending.picks)?);
         }
         let batch = RecordBatch::try_new(Arc::clone(&self.plan.output_schema), columns)
             .map_err(|e| Error::internal(format!("output batch: {e}")))?;
@@ -668,6 +691,49 @@ impl GroupAggregate {
         self.metrics.batches_out += 1;
         out.push(batch);
         Ok(())
+    }
+}
+
+/// Transitions waiting to be emitted: row kinds, groups, and for each output column the arrays
+/// their values come from (`picks` index into them).
+#[derive(Debug, Default)]
+struct Pending {
+    kinds: Vec<RowKind>,
+    groups: Vec<u32>,
+    sources: Vec<Vec<ArrayRef>>,
+    picks: Vec<(usize, usize)>,
+}
+
+impl Pending {
+    /// Adds one unit's transitions; `picks` are `(0 = old | 1 = new, position)`.
+    fn add(
+        &mut self,
+        kinds: Vec<RowKind>,
+        groups: Vec<u32>,
+        picks: &[(usize, usize)],
+        old: Vec<ArrayRef>,
+        new: Vec<ArrayRef>,
+    ) {
+        if self.sources.is_empty() {
+            self.sources = vec![vec![]; old.len()];
+        }
+        let base = self.sources[0].len();
+        for ((col, o), n) in self.sources.iter_mut().zip(old).zip(new) {
+            col.push(o);
+            col.push(n);
+        }
+        self.kinds.extend(kinds);
+        self.groups.extend(groups);
+        self.picks
+            .extend(picks.iter().map(|&(which, pos)| (base + which, pos)));
+    }
+
+    /// The collected transitions, if any, leaving this empty.
+    fn take(&mut self) -> Option<Pending> {
+        if self.kinds.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(self))
     }
 }
 

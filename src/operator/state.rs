@@ -60,7 +60,9 @@ impl AggState {
         for (j, call) in plan.calls.iter().enumerate() {
             let minmax = matches!(call.kind, AggregateKind::Min | AggregateKind::Max);
             if call.distinct && !minmax {
-                let arg = call.arg.ok_or_else(|| Error::internal("DISTINCT without argument"))?;
+                let arg = call
+                    .arg
+                    .ok_or_else(|| Error::internal("DISTINCT without argument"))?;
                 match distinct.iter_mut().find(|d| d.0 == arg) {
                     Some(d) => {
                         d.1.push(call.kind);
@@ -128,7 +130,8 @@ impl AggState {
                         .iter()
                         .map(|f| and(f.map(|f| &batch.filters[f]), acc_mask))
                         .collect();
-                    let refs: Vec<Option<&BooleanBuffer>> = masks.iter().map(Option::as_ref).collect();
+                    let refs: Vec<Option<&BooleanBuffer>> =
+                        masks.iter().map(Option::as_ref).collect();
                     acc.apply(values, groups, &refs, total_groups, 1)?;
                     if let Some(r) = ret_mask {
                         let masks: Vec<Option<BooleanBuffer>> = filters

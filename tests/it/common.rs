@@ -32,8 +32,16 @@ pub fn kv_batch(schema: &SchemaRef, rows: &[&str]) -> RecordBatch {
         let parts: Vec<&str> = r.split_whitespace().collect();
         assert_eq!(parts.len(), 3, "bad row {r}");
         ops.push(parts[0].to_string());
-        keys.push(if parts[1] == "null" { None } else { Some(parts[1].to_string()) });
-        vals.push(if parts[2] == "null" { None } else { Some(parts[2].parse::<i64>().unwrap()) });
+        keys.push(if parts[1] == "null" {
+            None
+        } else {
+            Some(parts[1].to_string())
+        });
+        vals.push(if parts[2] == "null" {
+            None
+        } else {
+            Some(parts[2].parse::<i64>().unwrap())
+        });
     }
     let mut cols: Vec<ArrayRef> = vec![];
     if changelog {
@@ -106,7 +114,10 @@ impl Materialized {
 
 /// Mini-batch settings: `None` = off, `Some(size)` = on with that size and a 1 s latency.
 pub fn config(mini_batch: Option<usize>, update_before: bool) -> Config {
-    let mut pairs = vec![("tally.exec.emit.update-before".to_string(), update_before.to_string())];
+    let mut pairs = vec![(
+        "tally.exec.emit.update-before".to_string(),
+        update_before.to_string(),
+    )];
     if let Some(size) = mini_batch {
         pairs.push(("table.exec.mini-batch.enabled".into(), "true".into()));
         pairs.push(("table.exec.mini-batch.allow-latency".into(), "1 s".into()));
@@ -144,7 +155,6 @@ pub fn run(agg: &mut GroupAggregate, schema: &SchemaRef, pushes: &[&[&str]]) -> 
     out.push(format_changes(&agg.finish().unwrap()));
     out
 }
-
 
 /// Pushes each bundle as one batch and then calls `finish` (which fires a pending mini-batch),
 /// returning the formatted changes of each bundle.

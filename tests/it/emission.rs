@@ -23,7 +23,10 @@ use crate::common::*;
 const OFF: Option<usize> = None;
 const ON: Option<usize> = Some(1000);
 
-fn count_sum(mini_batch: Option<usize>, changelog: bool) -> (tally::GroupAggregate, arrow::datatypes::SchemaRef) {
+fn count_sum(
+    mini_batch: Option<usize>,
+    changelog: bool,
+) -> (tally::GroupAggregate, arrow::datatypes::SchemaRef) {
     let schema = kv_schema(changelog);
     let (agg, _) = build(
         &schema,
@@ -82,7 +85,10 @@ fn a4_row4_changed_values_emit_update_pair() {
     for mb in [OFF, ON] {
         let (mut agg, schema) = count_sum(mb, false);
         let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
-        assert_eq!(out, vec![v(&["+I[a, 1, 5]"]), v(&["-U[a, 1, 5]", "+U[a, 2, 8]"])]);
+        assert_eq!(
+            out,
+            vec![v(&["+I[a, 1, 5]"]), v(&["-U[a, 1, 5]", "+U[a, 2, 8]"])]
+        );
 
         let schema = kv_schema(false);
         let (mut agg, _) = build(
@@ -92,7 +98,11 @@ fn a4_row4_changed_values_emit_update_pair() {
             config(mb, false),
         );
         let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
-        assert_eq!(out, vec![v(&["+I[a, 1, 5]"]), v(&["+U[a, 2, 8]"])], "no -U, {mb:?}");
+        assert_eq!(
+            out,
+            vec![v(&["+I[a, 1, 5]"]), v(&["+U[a, 2, 8]"])],
+            "no -U, {mb:?}"
+        );
     }
 }
 
@@ -102,8 +112,12 @@ fn a4_row5_unchanged_values_emit_nothing() {
     for mb in [OFF, ON] {
         for changelog in [false, true] {
             let schema = kv_schema(changelog);
-            let (mut agg, _) =
-                build(&schema, vec![col("k")], vec![max(col("v"))], config(mb, true));
+            let (mut agg, _) = build(
+                &schema,
+                vec![col("k")],
+                vec![max(col("v"))],
+                config(mb, true),
+            );
             let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"], &["+I a 7"]]);
             assert_eq!(
                 out,
@@ -118,7 +132,11 @@ fn a4_row5_unchanged_values_emit_nothing() {
 #[test]
 fn a4_row7_count_zero_deletes_with_previous_values() {
     let (mut agg, schema) = count_sum(OFF, true);
-    let out = run_bundles(&mut agg, &schema, &[&["+I a 5", "+I a 3"], &["-D a 5", "-U a 3"]]);
+    let out = run_bundles(
+        &mut agg,
+        &schema,
+        &[&["+I a 5", "+I a 3"], &["-D a 5", "-U a 3"]],
+    );
     assert_eq!(
         out,
         vec![
@@ -134,7 +152,11 @@ fn a4_row7_count_zero_deletes_with_previous_values() {
     );
     assert_eq!(
         out,
-        vec![v(&["+I[a, 2, 8]"]), v(&["-D[a, 2, 8]"]), v(&["+I[a, 1, 2]"])]
+        vec![
+            v(&["+I[a, 2, 8]"]),
+            v(&["-D[a, 2, 8]"]),
+            v(&["+I[a, 1, 2]"])
+        ]
     );
     assert_eq!(agg.metrics().keys_in_state, 1);
 }
@@ -162,7 +184,10 @@ fn a4_row8_insert_only_groups_are_never_deleted() {
 fn d1_only_leading_retractions_are_dropped() {
     let rows: &[&str] = &["-D a 9", "+I a 5", "-D a 5", "+I a 7"];
     let (mut agg, schema) = count_sum(ON, true);
-    assert_eq!(run_bundles(&mut agg, &schema, &[rows]), vec![v(&["+I[a, 1, 7]"])]);
+    assert_eq!(
+        run_bundles(&mut agg, &schema, &[rows]),
+        vec![v(&["+I[a, 1, 7]"])]
+    );
     let (mut agg, schema) = count_sum(OFF, true);
     assert_eq!(
         run_bundles(&mut agg, &schema, &[rows]),
@@ -171,7 +196,10 @@ fn d1_only_leading_retractions_are_dropped() {
     // A key with state keeps its retractions even when they come first in the bundle.
     let (mut agg, schema) = count_sum(ON, true);
     let out = run_bundles(&mut agg, &schema, &[&["+I a 9"], &["-D a 9", "+I a 4"]]);
-    assert_eq!(out, vec![v(&["+I[a, 1, 9]"]), v(&["-U[a, 1, 9]", "+U[a, 1, 4]"])]);
+    assert_eq!(
+        out,
+        vec![v(&["+I[a, 1, 9]"]), v(&["-U[a, 1, 9]", "+U[a, 1, 4]"])]
+    );
 }
 
 // D-2: a key whose bundle is only leading retractions is skipped; the other keys still emit
@@ -179,7 +207,11 @@ fn d1_only_leading_retractions_are_dropped() {
 #[test]
 fn d2_skipped_key_does_not_abandon_the_bundle() {
     let (mut agg, schema) = count_sum(ON, true);
-    let out = run_bundles(&mut agg, &schema, &[&["-D a 1", "+I b 2", "-U c 3", "+I d 4"]]);
+    let out = run_bundles(
+        &mut agg,
+        &schema,
+        &[&["-D a 1", "+I b 2", "-U c 3", "+I d 4"]],
+    );
     assert_eq!(out, vec![v(&["+I[b, 1, 2]", "+I[d, 1, 4]"])]);
 }
 
@@ -193,7 +225,10 @@ fn d3_record_count_ignores_nulls_and_filters() {
             vec![col("k")],
             vec![
                 count(col("v")).alias("c"),
-                sum(col("v")).filter(col("v").gt(lit(10i64))).build().unwrap(),
+                sum(col("v"))
+                    .filter(col("v").gt(lit(10i64)))
+                    .build()
+                    .unwrap(),
             ],
             config(mb, true),
         );
@@ -209,7 +244,11 @@ fn d3_record_count_ignores_nulls_and_filters() {
         };
         assert_eq!(
             out,
-            vec![first, v(&["-U[a, 1, null]", "+U[a, 0, null]"]), v(&["-D[a, 0, null]"])],
+            vec![
+                first,
+                v(&["-U[a, 1, null]", "+U[a, 0, null]"]),
+                v(&["-D[a, 0, null]"])
+            ],
             "{mb:?}"
         );
     }
@@ -220,13 +259,22 @@ fn d3_record_count_ignores_nulls_and_filters() {
 fn d4_hidden_count_changes_are_not_emitted() {
     for mb in [OFF, ON] {
         let schema = kv_schema(true);
-        let (mut agg, _) = build(&schema, vec![col("k")], vec![sum(col("v"))], config(mb, true));
+        let (mut agg, _) = build(
+            &schema,
+            vec![col("k")],
+            vec![sum(col("v"))],
+            config(mb, true),
+        );
         let out = run_bundles(
             &mut agg,
             &schema,
             &[&["+I a 5"], &["+I a null"], &["-D a null"], &["-D a 5"]],
         );
-        assert_eq!(out, vec![v(&["+I[a, 5]"]), vec![], vec![], v(&["-D[a, 5]"])], "{mb:?}");
+        assert_eq!(
+            out,
+            vec![v(&["+I[a, 5]"]), vec![], vec![], v(&["-D[a, 5]"])],
+            "{mb:?}"
+        );
     }
 }
 
@@ -249,7 +297,11 @@ fn d5_integer_sum_wraps_and_avg_truncates() {
         out.extend(agg.finish().unwrap());
         let last = format_changes(&out).pop().unwrap();
         // SUM wraps to i32::MIN; the AVG sum is a BIGINT, so the mean is (2^31) / 2.
-        assert_eq!(&last[2..], format!("[{}, {}]", i32::MIN, 1i64 << 30), "{mb:?}");
+        assert_eq!(
+            &last[2..],
+            format!("[{}, {}]", i32::MIN, 1i64 << 30),
+            "{mb:?}"
+        );
         assert_eq!(agg.output_schema().field(1).data_type(), &DataType::Int32);
         assert_eq!(agg.output_schema().field(2).data_type(), &DataType::Int32);
 
@@ -274,14 +326,22 @@ fn d6_min_max_with_retraction_and_filter() {
             vec![col("k")],
             vec![
                 max(col("v")),
-                min(col("v")).filter(col("v").gt(lit(2i64))).build().unwrap(),
+                min(col("v"))
+                    .filter(col("v").gt(lit(2i64)))
+                    .build()
+                    .unwrap(),
             ],
             config(mb, true),
         );
         let out = run_bundles(
             &mut agg,
             &schema,
-            &[&["+I a 1", "+I a 9", "+I a 5"], &["-D a 9"], &["-D a 5"], &["-U a 1"]],
+            &[
+                &["+I a 1", "+I a 9", "+I a 5"],
+                &["-D a 9"],
+                &["-D a 5"],
+                &["-U a 1"],
+            ],
         );
         let first = if mb.is_none() {
             v(&[
@@ -315,13 +375,22 @@ fn mini_batch_folds_changes_per_key() {
     let out = run_bundles(
         &mut agg,
         &schema,
-        &[&["+I b 1", "+I a 1"], &["+I a 2", "+I c 7", "+I a 3", "+I b 0"]],
+        &[
+            &["+I b 1", "+I a 1"],
+            &["+I a 2", "+I c 7", "+I a 3", "+I b 0"],
+        ],
     );
     assert_eq!(
         out,
         vec![
             v(&["+I[b, 1, 1]", "+I[a, 1, 1]"]),
-            v(&["-U[a, 1, 1]", "+U[a, 3, 6]", "+I[c, 1, 7]", "-U[b, 1, 1]", "+U[b, 2, 1]"]),
+            v(&[
+                "-U[a, 1, 1]",
+                "+U[a, 3, 6]",
+                "+I[c, 1, 7]",
+                "-U[b, 1, 1]",
+                "+U[b, 2, 1]"
+            ]),
         ]
     );
 }
@@ -330,7 +399,11 @@ fn mini_batch_folds_changes_per_key() {
 #[test]
 fn size_trigger_cuts_batches() {
     let (mut agg, schema) = count_sum(Some(2), false);
-    let out = run(&mut agg, &schema, &[&["+I a 1", "+I a 2", "+I a 3"], &["+I a 4"]]);
+    let out = run(
+        &mut agg,
+        &schema,
+        &[&["+I a 1", "+I a 2", "+I a 3"], &["+I a 4"]],
+    );
     assert_eq!(
         out,
         vec![
@@ -346,15 +419,32 @@ fn size_trigger_cuts_batches() {
 #[test]
 fn latency_trigger_follows_the_injected_clock() {
     let schema = kv_schema(false);
-    let (mut agg, clock) = build(&schema, vec![col("k")], vec![count_star()], config(ON, true));
-    assert!(agg.push(&kv_batch(&schema, &["+I a 1"])).unwrap().is_empty());
+    let (mut agg, clock) = build(
+        &schema,
+        vec![col("k")],
+        vec![count_star()],
+        config(ON, true),
+    );
+    assert!(
+        agg.push(&kv_batch(&schema, &["+I a 1"]))
+            .unwrap()
+            .is_empty()
+    );
     clock.advance_ms(999);
-    assert!(agg.push(&kv_batch(&schema, &["+I a 2"])).unwrap().is_empty());
+    assert!(
+        agg.push(&kv_batch(&schema, &["+I a 2"]))
+            .unwrap()
+            .is_empty()
+    );
     assert!(agg.poll().unwrap().is_empty());
     clock.advance_ms(1);
     assert_eq!(format_changes(&agg.poll().unwrap()), v(&["+I[a, 2]"]));
     // The next batch is in the new interval: it waits for the next boundary.
-    assert!(agg.push(&kv_batch(&schema, &["+I a 3"])).unwrap().is_empty());
+    assert!(
+        agg.push(&kv_batch(&schema, &["+I a 3"]))
+            .unwrap()
+            .is_empty()
+    );
     clock.advance_ms(1000);
     let out = agg.push(&kv_batch(&schema, &["+I b 1"])).unwrap();
     assert_eq!(format_changes(&out), v(&["-U[a, 2]", "+U[a, 3]"]));
@@ -366,7 +456,12 @@ fn latency_trigger_follows_the_injected_clock() {
 fn global_aggregate_without_keys() {
     for mb in [OFF, ON] {
         let schema = kv_schema(true);
-        let (mut agg, _) = build(&schema, vec![], vec![count_star(), sum(col("v"))], config(mb, true));
+        let (mut agg, _) = build(
+            &schema,
+            vec![],
+            vec![count_star(), sum(col("v"))],
+            config(mb, true),
+        );
         assert!(agg.finish().unwrap().is_empty());
         let out = run_bundles(&mut agg, &schema, &[&[], &["+I a 1"], &["-D a 1"]]);
         assert_eq!(out, vec![vec![], v(&["+I[1, 1]"]), v(&["-D[1, 1]"])]);
@@ -380,7 +475,12 @@ fn null_is_a_key() {
         let (mut agg, schema) = count_sum(mb, false);
         let out = run_bundles(&mut agg, &schema, &[&["+I null 1", "+I a 2", "+I null 3"]]);
         let expected = if mb.is_none() {
-            v(&["+I[null, 1, 1]", "+I[a, 1, 2]", "-U[null, 1, 1]", "+U[null, 2, 4]"])
+            v(&[
+                "+I[null, 1, 1]",
+                "+I[a, 1, 2]",
+                "-U[null, 1, 1]",
+                "+U[null, 2, 4]",
+            ])
         } else {
             v(&["+I[null, 2, 4]", "+I[a, 1, 2]"])
         };
@@ -400,10 +500,24 @@ fn with_ttl(mb: Option<usize>, update_before: bool, ttl: &str) -> tally::Config 
 fn a4_row6_unchanged_values_with_ttl_still_emit() {
     for mb in [OFF, ON] {
         let schema = kv_schema(false);
-        let (mut agg, _) = build(&schema, vec![col("k")], vec![max(col("v"))], with_ttl(mb, true, "1 h"));
+        let (mut agg, _) = build(
+            &schema,
+            vec![col("k")],
+            vec![max(col("v"))],
+            with_ttl(mb, true, "1 h"),
+        );
         let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
-        assert_eq!(out, vec![v(&["+I[a, 5]"]), v(&["-U[a, 5]", "+U[a, 5]"])], "{mb:?}");
-        let (mut agg, _) = build(&schema, vec![col("k")], vec![max(col("v"))], with_ttl(mb, false, "1 h"));
+        assert_eq!(
+            out,
+            vec![v(&["+I[a, 5]"]), v(&["-U[a, 5]", "+U[a, 5]"])],
+            "{mb:?}"
+        );
+        let (mut agg, _) = build(
+            &schema,
+            vec![col("k")],
+            vec![max(col("v"))],
+            with_ttl(mb, false, "1 h"),
+        );
         let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
         assert_eq!(out, vec![v(&["+I[a, 5]"]), v(&["+U[a, 5]"])], "{mb:?}");
     }
@@ -430,7 +544,11 @@ fn expired_state_restarts_the_group() {
         clock.advance_ms(40);
         assert_eq!(agg.metrics().keys_in_state, 2);
         let out = run_bundles(&mut agg, &schema, &[&["-D a 5"], &["+I a 2", "+I b 3"]]);
-        assert_eq!(out, vec![vec![], v(&["+I[a, 1, 2]", "-U[b, 2, 2]", "+U[b, 3, 5]"])], "{mb:?}");
+        assert_eq!(
+            out,
+            vec![vec![], v(&["+I[a, 1, 2]", "-U[b, 2, 2]", "+U[b, 3, 5]"])],
+            "{mb:?}"
+        );
         // An idle key is swept without output once its TTL has passed.
         clock.advance_ms(100);
         assert!(agg.poll().unwrap().is_empty());

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray};
+use arrow::array::{
+    ArrayRef, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+};
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use datafusion_expr::{ExprFunctionExt, col, lit};
 use tally::functions::{avg, count, count_star, sum};
@@ -11,7 +13,11 @@ use tally::{GroupAggregate, Result};
 
 use crate::common::{build, config, format_changes, kv_batch, kv_schema};
 
-fn build_err(schema: SchemaRef, keys: Vec<datafusion_expr::Expr>, aggs: Vec<datafusion_expr::Expr>) -> String {
+fn build_err(
+    schema: SchemaRef,
+    keys: Vec<datafusion_expr::Expr>,
+    aggs: Vec<datafusion_expr::Expr>,
+) -> String {
     let e = GroupAggregate::builder(schema)
         .group_by(keys)
         .aggregate(aggs)
@@ -32,7 +38,12 @@ fn unknown_columns_are_named() {
     let s = build_err(
         kv_schema(false),
         vec![col("k")],
-        vec![sum(col("v")).filter(col("ghost").eq(lit(1))).build().unwrap()],
+        vec![
+            sum(col("v"))
+                .filter(col("ghost").eq(lit(1)))
+                .build()
+                .unwrap(),
+        ],
     );
     assert!(s.contains("ghost"), "{s}");
 }
@@ -64,7 +75,11 @@ fn unsupported_functions_and_shapes_are_named() {
     assert!(s.contains("not an aggregate"), "{s}");
     let s = build_err(kv_schema(false), vec![col("k")], vec![]);
     assert!(s.contains("at least one aggregate"), "{s}");
-    let s = build_err(kv_schema(false), vec![col("k")], vec![count_star().distinct().build().unwrap()]);
+    let s = build_err(
+        kv_schema(false),
+        vec![col("k")],
+        vec![count_star().distinct().build().unwrap()],
+    );
     assert!(s.contains("DISTINCT"), "{s}");
 }
 
@@ -92,8 +107,16 @@ fn changes(agg: &mut GroupAggregate, b: &RecordBatch) -> Result<Vec<String>> {
 #[test]
 fn bad_op_codes_fail_the_batch_and_keep_the_state() {
     let schema = kv_schema(true);
-    let (mut agg, _) = build(&schema, vec![col("k")], vec![count_star()], config(None, true));
-    assert_eq!(changes(&mut agg, &kv_batch(&schema, &["+I a 1"])).unwrap(), vec!["+I[a, 1]"]);
+    let (mut agg, _) = build(
+        &schema,
+        vec![col("k")],
+        vec![count_star()],
+        config(None, true),
+    );
+    assert_eq!(
+        changes(&mut agg, &kv_batch(&schema, &["+I a 1"])).unwrap(),
+        vec!["+I[a, 1]"]
+    );
     for bad in ["+X", "", "I"] {
         let b = RecordBatch::try_new(
             schema.clone(),
@@ -118,11 +141,22 @@ fn bad_op_codes_fail_the_batch_and_keep_the_state() {
         Field::new("op", DataType::Int8, true),
         Field::new("k", DataType::Utf8, true),
     ]));
-    let (mut agg, _) = build(&int_schema, vec![col("k")], vec![count_star()], config(Some(10), true));
-    for (codes, needle) in [(vec![Some(0i8), Some(7)], "7 at row 1"), (vec![None, Some(0)], "NULL op at row 0")] {
+    let (mut agg, _) = build(
+        &int_schema,
+        vec![col("k")],
+        vec![count_star()],
+        config(Some(10), true),
+    );
+    for (codes, needle) in [
+        (vec![Some(0i8), Some(7)], "7 at row 1"),
+        (vec![None, Some(0)], "NULL op at row 0"),
+    ] {
         let b = RecordBatch::try_new(
             int_schema.clone(),
-            vec![Arc::new(Int8Array::from(codes)) as ArrayRef, Arc::new(StringArray::from(vec!["a", "b"]))],
+            vec![
+                Arc::new(Int8Array::from(codes)) as ArrayRef,
+                Arc::new(StringArray::from(vec!["a", "b"])),
+            ],
         )
         .unwrap();
         let e = agg.push(&b).unwrap_err().to_string();
@@ -149,27 +183,48 @@ fn op_column_as_codes_strings_and_dictionary() {
             Field::new("op", op.data_type().clone(), false),
             Field::new("k", DataType::Utf8, true),
         ]));
-        let (mut agg, _) = build(&schema, vec![col("k")], vec![count_star()], config(None, true));
+        let (mut agg, _) = build(
+            &schema,
+            vec![col("k")],
+            vec![count_star()],
+            config(None, true),
+        );
         let b = RecordBatch::try_new(schema.clone(), vec![op.clone(), keys.clone()]).unwrap();
-        assert_eq!(changes(&mut agg, &b).unwrap(), expected, "{}", op.data_type());
+        assert_eq!(
+            changes(&mut agg, &b).unwrap(),
+            expected,
+            "{}",
+            op.data_type()
+        );
     }
 }
 
 #[test]
 fn schema_mismatch_is_rejected() {
     let schema = kv_schema(false);
-    let (mut agg, _) = build(&schema, vec![col("k")], vec![count(col("v"))], config(None, true));
+    let (mut agg, _) = build(
+        &schema,
+        vec![col("k")],
+        vec![count(col("v"))],
+        config(None, true),
+    );
     let other = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("v", DataType::Int32, true),
     ]));
     let b = RecordBatch::try_new(
         other,
-        vec![Arc::new(StringArray::from(vec!["a"])) as ArrayRef, Arc::new(Int32Array::from(vec![1]))],
+        vec![
+            Arc::new(StringArray::from(vec!["a"])) as ArrayRef,
+            Arc::new(Int32Array::from(vec![1])),
+        ],
     )
     .unwrap();
     let e = agg.push(&b).unwrap_err().to_string();
-    assert!(e.contains("does not match") && e.contains("v: Int32") && e.contains("v: Int64"), "{e}");
+    assert!(
+        e.contains("does not match") && e.contains("v: Int32") && e.contains("v: Int64"),
+        "{e}"
+    );
     let list_batch = RecordBatch::try_new(
         Arc::new(Schema::new(vec![Field::new(
             "l",

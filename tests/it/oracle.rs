@@ -69,7 +69,12 @@ fn random_row(rng: &mut StdRng, n_keys: usize) -> Row {
 }
 
 /// A stream of (retract?, row): inserts, deletes of live rows, and -U/+U updates of live rows.
-fn random_stream(rng: &mut StdRng, len: usize, retractions: bool, n_keys: usize) -> Vec<(bool, Row)> {
+fn random_stream(
+    rng: &mut StdRng,
+    len: usize,
+    retractions: bool,
+    n_keys: usize,
+) -> Vec<(bool, Row)> {
     let mut live: Vec<Row> = vec![];
     let mut out = vec![];
     while out.len() < len {
@@ -122,34 +127,53 @@ fn schema(key_type: KeyType, changelog: bool) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn to_batch(schema: &SchemaRef, key_type: KeyType, rows: &[(bool, Row)], update_ops: bool) -> RecordBatch {
+fn to_batch(
+    schema: &SchemaRef,
+    key_type: KeyType,
+    rows: &[(bool, Row)],
+    update_ops: bool,
+) -> RecordBatch {
     let mut cols: Vec<ArrayRef> = vec![];
     if schema.field(0).name() == "op" {
         // Retractions as -D or -U, accumulations as +I or +U: both spellings must behave alike.
-        cols.push(Arc::new(Int8Array::from_iter_values(rows.iter().map(|(r, _)| {
-            match (*r, update_ops) {
+        cols.push(Arc::new(Int8Array::from_iter_values(rows.iter().map(
+            |(r, _)| match (*r, update_ops) {
                 (false, false) => 0,
                 (true, true) => 1,
                 (false, true) => 2,
                 (true, false) => 3,
-            }
-        }))));
+            },
+        ))));
     }
     let keys = rows.iter().map(|(_, r)| r.k.clone());
     cols.push(match key_type {
         KeyType::Utf8 => Arc::new(StringArray::from_iter(keys)),
-        KeyType::Dictionary => {
-            Arc::new(keys.map(|k| k).collect::<Vec<Option<String>>>().iter().map(|k| k.as_deref()).collect::<DictionaryArray<Int32Type>>())
-        }
+        KeyType::Dictionary => Arc::new(
+            keys.map(|k| k)
+                .collect::<Vec<Option<String>>>()
+                .iter()
+                .map(|k| k.as_deref())
+                .collect::<DictionaryArray<Int32Type>>(),
+        ),
         KeyType::Int64 => Arc::new(Int64Array::from_iter(
             keys.map(|k| k.map(|k| k.parse::<i64>().unwrap())),
         )),
     });
-    cols.push(Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.k2))));
-    cols.push(Arc::new(Int64Array::from_iter(rows.iter().map(|(_, r)| r.v))));
-    cols.push(Arc::new(Int64Array::from_iter(rows.iter().map(|(_, r)| r.u))));
-    cols.push(Arc::new(StringArray::from_iter(rows.iter().map(|(_, r)| r.s.clone()))));
-    cols.push(Arc::new(BooleanArray::from_iter(rows.iter().map(|(_, r)| r.f))));
+    cols.push(Arc::new(Int64Array::from_iter_values(
+        rows.iter().map(|(_, r)| r.k2),
+    )));
+    cols.push(Arc::new(Int64Array::from_iter(
+        rows.iter().map(|(_, r)| r.v),
+    )));
+    cols.push(Arc::new(Int64Array::from_iter(
+        rows.iter().map(|(_, r)| r.u),
+    )));
+    cols.push(Arc::new(StringArray::from_iter(
+        rows.iter().map(|(_, r)| r.s.clone()),
+    )));
+    cols.push(Arc::new(BooleanArray::from_iter(
+        rows.iter().map(|(_, r)| r.f),
+    )));
     RecordBatch::try_new(schema.clone(), cols).unwrap()
 }
 
@@ -173,7 +197,11 @@ fn aggregates() -> Vec<Expr> {
         min(col("s")).filter(col("f")).build().unwrap(),
         sum(col("v")).filter(col("f")).build().unwrap(),
         count(col("u")).distinct().build().unwrap(),
-        count(col("u")).distinct().filter(col("v").gt(lit(0i64))).build().unwrap(),
+        count(col("u"))
+            .distinct()
+            .filter(col("v").gt(lit(0i64)))
+            .build()
+            .unwrap(),
         sum(col("u")).distinct().build().unwrap(),
         avg(col("u")).distinct().filter(col("f")).build().unwrap(),
         count_star().filter(col("v").lt(lit(0i64))).build().unwrap(),
@@ -196,7 +224,10 @@ fn reference(rows: &[(bool, Row)], keys: Keys) -> Vec<String> {
         };
         let g = groups.entry(key).or_default();
         if *retract {
-            let i = g.iter().position(|r| r == row).expect("stream retracts a live row");
+            let i = g
+                .iter()
+                .position(|r| r == row)
+                .expect("stream retracts a live row");
             g.swap_remove(i);
         } else {
             g.push(row.clone());
@@ -216,12 +247,22 @@ fn reference(rows: &[(bool, Row)], keys: Keys) -> Vec<String> {
             .filter(|r| r.f == Some(true))
             .filter_map(|r| r.s.as_ref())
             .collect();
-        let fv: Vec<i64> = rows.iter().filter(|r| r.f == Some(true)).filter_map(|r| r.v).collect();
+        let fv: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.f == Some(true))
+            .filter_map(|r| r.v)
+            .collect();
         let us: BTreeSet<i64> = rows.iter().filter_map(|r| r.u).collect();
-        let us_pos: BTreeSet<i64> =
-            rows.iter().filter(|r| r.v.is_some_and(|v| v > 0)).filter_map(|r| r.u).collect();
-        let us_f: BTreeSet<i64> =
-            rows.iter().filter(|r| r.f == Some(true)).filter_map(|r| r.u).collect();
+        let us_pos: BTreeSet<i64> = rows
+            .iter()
+            .filter(|r| r.v.is_some_and(|v| v > 0))
+            .filter_map(|r| r.u)
+            .collect();
+        let us_f: BTreeSet<i64> = rows
+            .iter()
+            .filter(|r| r.f == Some(true))
+            .filter_map(|r| r.u)
+            .collect();
         let mut vals = key;
         vals.extend([
             rows.len().to_string(),
@@ -237,7 +278,10 @@ fn reference(rows: &[(bool, Row)], keys: Keys) -> Vec<String> {
             us_pos.len().to_string(),
             opt((!us.is_empty()).then(|| us.iter().sum::<i64>())),
             opt((!us_f.is_empty()).then(|| us_f.iter().sum::<i64>() / us_f.len() as i64)),
-            rows.iter().filter(|r| r.v.is_some_and(|v| v < 0)).count().to_string(),
+            rows.iter()
+                .filter(|r| r.v.is_some_and(|v| v < 0))
+                .count()
+                .to_string(),
         ]);
         out.push(format!("[{}]", vals.join(", ")));
     }
@@ -260,7 +304,11 @@ impl Upserted {
                     self.0.insert(key, row.to_string());
                 }
                 "-D" => {
-                    assert_eq!(self.0.remove(&key).as_deref(), Some(row), "-D of a row not there");
+                    assert_eq!(
+                        self.0.remove(&key).as_deref(),
+                        Some(row),
+                        "-D of a row not there"
+                    );
                 }
                 other => panic!("{other} in an upsert changelog"),
             }
@@ -284,7 +332,17 @@ fn check(
     len: usize,
     n_keys: usize,
 ) {
-    check_with(seed, retractions, keys, key_type, mini_batch, update_before, len, n_keys, None);
+    check_with(
+        seed,
+        retractions,
+        keys,
+        key_type,
+        mini_batch,
+        update_before,
+        len,
+        n_keys,
+        None,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -324,7 +382,12 @@ fn check_with(
     let mut pushed = 0;
     while pushed < stream.len() {
         let n = rng.random_range(0..=40).min(stream.len() - pushed);
-        let batch = to_batch(&schema, key_type, &stream[pushed..pushed + n], rng.random_bool(0.5));
+        let batch = to_batch(
+            &schema,
+            key_type,
+            &stream[pushed..pushed + n],
+            rng.random_bool(0.5),
+        );
         let out = agg.push(&batch).unwrap();
         apply(&mut retract_view, &mut upsert_view, &out);
         pushed += n;
@@ -341,9 +404,17 @@ fn check_with(
     }
     let out = agg.finish().unwrap();
     apply(&mut retract_view, &mut upsert_view, &out);
-    assert_eq!(view(&retract_view, &upsert_view), reference(&stream, keys), "{ctx}: at the end");
+    assert_eq!(
+        view(&retract_view, &upsert_view),
+        reference(&stream, keys),
+        "{ctx}: at the end"
+    );
     let live_groups = reference(&stream, keys).len() as u64;
-    assert_eq!(agg.metrics().keys_in_state, live_groups, "{ctx}: keys in state");
+    assert_eq!(
+        agg.metrics().keys_in_state,
+        live_groups,
+        "{ctx}: keys in state"
+    );
 }
 
 const MINI_BATCHES: [Option<usize>; 5] = [None, Some(1), Some(3), Some(17), Some(100_000)];
@@ -351,30 +422,108 @@ const MINI_BATCHES: [Option<usize>; 5] = [None, Some(1), Some(3), Some(17), Some
 #[test]
 fn insert_only_matches_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
-        for (j, kt) in [KeyType::Utf8, KeyType::Dictionary, KeyType::Int64].into_iter().enumerate() {
-            check(100 + (i * 3 + j) as u64, false, Keys::One, kt, mb, true, 300, 12);
+        for (j, kt) in [KeyType::Utf8, KeyType::Dictionary, KeyType::Int64]
+            .into_iter()
+            .enumerate()
+        {
+            check(
+                100 + (i * 3 + j) as u64,
+                false,
+                Keys::One,
+                kt,
+                mb,
+                true,
+                300,
+                12,
+            );
         }
-        check(200 + i as u64, false, Keys::Two, KeyType::Utf8, mb, true, 300, 12);
-        check(300 + i as u64, false, Keys::Global, KeyType::Utf8, mb, true, 200, 12);
+        check(
+            200 + i as u64,
+            false,
+            Keys::Two,
+            KeyType::Utf8,
+            mb,
+            true,
+            300,
+            12,
+        );
+        check(
+            300 + i as u64,
+            false,
+            Keys::Global,
+            KeyType::Utf8,
+            mb,
+            true,
+            200,
+            12,
+        );
     }
 }
 
 #[test]
 fn retractions_match_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
-        for (j, kt) in [KeyType::Utf8, KeyType::Dictionary, KeyType::Int64].into_iter().enumerate() {
-            check(400 + (i * 3 + j) as u64, true, Keys::One, kt, mb, true, 400, 10);
+        for (j, kt) in [KeyType::Utf8, KeyType::Dictionary, KeyType::Int64]
+            .into_iter()
+            .enumerate()
+        {
+            check(
+                400 + (i * 3 + j) as u64,
+                true,
+                Keys::One,
+                kt,
+                mb,
+                true,
+                400,
+                10,
+            );
         }
-        check(500 + i as u64, true, Keys::Two, KeyType::Dictionary, mb, true, 400, 6);
-        check(600 + i as u64, true, Keys::Global, KeyType::Utf8, mb, true, 250, 6);
+        check(
+            500 + i as u64,
+            true,
+            Keys::Two,
+            KeyType::Dictionary,
+            mb,
+            true,
+            400,
+            6,
+        );
+        check(
+            600 + i as u64,
+            true,
+            Keys::Global,
+            KeyType::Utf8,
+            mb,
+            true,
+            250,
+            6,
+        );
     }
 }
 
 #[test]
 fn upsert_changelog_without_update_before_matches_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
-        check(700 + i as u64, true, Keys::One, KeyType::Utf8, mb, false, 400, 10);
-        check(800 + i as u64, false, Keys::Two, KeyType::Int64, mb, false, 300, 10);
+        check(
+            700 + i as u64,
+            true,
+            Keys::One,
+            KeyType::Utf8,
+            mb,
+            false,
+            400,
+            10,
+        );
+        check(
+            800 + i as u64,
+            false,
+            Keys::Two,
+            KeyType::Int64,
+            mb,
+            false,
+            300,
+            10,
+        );
     }
 }
 
@@ -382,7 +531,16 @@ fn upsert_changelog_without_update_before_matches_reference() {
 #[test]
 fn groups_deleted_and_reborn_match_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
-        check(900 + i as u64, true, Keys::One, KeyType::Utf8, mb, true, 1500, 2);
+        check(
+            900 + i as u64,
+            true,
+            Keys::One,
+            KeyType::Utf8,
+            mb,
+            true,
+            1500,
+            2,
+        );
     }
 }
 
@@ -391,7 +549,27 @@ fn groups_deleted_and_reborn_match_reference() {
 #[test]
 fn unexpired_ttl_matches_reference() {
     for (i, mb) in MINI_BATCHES.into_iter().enumerate() {
-        check_with(1000 + i as u64, true, Keys::One, KeyType::Utf8, mb, true, 300, 6, Some("1 h"));
-        check_with(1100 + i as u64, false, Keys::One, KeyType::Utf8, mb, false, 300, 6, Some("1 h"));
+        check_with(
+            1000 + i as u64,
+            true,
+            Keys::One,
+            KeyType::Utf8,
+            mb,
+            true,
+            300,
+            6,
+            Some("1 h"),
+        );
+        check_with(
+            1100 + i as u64,
+            false,
+            Keys::One,
+            KeyType::Utf8,
+            mb,
+            false,
+            300,
+            6,
+            Some("1 h"),
+        );
     }
 }

@@ -11,17 +11,26 @@ use crate::common::{build, config, format_changes};
 
 /// Runs `SELECT key, aggs… GROUP BY key` over one batch (mini-batch on) and returns the changes
 /// and the output schema's types.
-fn run(cols: Vec<(&str, ArrayRef)>, aggs: Vec<datafusion_expr::Expr>) -> (Vec<String>, Vec<DataType>) {
+fn run(
+    cols: Vec<(&str, ArrayRef)>,
+    aggs: Vec<datafusion_expr::Expr>,
+) -> (Vec<String>, Vec<DataType>) {
     let schema = Arc::new(Schema::new(
         cols.iter()
             .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
             .collect::<Vec<_>>(),
     ));
-    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect()).unwrap();
+    let batch =
+        RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect()).unwrap();
     let (mut agg, _) = build(&schema, vec![col("key")], aggs, config(Some(100), true));
     let mut out = agg.push(&batch).unwrap();
     out.extend(agg.finish().unwrap());
-    let types = agg.output_schema().fields().iter().map(|f| f.data_type().clone()).collect();
+    let types = agg
+        .output_schema()
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
     let mut lines = format_changes(&out);
     lines.sort();
     (lines, types)
@@ -38,22 +47,68 @@ fn every_key_type_groups_and_round_trips() {
         Arc::new(UInt16Array::from(vec![Some(1), None, Some(1), Some(3)])),
         Arc::new(UInt32Array::from(vec![Some(1), None, Some(1), Some(3)])),
         Arc::new(UInt64Array::from(vec![Some(1), None, Some(1), Some(3)])),
-        Arc::new(Float32Array::from(vec![Some(1.5), None, Some(1.5), Some(-3.0)])),
-        Arc::new(Float64Array::from(vec![Some(1.5), None, Some(1.5), Some(-3.0)])),
+        Arc::new(Float32Array::from(vec![
+            Some(1.5),
+            None,
+            Some(1.5),
+            Some(-3.0),
+        ])),
+        Arc::new(Float64Array::from(vec![
+            Some(1.5),
+            None,
+            Some(1.5),
+            Some(-3.0),
+        ])),
         Arc::new(
             Decimal128Array::from(vec![Some(150), None, Some(150), Some(-300)])
                 .with_precision_and_scale(10, 2)
                 .unwrap(),
         ),
-        Arc::new(BooleanArray::from(vec![Some(true), None, Some(true), Some(false)])),
-        Arc::new(StringArray::from(vec![Some("x"), None, Some("x"), Some("y")])),
-        Arc::new(LargeStringArray::from(vec![Some("x"), None, Some("x"), Some("y")])),
-        Arc::new(StringViewArray::from(vec![Some("x"), None, Some("x"), Some("a long string view value")])),
-        Arc::new(vec![Some("x"), None, Some("x"), Some("y")].into_iter().collect::<DictionaryArray<Int8Type>>()),
-        Arc::new(vec![Some("x"), None, Some("x"), Some("y")].into_iter().collect::<DictionaryArray<Int16Type>>()),
+        Arc::new(BooleanArray::from(vec![
+            Some(true),
+            None,
+            Some(true),
+            Some(false),
+        ])),
+        Arc::new(StringArray::from(vec![
+            Some("x"),
+            None,
+            Some("x"),
+            Some("y"),
+        ])),
+        Arc::new(LargeStringArray::from(vec![
+            Some("x"),
+            None,
+            Some("x"),
+            Some("y"),
+        ])),
+        Arc::new(StringViewArray::from(vec![
+            Some("x"),
+            None,
+            Some("x"),
+            Some("a long string view value"),
+        ])),
+        Arc::new(
+            vec![Some("x"), None, Some("x"), Some("y")]
+                .into_iter()
+                .collect::<DictionaryArray<Int8Type>>(),
+        ),
+        Arc::new(
+            vec![Some("x"), None, Some("x"), Some("y")]
+                .into_iter()
+                .collect::<DictionaryArray<Int16Type>>(),
+        ),
         Arc::new(Date32Array::from(vec![Some(1), None, Some(1), Some(19000)])),
-        Arc::new(Time64MicrosecondArray::from(vec![Some(1), None, Some(1), Some(5)])),
-        Arc::new(TimestampMillisecondArray::from(vec![Some(1), None, Some(1), Some(5)]).with_timezone("UTC")),
+        Arc::new(Time64MicrosecondArray::from(vec![
+            Some(1),
+            None,
+            Some(1),
+            Some(5),
+        ])),
+        Arc::new(
+            TimestampMillisecondArray::from(vec![Some(1), None, Some(1), Some(5)])
+                .with_timezone("UTC"),
+        ),
     ];
     for key in keys {
         let dt = key.data_type().clone();
@@ -92,14 +147,19 @@ fn result_types_follow_flink() {
     assert_eq!(lines, vec!["+I[a, 8.88888888, 2.96296296, 2.22222222, 3]"]);
 
     let dec2: ArrayRef = Arc::new(
-        Decimal128Array::from(vec![100i128, 200, 200]).with_precision_and_scale(5, 2).unwrap(),
+        Decimal128Array::from(vec![100i128, 200, 200])
+            .with_precision_and_scale(5, 2)
+            .unwrap(),
     );
     let (lines, types) = run(vec![("key", key.clone()), ("d", dec2)], vec![avg(col("d"))]);
     assert_eq!(types[2], DataType::Decimal128(38, 6));
     assert_eq!(lines, vec!["+I[a, 1.666667]"]);
 
     let f32s: ArrayRef = Arc::new(Float32Array::from(vec![1.0, 2.0, 4.0]));
-    let (lines, types) = run(vec![("key", key.clone()), ("f", f32s)], vec![avg(col("f")), sum(col("f"))]);
+    let (lines, types) = run(
+        vec![("key", key.clone()), ("f", f32s)],
+        vec![avg(col("f")), sum(col("f"))],
+    );
     assert_eq!(types[2..], [DataType::Float32, DataType::Float32]);
     assert_eq!(lines, vec!["+I[a, 2.3333333, 7.0]"]);
 }
@@ -108,25 +168,61 @@ fn result_types_follow_flink() {
 fn min_max_over_every_orderable_type() {
     let key: ArrayRef = Arc::new(StringArray::from(vec!["a", "a", "a"]));
     let cases: Vec<(ArrayRef, &str)> = vec![
-        (Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])), "false, true"),
-        (Arc::new(StringViewArray::from(vec![Some("pear"), None, Some("apple")])), "apple, pear"),
-        (Arc::new(LargeStringArray::from(vec![Some("pear"), None, Some("apple")])), "apple, pear"),
         (
-            Arc::new(vec![Some("pear"), None, Some("apple")].into_iter().collect::<DictionaryArray<Int8Type>>()),
+            Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+            "false, true",
+        ),
+        (
+            Arc::new(StringViewArray::from(vec![
+                Some("pear"),
+                None,
+                Some("apple"),
+            ])),
             "apple, pear",
         ),
-        (Arc::new(Date32Array::from(vec![Some(0), None, Some(365)])), "1970-01-01, 1971-01-01"),
+        (
+            Arc::new(LargeStringArray::from(vec![
+                Some("pear"),
+                None,
+                Some("apple"),
+            ])),
+            "apple, pear",
+        ),
+        (
+            Arc::new(
+                vec![Some("pear"), None, Some("apple")]
+                    .into_iter()
+                    .collect::<DictionaryArray<Int8Type>>(),
+            ),
+            "apple, pear",
+        ),
+        (
+            Arc::new(Date32Array::from(vec![Some(0), None, Some(365)])),
+            "1970-01-01, 1971-01-01",
+        ),
         (
             Arc::new(TimestampSecondArray::from(vec![Some(60), None, Some(0)])),
             "1970-01-01T00:00:00, 1970-01-01T00:01:00",
         ),
-        (Arc::new(Time32SecondArray::from(vec![Some(60), None, Some(0)])), "00:00:00, 00:01:00"),
-        (Arc::new(Float64Array::from(vec![Some(-0.0), None, Some(0.0)])), "-0.0, 0.0"),
-        (Arc::new(UInt64Array::from(vec![Some(u64::MAX), None, Some(0)])), "0, 18446744073709551615"),
+        (
+            Arc::new(Time32SecondArray::from(vec![Some(60), None, Some(0)])),
+            "00:00:00, 00:01:00",
+        ),
+        (
+            Arc::new(Float64Array::from(vec![Some(-0.0), None, Some(0.0)])),
+            "-0.0, 0.0",
+        ),
+        (
+            Arc::new(UInt64Array::from(vec![Some(u64::MAX), None, Some(0)])),
+            "0, 18446744073709551615",
+        ),
     ];
     for (arr, expected) in cases {
         let dt = arr.data_type().clone();
-        let (lines, types) = run(vec![("key", key.clone()), ("x", arr)], vec![min(col("x")), max(col("x"))]);
+        let (lines, types) = run(
+            vec![("key", key.clone()), ("x", arr)],
+            vec![min(col("x")), max(col("x"))],
+        );
         assert_eq!(lines, vec![format!("+I[a, {expected}]")], "{dt}");
         let want = match &dt {
             DataType::Dictionary(_, v) => v.as_ref().clone(),

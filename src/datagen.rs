@@ -1,0 +1,227 @@
+//! Seeded generators of skewed input, for examples, benchmarks and tests.
+//!
+//! [`OrdersGenerator`] produces an orders stream for a skewed GROUP BY: a `shop` key where one
+//! value (the hot key) holds a chosen share of the rows and the rest follow a Zipf-like law, a
+//! high-cardinality `user_id`, an `amount`, a `status` and an increasing event time `ts`.
+//! With `updates > 0` it also emits a changelog: that share of orders is later retracted (`-D`)
+//! or updated (`-U` of the old row, `+U` of the new), in an `op` column.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::changelog::RowKind;
+
+/// Settings of [`OrdersGenerator`].
+#[derive(Debug, Clone)]
+pub struct OrdersConfig {
+    /// Seed of the random stream: the same seed gives the same rows.
+    pub seed: u64,
+    /// Distinct `shop` values.
+    pub keys: usize,
+    /// Share of rows on the hot shop (`shop-0000`), 0..=1.
+    pub hot_share: f64,
+    /// Zipf exponent of the other shops.
+    pub zipf: f64,
+    /// Distinct `user_id` values.
+    pub users: i64,
+    /// Share of orders later retracted or updated (0 = insert-only, no `op` column).
+    pub updates: f64,
+    /// Share of NULL amounts.
+    pub null_amounts: f64,
+    /// Rows per batch.
+    pub batch_size: usize,
+}
+
+impl Default for OrdersConfig {
+    fn default() -> Self {
+        Self {
+            seed: 42,
+            keys: 200,
+            hot_share: 0.5,
+            zipf: 1.1,
+            users: 1_000_000,
+            updates: 0.0,
+            null_amounts: 0.01,
+            batch_size: 8192,
+        }
+    }
+}
+
+const STATUSES: [&str; 4] = ["PAID", "NEW", "CANCELLED", "REFUNDED"];
+
+#[derive(Debug, Clone)]
+struct Order {
+    shop: u32,
+    user: i64,
+    amount: Option<i64>,
+    status: u8,
+    ts: i64,
+}
+
+/// An endless, seeded stream of order batches (see the module docs).
+///
+/// # Examples
+/// ```
+/// use tally::datagen::{OrdersConfig, OrdersGenerator};
+/// let mut g = OrdersGenerator::new(OrdersConfig { batch_size: 100, ..Default::default() });
+/// let batch = g.next_batch();
+/// assert_eq!(batch.num_rows(), 100);
+/// assert_eq!(batch.schema().field(1).name(), "shop");
+/// ```
+#[derive(Debug)]
+pub struct OrdersGenerator {
+    config: OrdersConfig,
+    rng: StdRng,
+    schema: SchemaRef,
+    /// Cumulative Zipf weights of shops 1..keys.
+    cdf: Vec<f64>,
+    shop_names: Vec<String>,
+    next_id: i64,
+    ts: i64,
+    /// Orders that may still be retracted or updated: (order id, order).
+    open: Vec<(i64, Order)>,
+}
+
+impl OrdersGenerator {
+    /// A generator with `config`.
+    pub fn new(config: OrdersConfig) -> Self {
+        let keys = config.keys.max(1);
+        let mut cdf = Vec::with_capacity(keys.saturating_sub(1));
+        let mut acc = 0.0;
+        for r in 1..keys {
+            acc += 1.0 / (r as f64).powf(config.zipf);
+            cdf.push(acc);
+        }
+        let mut fields = vec![];
+        if config.updates > 0.0 {
+            fields.push(Field::new("op", DataType::Int8, false));
+        }
+        fields.extend([
+            Field::new("order_id", DataType::Int64, false),
+            Field::new("shop", DataType::Utf8, false),
+            Field::new("user_id", DataType::Int64, false),
+            Field::new("amount", DataType::Int64, true),
+            Field::new("status", DataType::Utf8, false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+        ]);
+        Self {
+            rng: StdRng::seed_from_u64(config.seed),
+            schema: Arc::new(Schema::new(fields)),
+            cdf,
+            shop_names: (0..keys).map(|i| format!("shop-{i:04}")).collect(),
+            next_id: 0,
+            ts: 1_700_000_000_000,
+            open: vec![],
+            config,
+        }
+    }
+
+    /// The schema of the batches.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn new_order(&mut self) -> Order {
+        let shop =
+            if self.cdf.is_empty() || self.rng.random_bool(self.config.hot_share.clamp(0.0, 1.0)) {
+                0
+            } else {
+                let total = *self.cdf.last().unwrap_or(&1.0);
+                let x = self.rng.random::<f64>() * total;
+                (self.cdf.partition_point(|&c| c < x) + 1).min(self.cdf.len()) as u32
+            };
+        self.ts += self.rng.random_range(0..3);
+        Order {
+            shop,
+            user: self.rng.random_range(0..self.config.users.max(1)),
+            amount: (!self
+                .rng
+                .random_bool(self.config.null_amounts.clamp(0.0, 1.0)))
+            .then(|| self.rng.random_range(100..100_000)),
+            status: self.rng.random_range(0..STATUSES.len() as u8),
+            ts: self.ts,
+        }
+    }
+
+    /// The next batch of `batch_size` rows.
+    pub fn next_batch(&mut self) -> RecordBatch {
+        let n = self.config.batch_size.max(1);
+        let mut rows: Vec<(RowKind, i64, Order)> = Vec::with_capacity(n);
+        while rows.len() < n {
+            let change = self.config.updates > 0.0
+                && !self.open.is_empty()
+                && self
+                    .rng
+                    .random_bool((self.config.updates / (1.0 + self.config.updates)).min(1.0));
+            if change && rows.len() + 2 <= n {
+                let i = self.rng.random_range(0..self.open.len());
+                let (id, old) = self.open.swap_remove(i);
+                if self.rng.random_bool(0.5) {
+                    rows.push((RowKind::Delete, id, old));
+                } else {
+                    let mut new = old.clone();
+                    new.amount = Some(self.rng.random_range(100..100_000));
+                    new.status = self.rng.random_range(0..STATUSES.len() as u8);
+                    rows.push((RowKind::UpdateBefore, id, old));
+                    rows.push((RowKind::UpdateAfter, id, new.clone()));
+                    self.open.push((id, new));
+                }
+            } else {
+                let o = self.new_order();
+                let id = self.next_id;
+                self.next_id += 1;
+                if self.config.updates > 0.0 {
+                    self.open.push((id, o.clone()));
+                    // Bound the memory of open orders.
+                    if self.open.len() > 1 << 16 {
+                        let i = self.rng.random_range(0..self.open.len());
+                        self.open.swap_remove(i);
+                    }
+                }
+                rows.push((RowKind::Insert, id, o));
+            }
+        }
+        let mut cols: Vec<ArrayRef> = vec![];
+        if self.config.updates > 0.0 {
+            cols.push(Arc::new(Int8Array::from_iter_values(
+                rows.iter().map(|r| r.0.code()),
+            )));
+        }
+        cols.push(Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|r| r.1),
+        )));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            rows.iter()
+                .map(|r| self.shop_names[r.2.shop as usize].as_str()),
+        )));
+        cols.push(Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|r| r.2.user),
+        )));
+        cols.push(Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.2.amount),
+        )));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| STATUSES[r.2.status as usize]),
+        )));
+        cols.push(Arc::new(TimestampMillisecondArray::from_iter_values(
+            rows.iter().map(|r| r.2.ts),
+        )));
+        RecordBatch::try_new(Arc::clone(&self.schema), cols).expect("generator schema")
+    }
+
+    /// `rows` rows (rounded up to whole batches).
+    pub fn batches(&mut self, rows: usize) -> Vec<RecordBatch> {
+        let n = rows.div_ceil(self.config.batch_size.max(1));
+        (0..n).map(|_| self.next_batch()).collect()
+    }
+}
