@@ -2,7 +2,7 @@
 //!
 //! Over insert-only input a group keeps only its extreme value ([`MinMaxAccumulator`]). With
 //! retractions the extreme can be taken away, so a group keeps a value → multiplicity multiset
-//! ([`MinMaxRetractAccumulator`], Flink's `MaxWithRetractAggFunction`): the result is the
+//! ([`MinMaxRetractAccumulator`], like Flink's `MaxWithRetractAggFunction`): the result is the
 //! greatest (least) value whose multiplicity is positive, NULL when there is none. Multiplicities
 //! may go negative (a retraction that precedes its accumulation, in a local phase) and cancel
 //! when the accumulation arrives. Unlike Flink, values with a negative multiplicity never become
@@ -13,7 +13,7 @@
 //! factory before they get here.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -23,7 +23,8 @@ use arrow_array::{
     Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, GenericListArray, Int64Array,
     PrimitiveArray, StringArray, StructArray,
 };
-use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer, ToByteSlice};
+use hashbrown::HashMap;
 use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 
 use crate::accumulate::for_each_selected;
@@ -31,7 +32,7 @@ use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
 use crate::numeric::grow;
 
 /// A value MIN/MAX can hold: ordered, owned, readable from and writable to an Arrow array.
-pub trait OrdValue: Ord + Clone + Send + Sync + Debug + 'static {
+pub trait OrdValue: Ord + Hash + Clone + Send + Sync + Debug + 'static {
     /// The typed array the values are read from.
     type Array<'a>: Copy;
     /// Views `a` as [`Self::Array`].
@@ -45,6 +46,16 @@ pub trait OrdValue: Ord + Clone + Send + Sync + Debug + 'static {
     fn cmp_at(a: Self::Array<'_>, i: usize, other: &Self) -> Ordering;
     /// An owned copy of row `i`.
     fn own(a: Self::Array<'_>, i: usize) -> Self;
+    /// The multiplicity of row `i`'s value in `map`.
+    #[inline(always)]
+    fn lookup<'m>(map: &'m mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) -> Option<&'m mut i64> {
+        map.get_mut(&Self::own(a, i))
+    }
+    /// Removes row `i`'s value from `map`.
+    #[inline(always)]
+    fn remove_at(map: &mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) {
+        map.remove(&Self::own(a, i));
+    }
     /// Builds an array of `data_type` from optional values.
     ///
     /// # Errors
@@ -81,6 +92,12 @@ impl<T: ArrowPrimitiveType> PartialOrd for PrimKey<T> {
         Some(self.cmp(other))
     }
 }
+impl<T: ArrowPrimitiveType> Hash for PrimKey<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Equality is total-order equality, i.e. bit equality: hash the bits.
+        std::slice::from_ref(&self.0).to_byte_slice().hash(state);
+    }
+}
 impl<T: ArrowPrimitiveType> Ord for PrimKey<T> {
     fn cmp(&self, other: &Self) -> Ordering {
         self.0.compare(other.0)
@@ -115,6 +132,15 @@ impl<T: ArrowPrimitiveType + Debug> OrdValue for PrimKey<T> {
 
 impl OrdValue for Box<str> {
     type Array<'a> = &'a StringArray;
+    // Look up by `&str`, so that only new values allocate.
+    #[inline(always)]
+    fn lookup<'m>(map: &'m mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) -> Option<&'m mut i64> {
+        map.get_mut(a.value(i))
+    }
+    #[inline(always)]
+    fn remove_at(map: &mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) {
+        map.remove(a.value(i));
+    }
     fn downcast(a: &ArrayRef) -> Result<Self::Array<'_>, ArrowError> {
         a.as_string_opt::<i32>()
             .ok_or_else(|| ArrowError::InvalidArgumentError("unexpected MIN/MAX type".into()))
@@ -250,11 +276,22 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
 }
 
 /// MIN/MAX with retraction: a value → multiplicity multiset per group.
+///
+/// Each group keeps a hash map of its values' multiplicities and a cached extreme. Accumulating a
+/// value can only improve the extreme, so it updates the cache in O(1); only when the extreme's
+/// multiplicity drops to zero does the group rescan its map, once per call (batch), at the end of
+/// the call. So a row costs one hash-map update, and a rescan is paid per batch that removes a
+/// group's extreme, not per row.
 #[derive(Debug)]
 pub struct MinMaxRetractAccumulator<K: OrdValue> {
     data_type: DataType,
     is_max: bool,
-    maps: Vec<BTreeMap<K, i64>>,
+    maps: Vec<HashMap<K, i64>>,
+    /// The extreme among values with a positive multiplicity (valid when not stale).
+    extreme: Vec<Option<K>>,
+    /// Groups whose extreme was removed in the current call.
+    stale: Vec<u32>,
+    is_stale: Vec<bool>,
     /// Entries across all maps, for [`GroupsAccumulator::size`].
     entries: usize,
 }
@@ -266,26 +303,72 @@ impl<K: OrdValue> MinMaxRetractAccumulator<K> {
             data_type,
             is_max,
             maps: vec![],
+            extreme: vec![],
+            stale: vec![],
+            is_stale: vec![],
             entries: 0,
         }
     }
 
-    fn add(&mut self, g: usize, k: K, delta: i64) {
+    fn grow_to(&mut self, total_groups: usize) {
+        grow(&mut self.maps, total_groups, HashMap::new());
+        grow(&mut self.extreme, total_groups, None);
+        grow(&mut self.is_stale, total_groups, false);
+    }
+
+    /// Adds `delta` to the multiplicity of row `i` of `arr` in group `g`.
+    #[inline]
+    fn add(&mut self, g: usize, arr: K::Array<'_>, i: usize, delta: i64) {
         let map = &mut self.maps[g];
-        match map.get_mut(&k) {
+        let (before, after) = match K::lookup(map, arr, i) {
             Some(c) => {
+                let before = *c;
                 *c += delta;
-                if *c == 0 {
-                    map.remove(&k);
+                let after = *c;
+                if after == 0 {
+                    K::remove_at(map, arr, i);
                     self.entries -= 1;
                 }
+                (before, after)
             }
             None => {
                 if delta != 0 {
-                    map.insert(k, delta);
+                    map.insert(K::own(arr, i), delta);
                     self.entries += 1;
                 }
+                (0, delta)
             }
+        };
+        if before <= 0 && after > 0 {
+            if !self.is_stale[g] {
+                let better = match &self.extreme[g] {
+                    None => true,
+                    Some(e) => K::cmp_at(arr, i, e) == wins(self.is_max),
+                };
+                if better {
+                    self.extreme[g] = Some(K::own(arr, i));
+                }
+            }
+        } else if before > 0
+            && after <= 0
+            && !self.is_stale[g]
+            && self.extreme[g]
+                .as_ref()
+                .is_some_and(|e| K::cmp_at(arr, i, e) == Ordering::Equal)
+        {
+            self.is_stale[g] = true;
+            self.stale.push(g as u32);
+        }
+    }
+
+    /// Recomputes the extreme of every group whose extreme was removed.
+    fn refresh(&mut self) {
+        for g in std::mem::take(&mut self.stale) {
+            let g = g as usize;
+            let present = self.maps[g].iter().filter(|(_, c)| **c > 0).map(|(k, _)| k);
+            let best = if self.is_max { present.max() } else { present.min() };
+            self.extreme[g] = best.cloned();
+            self.is_stale[g] = false;
         }
     }
 
@@ -300,20 +383,12 @@ impl<K: OrdValue> MinMaxRetractAccumulator<K> {
         check_filter(filter, groups)?;
         let v = single_arg(values, groups, &self.data_type)?;
         let arr = K::downcast(v)?;
-        grow(&mut self.maps, total_groups, BTreeMap::new());
+        self.grow_to(total_groups);
         for_each_selected(groups, K::nulls(arr), filter, |i, g| {
-            self.add(g as usize, K::own(arr, i), delta);
+            self.add(g as usize, arr, i, delta);
         });
+        self.refresh();
         Ok(())
-    }
-
-    fn extreme(&self, g: usize) -> Option<&K> {
-        let map = self.maps.get(g)?;
-        if self.is_max {
-            map.iter().rev().find(|(_, c)| **c > 0).map(|(k, _)| k)
-        } else {
-            map.iter().find(|(_, c)| **c > 0).map(|(k, _)| k)
-        }
     }
 
     fn entry_fields(&self) -> Fields {
@@ -366,18 +441,21 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
             .column(1)
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| ArrowError::InvalidArgumentError("bad MIN/MAX state".into()))?;
-        grow(&mut self.maps, total_groups, BTreeMap::new());
+        self.grow_to(total_groups);
         let offsets = list.value_offsets();
         for (i, &g) in groups.iter().enumerate() {
             for j in offsets[i] as usize..offsets[i + 1] as usize {
-                self.add(g as usize, K::own(values, j), counts.value(j));
+                self.add(g as usize, values, j, counts.value(j));
             }
         }
+        self.refresh();
         Ok(())
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         K::build(
-            groups.iter().map(|&g| self.extreme(g as usize)),
+            groups
+                .iter()
+                .map(|&g| self.extreme.get(g as usize).and_then(Option::as_ref)),
             &self.data_type,
         )
     }
@@ -386,9 +464,14 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
         offsets.push(0i32);
         let mut keys: Vec<&K> = vec![];
         let mut counts: Vec<i64> = vec![];
+        let mut entries: Vec<(&K, i64)> = vec![];
         for &g in groups {
             if let Some(map) = self.maps.get(g as usize) {
-                for (k, &c) in map {
+                // Sorted, so that a state is the same whatever the hash map's order.
+                entries.clear();
+                entries.extend(map.iter().map(|(k, c)| (k, *c)));
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for &(k, c) in &entries {
                     keys.push(k);
                     counts.push(c);
                 }
@@ -421,16 +504,20 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
     }
     fn reset(&mut self, groups: &[u32]) {
         for &g in groups {
-            if let Some(m) = self.maps.get_mut(g as usize) {
+            let g = g as usize;
+            if let Some(m) = self.maps.get_mut(g) {
                 self.entries -= m.len();
-                m.clear();
+                *m = HashMap::new();
+                self.extreme[g] = None;
             }
         }
     }
     fn size(&self) -> usize {
-        // A BTreeMap node holds up to 11 entries; count each entry with its share of a node.
-        self.maps.capacity() * std::mem::size_of::<BTreeMap<K, i64>>()
-            + self.entries * (std::mem::size_of::<K>() + 8 + 8)
+        let per_entry = std::mem::size_of::<K>() + 8 + 1;
+        self.maps.capacity() * std::mem::size_of::<HashMap<K, i64>>()
+            + self.maps.iter().map(|m| m.capacity() * per_entry).sum::<usize>()
+            + self.extreme.capacity() * std::mem::size_of::<Option<K>>()
+            + self.is_stale.capacity()
     }
 }
 
