@@ -63,6 +63,14 @@ fn rich() -> Vec<Expr> {
     ]
 }
 
+/// (name, input, aggregates, mini-batch size)
+type Case<'a> = (
+    &'a str,
+    &'a Vec<RecordBatch>,
+    fn() -> Vec<Expr>,
+    Option<usize>,
+);
+
 fn bench(c: &mut Criterion) {
     let insert_only = OrdersGenerator::new(OrdersConfig::default()).batches(ROWS);
     let changelog = OrdersGenerator::new(OrdersConfig {
@@ -73,7 +81,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("group_aggregate_10M_hot_key");
     g.throughput(Throughput::Elements(ROWS as u64));
     g.sample_size(10);
-    let cases: Vec<(&str, &Vec<RecordBatch>, fn() -> Vec<Expr>, Option<usize>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "count_sum/mini_batch_10k",
             &insert_only,

@@ -13,8 +13,8 @@
 //! factory before they get here.
 
 use std::cmp::Ordering;
-use std::hash::{Hash, Hasher};
 use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -24,8 +24,8 @@ use arrow_array::{
     PrimitiveArray, StringArray, StructArray,
 };
 use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer, ToByteSlice};
-use hashbrown::HashMap;
 use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
+use hashbrown::HashMap;
 
 use crate::accumulate::for_each_selected;
 use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
@@ -48,7 +48,11 @@ pub trait OrdValue: Ord + Hash + Clone + Send + Sync + Debug + 'static {
     fn own(a: Self::Array<'_>, i: usize) -> Self;
     /// The multiplicity of row `i`'s value in `map`.
     #[inline(always)]
-    fn lookup<'m>(map: &'m mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) -> Option<&'m mut i64> {
+    fn lookup<'m>(
+        map: &'m mut HashMap<Self, i64>,
+        a: Self::Array<'_>,
+        i: usize,
+    ) -> Option<&'m mut i64> {
         map.get_mut(&Self::own(a, i))
     }
     /// Removes row `i`'s value from `map`.
@@ -134,7 +138,11 @@ impl OrdValue for Box<str> {
     type Array<'a> = &'a StringArray;
     // Look up by `&str`, so that only new values allocate.
     #[inline(always)]
-    fn lookup<'m>(map: &'m mut HashMap<Self, i64>, a: Self::Array<'_>, i: usize) -> Option<&'m mut i64> {
+    fn lookup<'m>(
+        map: &'m mut HashMap<Self, i64>,
+        a: Self::Array<'_>,
+        i: usize,
+    ) -> Option<&'m mut i64> {
         map.get_mut(a.value(i))
     }
     #[inline(always)]
@@ -366,7 +374,11 @@ impl<K: OrdValue> MinMaxRetractAccumulator<K> {
         for g in std::mem::take(&mut self.stale) {
             let g = g as usize;
             let present = self.maps[g].iter().filter(|(_, c)| **c > 0).map(|(k, _)| k);
-            let best = if self.is_max { present.max() } else { present.min() };
+            let best = if self.is_max {
+                present.max()
+            } else {
+                present.min()
+            };
             self.extreme[g] = best.cloned();
             self.is_stale[g] = false;
         }
@@ -515,7 +527,11 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
     fn size(&self) -> usize {
         let per_entry = std::mem::size_of::<K>() + 8 + 1;
         self.maps.capacity() * std::mem::size_of::<HashMap<K, i64>>()
-            + self.maps.iter().map(|m| m.capacity() * per_entry).sum::<usize>()
+            + self
+                .maps
+                .iter()
+                .map(|m| m.capacity() * per_entry)
+                .sum::<usize>()
             + self.extreme.capacity() * std::mem::size_of::<Option<K>>()
             + self.is_stale.capacity()
     }

@@ -19,11 +19,14 @@ enum Slot {
         filter: Option<usize>,
     },
     Distinct {
-        acc: DistinctAccumulator,
+        acc: Box<DistinctAccumulator>,
         arg: usize,
         filters: Vec<Option<usize>>,
     },
 }
+
+/// DISTINCT calls over one argument: (argument, functions, filters, output positions).
+type DistinctGroup = (usize, Vec<AggregateKind>, Vec<Option<usize>>, Vec<usize>);
 
 /// The accumulators of every aggregate call, indexed by group id.
 pub(crate) struct AggState {
@@ -56,7 +59,7 @@ impl AggState {
         let mut slots: Vec<Slot> = vec![];
         let mut outputs = vec![];
         // DISTINCT calls grouped by argument: arg → (slot index, kinds, filters).
-        let mut distinct: Vec<(usize, Vec<AggregateKind>, Vec<Option<usize>>, Vec<usize>)> = vec![];
+        let mut distinct: Vec<DistinctGroup> = vec![];
         for (j, call) in plan.calls.iter().enumerate() {
             let minmax = matches!(call.kind, AggregateKind::Min | AggregateKind::Max);
             if call.distinct && !minmax {
@@ -94,7 +97,11 @@ impl AggState {
             for (inner, j) in js.into_iter().enumerate() {
                 outputs[j] = (slots.len(), inner);
             }
-            slots.push(Slot::Distinct { acc, arg, filters });
+            slots.push(Slot::Distinct {
+                acc: Box::new(acc),
+                arg,
+                filters,
+            });
         }
         Ok(Self { slots, outputs })
     }

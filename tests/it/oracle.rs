@@ -149,8 +149,7 @@ fn to_batch(
     cols.push(match key_type {
         KeyType::Utf8 => Arc::new(StringArray::from_iter(keys)),
         KeyType::Dictionary => Arc::new(
-            keys.map(|k| k)
-                .collect::<Vec<Option<String>>>()
+            keys.collect::<Vec<Option<String>>>()
                 .iter()
                 .map(|k| k.as_deref())
                 .collect::<DictionaryArray<Int32Type>>(),
