@@ -87,6 +87,36 @@ pub fn op_type_supported(dt: &DataType) -> bool {
         || matches!(dt, DataType::Dictionary(_, v) if op_type_supported(v))
 }
 
+/// Reads an `op` column (integer codes 0..=3 or the short strings) into Int8 codes.
+///
+/// # Errors
+/// A NULL, an unknown code or string; the message names the row.
+pub fn op_codes(op: &ArrayRef) -> Result<ArrayRef> {
+    if op.data_type() == &DataType::Int8 {
+        retract_mask(op)?;
+        return Ok(std::sync::Arc::clone(op));
+    }
+    if op.null_count() > 0 || !op_type_supported(op.data_type()) {
+        retract_mask(op)?;
+    }
+    if op.data_type().is_integer() {
+        retract_mask(op)?;
+        return Ok(arrow::compute::cast(op, &DataType::Int8)?);
+    }
+    let strings = arrow::compute::cast(op, &DataType::Utf8)?;
+    let strings = strings.as_string::<i32>();
+    let mut codes = Vec::with_capacity(op.len());
+    for i in 0..op.len() {
+        let s = strings.value(i);
+        codes.push(
+            RowKind::parse(s)
+                .ok_or_else(|| bad_code(i, &format!("'{s}'")))?
+                .code(),
+        );
+    }
+    Ok(std::sync::Arc::new(Int8Array::from(codes)))
+}
+
 /// Reads an `op` column (integer codes 0..=3 or the short strings) into a bitmap of retracting
 /// rows.
 ///

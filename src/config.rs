@@ -18,6 +18,16 @@ pub const MINI_BATCH_ALLOW_LATENCY: &str = "table.exec.mini-batch.allow-latency"
 pub const MINI_BATCH_SIZE: &str = "table.exec.mini-batch.size";
 /// `table.exec.state.ttl`
 pub const STATE_TTL: &str = "table.exec.state.ttl";
+/// `table.optimizer.agg-phase-strategy`
+pub const AGG_PHASE_STRATEGY: &str = "table.optimizer.agg-phase-strategy";
+/// `table.optimizer.distinct-agg.split.enabled`
+pub const SPLIT_ENABLED: &str = "table.optimizer.distinct-agg.split.enabled";
+/// `table.optimizer.distinct-agg.split.bucket-num`
+pub const SPLIT_BUCKET_NUM: &str = "table.optimizer.distinct-agg.split.bucket-num";
+/// `table.exec.resource.default-parallelism`
+pub const DEFAULT_PARALLELISM: &str = "table.exec.resource.default-parallelism";
+/// `tally.strict`
+pub const STRICT: &str = "tally.strict";
 /// `tally.exec.emit.update-before`
 pub const EMIT_UPDATE_BEFORE: &str = "tally.exec.emit.update-before";
 
@@ -27,8 +37,36 @@ pub const KEYS: &[&str] = &[
     MINI_BATCH_ALLOW_LATENCY,
     MINI_BATCH_SIZE,
     STATE_TTL,
+    AGG_PHASE_STRATEGY,
+    SPLIT_ENABLED,
+    SPLIT_BUCKET_NUM,
+    DEFAULT_PARALLELISM,
+    STRICT,
     EMIT_UPDATE_BEFORE,
 ];
+
+/// `table.optimizer.agg-phase-strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggPhaseStrategy {
+    /// Two-phase where it applies (in streaming, Flink does no cost comparison: AUTO is
+    /// TWO_PHASE).
+    Auto,
+    /// Always one phase.
+    OnePhase,
+    /// Two phases where the aggregates allow it.
+    TwoPhase,
+}
+
+impl AggPhaseStrategy {
+    /// Flink's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggPhaseStrategy::Auto => "AUTO",
+            AggPhaseStrategy::OnePhase => "ONE_PHASE",
+            AggPhaseStrategy::TwoPhase => "TWO_PHASE",
+        }
+    }
+}
 
 /// The options Tally reads. Every field has Flink's default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +85,18 @@ pub struct Config {
     /// then ignored and its next accumulation starts a new group (`+I`). While a TTL is set, an
     /// update that leaves the values unchanged still emits `-U`/`+U` (Flink's FLINK-33936).
     pub state_ttl: Duration,
+    /// `table.optimizer.agg-phase-strategy` (default `AUTO`).
+    pub agg_phase_strategy: AggPhaseStrategy,
+    /// `table.optimizer.distinct-agg.split.enabled` (default `false`): split DISTINCT aggregates
+    /// into a bucketed partial and a final aggregate.
+    pub split_enabled: bool,
+    /// `table.optimizer.distinct-agg.split.bucket-num` (default 1024).
+    pub split_bucket_num: u32,
+    /// `table.exec.resource.default-parallelism` (default: the available cores).
+    pub parallelism: usize,
+    /// `tally.strict` (default `false`): settings that would have no effect are errors instead
+    /// of warnings.
+    pub strict: bool,
     /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
     /// for upsert consumers keyed on the group key (Flink decides this from the sink).
     pub emit_update_before: bool,
@@ -59,6 +109,11 @@ impl Default for Config {
             mini_batch_allow_latency: Duration::ZERO,
             mini_batch_size: -1,
             state_ttl: Duration::ZERO,
+            agg_phase_strategy: AggPhaseStrategy::Auto,
+            split_enabled: false,
+            split_bucket_num: 1024,
+            parallelism: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            strict: false,
             emit_update_before: true,
         }
     }
@@ -107,6 +162,27 @@ impl Config {
                     .map_err(|_| Error::config(key, format!("'{value}' is not a whole number")))?;
             }
             STATE_TTL => self.state_ttl = parse_duration(key, value)?,
+            AGG_PHASE_STRATEGY => {
+                self.agg_phase_strategy = match value.trim().to_ascii_uppercase().as_str() {
+                    "AUTO" => AggPhaseStrategy::Auto,
+                    "ONE_PHASE" => AggPhaseStrategy::OnePhase,
+                    "TWO_PHASE" => AggPhaseStrategy::TwoPhase,
+                    _ => {
+                        return Err(Error::config(
+                            key,
+                            format!("'{value}' is not one of AUTO, ONE_PHASE, TWO_PHASE"),
+                        ));
+                    }
+                }
+            }
+            SPLIT_ENABLED => self.split_enabled = parse_bool(key, value)?,
+            SPLIT_BUCKET_NUM => {
+                self.split_bucket_num = parse_positive(key, value)?;
+            }
+            DEFAULT_PARALLELISM => {
+                self.parallelism = parse_positive::<u32>(key, value)? as usize;
+            }
+            STRICT => self.strict = parse_bool(key, value)?,
             EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
             _ => {
                 return Err(Error::config(
@@ -116,6 +192,26 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Every option and its current value, in [`KEYS`] order, as `SET` would print them.
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        let ms = |d: Duration| format!("{} ms", d.as_millis());
+        vec![
+            (MINI_BATCH_ENABLED, self.mini_batch_enabled.to_string()),
+            (MINI_BATCH_ALLOW_LATENCY, ms(self.mini_batch_allow_latency)),
+            (MINI_BATCH_SIZE, self.mini_batch_size.to_string()),
+            (STATE_TTL, ms(self.state_ttl)),
+            (
+                AGG_PHASE_STRATEGY,
+                self.agg_phase_strategy.name().to_string(),
+            ),
+            (SPLIT_ENABLED, self.split_enabled.to_string()),
+            (SPLIT_BUCKET_NUM, self.split_bucket_num.to_string()),
+            (DEFAULT_PARALLELISM, self.parallelism.to_string()),
+            (STRICT, self.strict.to_string()),
+            (EMIT_UPDATE_BEFORE, self.emit_update_before.to_string()),
+        ]
     }
 
     /// Resets one option to its default.
@@ -129,6 +225,11 @@ impl Config {
             MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = d.mini_batch_allow_latency,
             MINI_BATCH_SIZE => self.mini_batch_size = d.mini_batch_size,
             STATE_TTL => self.state_ttl = d.state_ttl,
+            AGG_PHASE_STRATEGY => self.agg_phase_strategy = d.agg_phase_strategy,
+            SPLIT_ENABLED => self.split_enabled = d.split_enabled,
+            SPLIT_BUCKET_NUM => self.split_bucket_num = d.split_bucket_num,
+            DEFAULT_PARALLELISM => self.parallelism = d.parallelism,
+            STRICT => self.strict = d.strict,
             EMIT_UPDATE_BEFORE => self.emit_update_before = d.emit_update_before,
             _ => return Err(Error::config(key, "unknown option")),
         }
@@ -156,6 +257,19 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(
+    key: &str,
+    value: &str,
+) -> Result<T> {
+    match value.trim().parse::<T>() {
+        Ok(v) if v > T::default() => Ok(v),
+        _ => Err(Error::config(
+            key,
+            format!("'{value}' is not a positive whole number"),
+        )),
     }
 }
 
@@ -269,5 +383,20 @@ mod tests {
         let e = Config::from_pairs([(MINI_BATCH_SIZE, "lots")]).unwrap_err();
         assert!(e.to_string().contains(MINI_BATCH_SIZE), "{e}");
         assert!(e.is_user_error());
+        for (k, bad) in [
+            (AGG_PHASE_STRATEGY, "THREE_PHASE"),
+            (SPLIT_BUCKET_NUM, "0"),
+            (SPLIT_BUCKET_NUM, "-4"),
+            (DEFAULT_PARALLELISM, "0"),
+            (STRICT, "maybe"),
+            (STATE_TTL, "soon"),
+        ] {
+            let e = Config::from_pairs([(k, bad)]).unwrap_err().to_string();
+            assert!(e.contains(k) && e.contains(bad), "{e}");
+        }
+        let c = Config::from_pairs([(AGG_PHASE_STRATEGY, "two_phase"), (SPLIT_BUCKET_NUM, "16")])
+            .unwrap();
+        assert_eq!(c.agg_phase_strategy, AggPhaseStrategy::TwoPhase);
+        assert_eq!(c.split_bucket_num, 16);
     }
 }

@@ -60,8 +60,12 @@ pub mod datagen;
 pub mod error;
 pub mod functions;
 pub mod operator;
+pub mod pipeline;
 pub mod plan;
 pub mod sink;
+pub mod source;
+#[cfg(feature = "sql")]
+pub mod sql;
 
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};

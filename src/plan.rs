@@ -74,6 +74,21 @@ impl AggregatePlan {
     ) -> Result<Self> {
         let df_schema = DFSchema::try_from(input_schema.as_ref().clone())
             .map_err(|e| Error::plan(format!("input schema: {e}")))?;
+        Self::try_new_with(input_schema, &df_schema, group_by, aggregates, changelog)
+    }
+
+    /// As [`AggregatePlan::try_new`], resolving expressions against `df_schema` (a qualified
+    /// schema whose fields are the first fields of `input_schema`, as a SQL planner's).
+    ///
+    /// # Errors
+    /// As [`AggregatePlan::try_new`].
+    pub fn try_new_with(
+        input_schema: SchemaRef,
+        df_schema: &DFSchema,
+        group_by: &[Expr],
+        aggregates: &[Expr],
+        changelog: Option<&str>,
+    ) -> Result<Self> {
         let op_index = match changelog {
             Some(name) => Some(input_schema.index_of(name).map_err(|_| {
                 Error::plan(format!(
@@ -92,7 +107,7 @@ impl AggregatePlan {
             }
         }
         let mut planner = ExprPlanner {
-            df_schema: &df_schema,
+            df_schema,
             schema: &input_schema,
             props: ExecutionProps::new(),
             ctx: PhysicalPlanningContext::default(),

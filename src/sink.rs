@@ -121,6 +121,11 @@ impl FinalTable {
         Ok(())
     }
 
+    /// The changelog schema the table takes.
+    pub fn schema(&self) -> SchemaRef {
+        std::sync::Arc::clone(&self.schema)
+    }
+
     /// Rows in the table.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -147,6 +152,113 @@ impl FinalTable {
             self.values
                 .convert_rows(self.rows.values().map(|v| v.row()))?,
         );
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
+            self.schema.fields()[1..].to_vec(),
+        ));
+        RecordBatch::try_new(schema, cols).map_err(|e| Error::internal(format!("final table: {e}")))
+    }
+}
+
+/// The multiset a changelog describes: `+I`/`+U` add a row, `-U`/`-D` remove one equal row. This
+/// is the result of any retract changelog (Flink's `toRetractStream` view), whatever its columns.
+pub struct MultisetTable {
+    schema: SchemaRef,
+    converter: RowConverter,
+    rows: BTreeMap<OwnedRow, i64>,
+}
+
+impl std::fmt::Debug for MultisetTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultisetTable")
+            .field("rows", &self.rows.len())
+            .finish()
+    }
+}
+
+impl MultisetTable {
+    /// A table for changelog batches of `schema` (`op` first).
+    ///
+    /// # Errors
+    /// When a column type cannot be compared.
+    pub fn try_new(schema: SchemaRef) -> Result<Self> {
+        if schema.fields().len() < 2 {
+            return Err(Error::invalid_input(
+                "a changelog needs an op column and values",
+            ));
+        }
+        let converter = RowConverter::new(
+            schema.fields()[1..]
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )
+        .map_err(|e| Error::invalid_input(format!("cannot materialize: {e}")))?;
+        Ok(Self {
+            schema,
+            converter,
+            rows: BTreeMap::new(),
+        })
+    }
+
+    /// Applies one changelog batch.
+    ///
+    /// # Errors
+    /// A batch of another schema, or a retraction of a row that is not in the table.
+    pub fn apply(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.schema.fields() {
+            return Err(Error::invalid_input("changelog batch of another schema"));
+        }
+        let ops = batch
+            .column(0)
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| Error::invalid_input("the op column is not Int8"))?;
+        let rows = self.converter.convert_columns(&batch.columns()[1..])?;
+        for i in 0..batch.num_rows() {
+            let kind = RowKind::from_code(i64::from(ops.value(i)))
+                .ok_or_else(|| Error::invalid_input(format!("bad op {}", ops.value(i))))?;
+            let row = rows.row(i).owned();
+            if kind.is_retract() {
+                match self.rows.get_mut(&row) {
+                    Some(c) => {
+                        *c -= 1;
+                        if *c == 0 {
+                            self.rows.remove(&row);
+                        }
+                    }
+                    None => {
+                        return Err(Error::invalid_input(format!(
+                            "{kind} of a row that is not in the result"
+                        )));
+                    }
+                }
+            } else {
+                *self.rows.entry(row).or_insert(0) += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows in the table, with multiplicity.
+    pub fn len(&self) -> usize {
+        self.rows.values().map(|&c| c as usize).sum()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows sorted by all columns, each repeated by its multiplicity, without the `op`
+    /// column.
+    ///
+    /// # Errors
+    /// When the rows cannot be decoded (a bug).
+    pub fn to_batch(&self) -> Result<RecordBatch> {
+        let rows = self
+            .rows
+            .iter()
+            .flat_map(|(r, &c)| std::iter::repeat_n(r.row(), c.max(0) as usize));
+        let cols = self.converter.convert_rows(rows)?;
         let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
             self.schema.fields()[1..].to_vec(),
         ));

@@ -4,4 +4,6 @@ mod common;
 mod emission;
 mod errors;
 mod oracle;
+#[cfg(feature = "cli")]
+mod sql;
 mod types;

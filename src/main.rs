@@ -1,0 +1,428 @@
+//! The `tally` command.
+//!
+//! ```text
+//! tally sql -f SCRIPT.sql [--emit changelog|final] [--output PATH|-] [--format csv|parquet|arrow|table]
+//! tally sql -e "STATEMENTS" (same flags)
+//! ```
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use tally::changelog::RowKind;
+use tally::pipeline::ChangeBatch;
+use tally::sink::{FinalTable, MultisetTable};
+use tally::sql::{PlannedQuery, Session, StatementResult, split_statements};
+use tally::{Error, Result};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tally",
+    version,
+    about = "Streaming GROUP BY with Flink SQL semantics over Apache Arrow"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a Flink-style SQL script (SET, RESET, CREATE TABLE, EXPLAIN, SELECT).
+    Sql(SqlArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SqlArgs {
+    /// The script file.
+    #[arg(
+        short = 'f',
+        long = "file",
+        conflicts_with = "execute",
+        required_unless_present = "execute"
+    )]
+    file: Option<PathBuf>,
+    /// Statements given inline.
+    #[arg(short = 'e', long = "execute")]
+    execute: Option<String>,
+    /// What to write for each SELECT: the changelog (an op column, then the rows), or the final
+    /// table it materializes, sorted.
+    #[arg(long, value_enum, default_value_t = Emit::Changelog)]
+    emit: Emit,
+    /// Where to write query results ('-' for standard output).
+    #[arg(long, short = 'o', default_value = "-")]
+    output: String,
+    /// The output format (default: table on standard output, else from the file extension).
+    #[arg(long, value_enum)]
+    format: Option<OutFormat>,
+    /// Rows per input batch.
+    #[arg(long, default_value_t = 8192)]
+    batch_size: usize,
+    /// Print each statement's status on standard error.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Emit {
+    Changelog,
+    Final,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OutFormat {
+    Csv,
+    Parquet,
+    Arrow,
+    Table,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sql(args) => run_sql(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if e.is_user_error() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::from(2)
+            }
+        }
+    }
+}
+
+fn run_sql(args: &SqlArgs) -> Result<()> {
+    let script = match (&args.file, &args.execute) {
+        (Some(f), _) => {
+            std::fs::read_to_string(f).map_err(|e| Error::io(format!("{}: {e}", f.display())))?
+        }
+        (None, Some(s)) => s.clone(),
+        (None, None) => {
+            return Err(Error::invalid_input(
+                "give a script with -f FILE or -e STATEMENTS",
+            ));
+        }
+    };
+    if args.batch_size == 0 {
+        return Err(Error::invalid_input("--batch-size must be positive"));
+    }
+    let format = match args.format {
+        Some(f) => f,
+        None if args.output == "-" => OutFormat::Table,
+        None => match args
+            .output
+            .rsplit('.')
+            .next()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("parquet") => OutFormat::Parquet,
+            Some("arrow" | "ipc") => OutFormat::Arrow,
+            _ => OutFormat::Csv,
+        },
+    };
+    let statements = split_statements(&script)?;
+    let queries = statements
+        .iter()
+        .filter(|s| {
+            let w = s
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_ascii_uppercase();
+            w == "SELECT" || w == "WITH"
+        })
+        .count();
+    if queries > 1 && args.output != "-" {
+        return Err(Error::invalid_input(format!(
+            "the script has {queries} queries but --output names one file; write to standard output or run one query"
+        )));
+    }
+    let mut session = Session::new();
+    let mut stdout = std::io::stdout().lock();
+    for stmt in &statements {
+        match session.execute(stmt)? {
+            StatementResult::Done(msg) => {
+                if args.verbose {
+                    eprintln!("{msg}");
+                }
+            }
+            StatementResult::Explain(text) => {
+                writeln!(stdout, "{text}")?;
+            }
+            StatementResult::Query(mut query) => {
+                for w in query.warnings().to_vec() {
+                    if let Some(w) = session.warn_once(&w) {
+                        eprintln!("warning: {w}");
+                    }
+                }
+                run_query(&mut query, args, format, &mut stdout)?;
+            }
+        }
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The changelog batch with its op column as text (`+I`, …) for text formats, or as Int8 codes.
+fn with_op(b: &ChangeBatch, text: bool) -> Result<RecordBatch> {
+    let batch = b.with_op_column()?;
+    if !text {
+        return Ok(batch);
+    }
+    let codes = batch.column(0).as_primitive::<Int8Type>();
+    let strings: StringArray = codes
+        .values()
+        .iter()
+        .map(|c| RowKind::from_code(i64::from(*c)).map(RowKind::short))
+        .collect();
+    let mut fields: Vec<Field> = vec![Field::new("op", DataType::Utf8, false)];
+    fields.extend(
+        batch.schema().fields()[1..]
+            .iter()
+            .map(|f| f.as_ref().clone()),
+    );
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(strings)];
+    cols.extend(batch.columns()[1..].iter().cloned());
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
+}
+
+/// Writes batches in one format.
+enum Writer<'a> {
+    Csv(arrow::csv::Writer<Box<dyn Write + 'a>>),
+    Parquet(parquet::arrow::ArrowWriter<File>),
+    Arrow(arrow::ipc::writer::FileWriter<Box<dyn Write + 'a>>),
+    Table(Box<dyn Write + 'a>, Vec<RecordBatch>),
+}
+
+impl<'a> Writer<'a> {
+    fn new(
+        format: OutFormat,
+        output: &str,
+        schema: &SchemaRef,
+        stdout: &'a mut dyn Write,
+    ) -> Result<Self> {
+        let sink = || -> Result<Box<dyn Write + 'a>> {
+            Ok(if output == "-" {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::io::BufWriter::new(
+                    File::create(output).map_err(|e| Error::io(format!("{output}: {e}")))?,
+                ))
+            })
+        };
+        Ok(match format {
+            OutFormat::Csv => Writer::Csv(
+                arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(sink()?),
+            ),
+            OutFormat::Parquet => {
+                if output == "-" {
+                    return Err(Error::invalid_input("--format parquet needs --output FILE"));
+                }
+                let file = File::create(output).map_err(|e| Error::io(format!("{output}: {e}")))?;
+                Writer::Parquet(parquet::arrow::ArrowWriter::try_new(
+                    file,
+                    Arc::clone(schema),
+                    None,
+                )?)
+            }
+            OutFormat::Arrow => {
+                Writer::Arrow(arrow::ipc::writer::FileWriter::try_new(sink()?, schema)?)
+            }
+            OutFormat::Table => {
+                let w: Box<dyn Write + 'a> = if output == "-" {
+                    Box::new(stdout)
+                } else {
+                    sink()?
+                };
+                Writer::Table(w, vec![])
+            }
+        })
+    }
+
+    fn write(&mut self, b: &RecordBatch) -> Result<()> {
+        match self {
+            Writer::Csv(w) => w.write(b)?,
+            Writer::Parquet(w) => w.write(b)?,
+            Writer::Arrow(w) => w.write(b)?,
+            Writer::Table(_, v) => v.push(b.clone()),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            Writer::Csv(w) => drop(w.into_inner()),
+            Writer::Parquet(w) => {
+                w.close()?;
+            }
+            Writer::Arrow(mut w) => w.finish()?,
+            Writer::Table(mut w, batches) => {
+                writeln!(
+                    w,
+                    "{}",
+                    arrow::util::pretty::pretty_format_batches(&batches)?
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match total {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} rows ({per_sec}, {eta} left)")
+                .ok()?,
+        ),
+        None => ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template("{spinner} {pos} rows ({per_sec})").ok()?),
+    };
+    Some(bar)
+}
+
+fn run_query(
+    query: &mut PlannedQuery,
+    args: &SqlArgs,
+    format: OutFormat,
+    stdout: &mut dyn Write,
+) -> Result<()> {
+    let text = matches!(format, OutFormat::Csv | OutFormat::Table);
+    let bar = progress_bar(query.source_rows());
+    let started = Instant::now();
+    let progress = |rows: u64| {
+        if let Some(b) = &bar {
+            b.set_position(rows);
+        }
+    };
+    let stats = match args.emit {
+        Emit::Changelog => {
+            let op_type = if text { DataType::Utf8 } else { DataType::Int8 };
+            let mut fields = vec![Field::new("op", op_type, false)];
+            fields.extend(
+                query
+                    .output_schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone()),
+            );
+            let schema: SchemaRef = Arc::new(Schema::new(fields));
+            let mut writer = Writer::new(format, &args.output, &schema, stdout)?;
+            let stats = query.run(
+                args.batch_size,
+                |b| writer.write(&with_op(b, text)?),
+                progress,
+            )?;
+            writer.finish()?;
+            stats
+        }
+        Emit::Final => {
+            let mut table = FinalResult::new(query)?;
+            let stats = query.run(args.batch_size, |b| table.apply(b), progress)?;
+            let result = table.finish()?;
+            let mut writer = Writer::new(format, &args.output, &result.schema(), stdout)?;
+            writer.write(&result)?;
+            writer.finish()?;
+            stats
+        }
+    };
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if args.verbose {
+        eprintln!(
+            "[INFO] {} rows in, {} rows out in {:.3} s",
+            stats.rows_in,
+            stats.rows_out,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The final table of a query's changelog: a multiset when the changelog has `-U` rows, upserts
+/// by the group keys otherwise.
+enum FinalResult {
+    Multiset(MultisetTable),
+    Upsert {
+        table: FinalTable,
+        order: Vec<usize>,
+        schema: SchemaRef,
+    },
+}
+
+impl FinalResult {
+    fn new(query: &PlannedQuery) -> Result<Self> {
+        let schema = query.output_schema();
+        let mut fields = vec![Field::new("op", DataType::Int8, false)];
+        if query.emits_update_before() || !query.is_changelog() {
+            fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
+            return Ok(FinalResult::Multiset(MultisetTable::try_new(Arc::new(
+                Schema::new(fields),
+            ))?));
+        }
+        let keys = query.key_columns().ok_or_else(|| {
+            Error::invalid_input(
+                "--emit final without -U rows ('tally.exec.emit.update-before' = 'false') needs the group keys in the SELECT list",
+            )
+        })?;
+        let mut order: Vec<usize> = keys.to_vec();
+        order.extend((0..schema.fields().len()).filter(|i| !keys.contains(i)));
+        fields.extend(order.iter().map(|&i| schema.field(i).clone()));
+        Ok(FinalResult::Upsert {
+            table: FinalTable::try_new(Arc::new(Schema::new(fields)), keys.len())?,
+            order,
+            schema,
+        })
+    }
+
+    fn apply(&mut self, b: &ChangeBatch) -> Result<()> {
+        let batch = b.with_op_column()?;
+        match self {
+            FinalResult::Multiset(t) => t.apply(&batch),
+            FinalResult::Upsert { table, order, .. } => {
+                let mut cols = vec![Arc::clone(batch.column(0))];
+                cols.extend(order.iter().map(|&i| Arc::clone(batch.column(i + 1))));
+                let reordered = RecordBatch::try_new(table.schema(), cols)?;
+                table.apply(&reordered)
+            }
+        }
+    }
+
+    fn finish(self) -> Result<RecordBatch> {
+        match self {
+            FinalResult::Multiset(t) => t.to_batch(),
+            FinalResult::Upsert {
+                table,
+                order,
+                schema,
+            } => {
+                let sorted = table.to_batch()?;
+                let mut cols: Vec<ArrayRef> = vec![Arc::clone(sorted.column(0)); order.len()];
+                for (pos, &i) in order.iter().enumerate() {
+                    cols[i] = Arc::clone(sorted.column(pos));
+                }
+                Ok(RecordBatch::try_new(schema, cols)?)
+            }
+        }
+    }
+}

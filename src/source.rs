@@ -1,0 +1,286 @@
+//! File sources: CSV (header row matched by column name, empty field = NULL), Parquet and Arrow
+//! IPC, read as change batches of a declared schema.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchReader};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::changelog::op_codes;
+use crate::error::{Error, Result};
+use crate::pipeline::ChangeBatch;
+
+/// A file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Comma-separated values with a header row.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Arrow IPC (file or stream format).
+    Arrow,
+}
+
+impl Format {
+    /// Parses `csv`, `parquet` or `arrow`.
+    ///
+    /// # Errors
+    /// Any other name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "csv" => Ok(Format::Csv),
+            "parquet" => Ok(Format::Parquet),
+            "arrow" | "ipc" => Ok(Format::Arrow),
+            other => Err(Error::plan(format!(
+                "format '{other}' is not supported (csv, parquet, arrow)"
+            ))),
+        }
+    }
+}
+
+/// A table backed by a file.
+#[derive(Debug, Clone)]
+pub struct FileTable {
+    /// The table's name.
+    pub name: String,
+    /// Declared columns.
+    pub schema: SchemaRef,
+    /// The file.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: Format,
+    /// The column holding row kinds, if the file is a changelog (need not be declared).
+    pub changelog_column: Option<String>,
+    /// The column holding event time, for replay (must be declared).
+    pub time_column: Option<String>,
+}
+
+/// An open source: an iterator of change batches plus, when known, the total row count.
+pub struct SourceReader {
+    inner: Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>,
+    /// Rows in the file, when the format says (Parquet).
+    pub total_rows: Option<u64>,
+}
+
+impl std::fmt::Debug for SourceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceReader")
+            .field("total_rows", &self.total_rows)
+            .finish()
+    }
+}
+
+impl Iterator for SourceReader {
+    type Item = Result<ChangeBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next()
+    }
+}
+
+fn open(path: &Path) -> Result<File> {
+    File::open(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))
+}
+
+impl FileTable {
+    /// Opens the file and checks it against the declaration.
+    ///
+    /// # Errors
+    /// A missing file, a declared column the file lacks, a type that cannot be converted, a
+    /// corrupt file.
+    pub fn open(&self, batch_size: usize) -> Result<SourceReader> {
+        match self.format {
+            Format::Parquet => self.open_parquet(batch_size),
+            Format::Csv => self.open_csv(batch_size),
+            Format::Arrow => self.open_arrow(),
+        }
+    }
+
+    fn ctx(&self) -> String {
+        format!("table '{}' ({})", self.name, self.path.display())
+    }
+
+    /// Maps a batch read from the file (any column order, extra columns) to the declared schema
+    /// and the row kinds.
+    fn convert(&self, batch: &RecordBatch) -> Result<ChangeBatch> {
+        let file_schema = batch.schema();
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for f in self.schema.fields() {
+            let i = file_schema.index_of(f.name()).map_err(|_| {
+                Error::invalid_input(format!(
+                    "{}: column '{}' is not in the file",
+                    self.ctx(),
+                    f.name()
+                ))
+            })?;
+            let c = batch.column(i);
+            cols.push(if c.data_type() == f.data_type() {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, f.data_type()).map_err(|e| {
+                    Error::invalid_input(format!(
+                        "{}: column '{}' holds {} that cannot be read as {}: {e}",
+                        self.ctx(),
+                        f.name(),
+                        c.data_type(),
+                        f.data_type()
+                    ))
+                })?
+            });
+        }
+        let op = match &self.changelog_column {
+            None => None,
+            Some(name) => {
+                let i = file_schema.index_of(name).map_err(|_| {
+                    Error::invalid_input(format!(
+                        "{}: changelog column '{name}' is not in the file",
+                        self.ctx()
+                    ))
+                })?;
+                Some(
+                    op_codes(batch.column(i))
+                        .map_err(|e| Error::invalid_input(format!("{}: {e}", self.ctx())))?,
+                )
+            }
+        };
+        let data = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::invalid_input(format!("{}: {e}", self.ctx())))?;
+        Ok(ChangeBatch { op, data })
+    }
+
+    /// Names of the file columns this table reads.
+    fn needed(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        v.extend(self.changelog_column.clone());
+        v
+    }
+
+    fn check_columns(&self, file_schema: &Schema) -> Result<()> {
+        for name in self.needed() {
+            if file_schema.index_of(&name).is_err() {
+                let have: Vec<&str> = file_schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect();
+                return Err(Error::invalid_input(format!(
+                    "{}: column '{name}' is not in the file (it has: {})",
+                    self.ctx(),
+                    have.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn open_parquet(&self, batch_size: usize) -> Result<SourceReader> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(open(&self.path)?)
+            .map_err(|e| Error::io(format!("{}: not a readable Parquet file: {e}", self.ctx())))?;
+        let file_schema = Arc::clone(builder.schema());
+        self.check_columns(&file_schema)?;
+        let needed = self.needed();
+        let roots: Vec<usize> = file_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| needed.contains(f.name()))
+            .map(|(i, _)| i)
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let total_rows = Some(builder.metadata().file_metadata().num_rows() as u64);
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(batch_size)
+            .build()
+            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
+        let table = self.clone();
+        let ctx = self.ctx();
+        Ok(SourceReader {
+            inner: Box::new(reader.map(move |b| {
+                let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                table.convert(&b)
+            })),
+            total_rows,
+        })
+    }
+
+    fn open_csv(&self, batch_size: usize) -> Result<SourceReader> {
+        let mut file = open(&self.path)?;
+        let mut header = String::new();
+        BufReader::new(&mut file)
+            .read_line(&mut header)
+            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
+        if header.trim().is_empty() {
+            return Err(Error::invalid_input(format!(
+                "{}: the CSV file has no header row",
+                self.ctx()
+            )));
+        }
+        file.seek(SeekFrom::Start(0))?;
+        let names: Vec<String> = header
+            .trim_end_matches(['\r', '\n'])
+            .split(',')
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .collect();
+        // Declared columns get their types; the changelog column and undeclared ones are read as
+        // strings and dropped by `convert`.
+        let file_schema = Arc::new(Schema::new(
+            names
+                .iter()
+                .map(|n| {
+                    let dt = self
+                        .schema
+                        .field_with_name(n)
+                        .map_or(DataType::Utf8, |f| f.data_type().clone());
+                    Field::new(n, dt, true)
+                })
+                .collect::<Vec<_>>(),
+        ));
+        self.check_columns(&file_schema)?;
+        let reader = arrow::csv::ReaderBuilder::new(file_schema)
+            .with_header(true)
+            .with_batch_size(batch_size)
+            .build(file)
+            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
+        let table = self.clone();
+        let ctx = self.ctx();
+        Ok(SourceReader {
+            inner: Box::new(reader.map(move |b| {
+                let b = b.map_err(|e| Error::invalid_input(format!("{ctx}: {e}")))?;
+                table.convert(&b)
+            })),
+            total_rows: None,
+        })
+    }
+
+    fn open_arrow(&self) -> Result<SourceReader> {
+        let ctx = self.ctx();
+        let reader: Box<dyn RecordBatchReader + Send> =
+            match arrow::ipc::reader::FileReader::try_new(open(&self.path)?, None) {
+                Ok(r) => Box::new(r),
+                Err(_) => Box::new(
+                    arrow::ipc::reader::StreamReader::try_new(open(&self.path)?, None).map_err(
+                        |e| Error::io(format!("{ctx}: not an Arrow IPC file or stream: {e}")),
+                    )?,
+                ),
+            };
+        self.check_columns(&reader.schema())?;
+        let table = self.clone();
+        Ok(SourceReader {
+            inner: Box::new(reader.map(move |b| {
+                let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                table.convert(&b)
+            })),
+            total_rows: None,
+        })
+    }
+}

@@ -1,0 +1,902 @@
+//! From DataFusion's logical plan to Tally's pipeline, the aggregate strategy decisions, and
+//! EXPLAIN in Flink's node names.
+//!
+//! The phase strategy and the split-distinct rewrite are decided under Flink's conditions
+//! (two-phase: mini-batch on, strategy not ONE_PHASE, every aggregate mergeable, input not
+//! already partitioned by the keys; split: enabled and at least one DISTINCT call). This version
+//! executes every aggregate in one phase, without split; where Flink would do otherwise, EXPLAIN
+//! says so and why, and a setting that was asked for explicitly but has no effect is a warning
+//! (an error with `tally.strict = true`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::AsArray;
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use datafusion_common::tree_node::TreeNode;
+use datafusion_common::{DFSchema, ScalarValue};
+use datafusion_expr::expr::{AggregateFunction, Alias, ScalarFunction};
+use datafusion_expr::{BinaryExpr, Expr, LogicalPlan};
+
+use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::config::{
+    AGG_PHASE_STRATEGY, AggPhaseStrategy, Config, DEFAULT_PARALLELISM, MINI_BATCH_ALLOW_LATENCY,
+    MINI_BATCH_ENABLED, MINI_BATCH_SIZE, SPLIT_ENABLED,
+};
+use crate::error::{Error, Result};
+use crate::operator::GroupAggregate;
+use crate::pipeline::{AggregateStage, CalcStage, ChangeBatch, OP_FIELD, Pipeline, Stage};
+use crate::plan::AggregatePlan;
+use crate::source::FileTable;
+
+use super::Session;
+
+/// EXPLAIN details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExplainDetail {
+    /// `PLAN_ADVICE`: advice and warnings attached to nodes.
+    PlanAdvice,
+    /// `CHANGELOG_MODE`: each node's changelog mode.
+    ChangelogMode,
+}
+
+/// One line of the plan.
+#[derive(Debug, Clone)]
+struct Node {
+    name: &'static str,
+    attrs: Vec<String>,
+    /// The row kinds the node emits: `I`, `UB`, `UA`, `D`.
+    mode: Vec<&'static str>,
+    /// Advice numbers attached (PLAN_ADVICE).
+    advice: Vec<usize>,
+}
+
+/// Advice or a warning for PLAN_ADVICE.
+#[derive(Debug, Clone)]
+struct Advice {
+    kind: &'static str,
+    text: String,
+}
+
+/// A query planned into a pipeline over one file table.
+pub struct PlannedQuery {
+    table: FileTable,
+    pipeline: Pipeline,
+    output: SchemaRef,
+    /// Bottom-up chain of plan nodes.
+    nodes: Vec<Node>,
+    advice: Vec<Advice>,
+    strategy: Vec<String>,
+    warnings: Vec<String>,
+    changelog_output: bool,
+    /// Output positions of the top aggregate's group keys, when they survive to the output.
+    keys: Option<Vec<usize>>,
+    clock: Option<ManualClock>,
+    update_before: bool,
+}
+
+impl std::fmt::Debug for PlannedQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedQuery")
+            .field("table", &self.table.name)
+            .field("output", &self.output)
+            .finish()
+    }
+}
+
+/// What running a query did.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// Rows read from the source.
+    pub rows_in: u64,
+    /// Output rows (changelog rows, or rows of the insert-only result).
+    pub rows_out: u64,
+    /// Per aggregate (bottom-up): the operator's metrics.
+    pub aggregates: Vec<crate::Metrics>,
+}
+
+impl PlannedQuery {
+    /// The output schema (without the row kind).
+    pub fn output_schema(&self) -> SchemaRef {
+        Arc::clone(&self.output)
+    }
+
+    /// Whether the output is a changelog (it has row kinds other than `+I`).
+    pub fn is_changelog(&self) -> bool {
+        self.changelog_output
+    }
+
+    /// The output positions of the group keys of the last aggregate, when the output keeps them.
+    pub fn key_columns(&self) -> Option<&[usize]> {
+        self.keys.as_deref()
+    }
+
+    /// Whether the changelog carries `-U` rows.
+    pub fn emits_update_before(&self) -> bool {
+        self.update_before
+    }
+
+    /// Warnings about settings that have no effect (each also in EXPLAIN).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Rows in the source, when known (for progress).
+    pub fn source_rows(&self) -> Option<u64> {
+        self.table.open(1).ok().and_then(|r| r.total_rows)
+    }
+
+    /// The plan as text, Flink-style: one node per line, indented as a tree, then the aggregate
+    /// strategy; with PLAN_ADVICE the advice, with CHANGELOG_MODE each node's row kinds.
+    pub fn explain(&self, details: &[ExplainDetail]) -> String {
+        let advice = details.contains(&ExplainDetail::PlanAdvice);
+        let modes = details.contains(&ExplainDetail::ChangelogMode);
+        let mut out = String::from("== Physical Plan ==\n");
+        for (depth, node) in self.nodes.iter().rev().enumerate() {
+            let mut attrs = vec![];
+            if advice && !node.advice.is_empty() {
+                let ids: Vec<String> = node.advice.iter().map(|a| a.to_string()).collect();
+                attrs.push(format!("advice=[{}]", ids.join(", ")));
+            }
+            attrs.extend(node.attrs.iter().cloned());
+            if modes {
+                attrs.push(format!("changelogMode=[{}]", node.mode.join(",")));
+            }
+            if depth > 0 {
+                out.push_str(&"   ".repeat(depth - 1));
+                out.push_str("+- ");
+            }
+            out.push_str(&format!("{}({})\n", node.name, attrs.join(", ")));
+        }
+        if !self.strategy.is_empty() {
+            out.push_str("\n== Aggregate Strategy ==\n");
+            for s in &self.strategy {
+                out.push_str(s);
+                out.push('\n');
+            }
+        }
+        if advice {
+            out.push('\n');
+            if self.advice.is_empty() {
+                out.push_str("No available advice...\n");
+            }
+            for (i, a) in self.advice.iter().enumerate() {
+                out.push_str(&format!("advice[{}]: [{}] {}\n", i + 1, a.kind, a.text));
+            }
+        }
+        out
+    }
+
+    /// Runs the query: reads the source in batches of `batch_size` rows, pushes them through the
+    /// pipeline and hands every output batch to `on_output`; `on_progress` gets the rows read so
+    /// far after each batch.
+    ///
+    /// # Errors
+    /// Source errors, evaluation errors, and whatever `on_output` returns.
+    pub fn run(
+        &mut self,
+        batch_size: usize,
+        mut on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+        mut on_progress: impl FnMut(u64),
+    ) -> Result<RunStats> {
+        let mut stats = RunStats::default();
+        let reader = self.table.open(batch_size)?;
+        let time_index = self
+            .table
+            .time_column
+            .as_ref()
+            .and_then(|t| self.table.schema.index_of(t).ok());
+        let mut emit = |batches: Vec<ChangeBatch>, stats: &mut RunStats| -> Result<()> {
+            for b in batches {
+                stats.rows_out += b.num_rows() as u64;
+                on_output(&b)?;
+            }
+            Ok(())
+        };
+        for batch in reader {
+            let batch = batch?;
+            stats.rows_in += batch.num_rows() as u64;
+            if let (Some(clock), Some(i)) = (&self.clock, time_index) {
+                // Replay: the recorded time drives the latency trigger.
+                let t = arrow::compute::cast(
+                    batch.data.column(i),
+                    &DataType::Timestamp(TimeUnit::Millisecond, None),
+                )?;
+                let t = arrow::compute::cast(&t, &DataType::Int64)?;
+                if let Some(max) = arrow::compute::max(t.as_primitive::<Int64Type>()) {
+                    clock.set_ms(max);
+                }
+            }
+            let out = self.pipeline.push(batch)?;
+            emit(out, &mut stats)?;
+            on_progress(stats.rows_in);
+        }
+        let out = self.pipeline.finish()?;
+        emit(out, &mut stats)?;
+        stats.aggregates = self
+            .pipeline
+            .stages()
+            .iter()
+            .filter_map(|s| s.aggregate().map(GroupAggregate::metrics))
+            .collect();
+        Ok(stats)
+    }
+}
+
+/// What planning a subtree built.
+struct Built {
+    table: FileTable,
+    stages: Vec<Box<dyn Stage>>,
+    nodes: Vec<Node>,
+    changelog: bool,
+    /// Positions of the last aggregate's group keys in this subtree's output.
+    keys: Option<Vec<usize>>,
+    /// EXPLAIN names of this subtree's output columns, where they differ from the schema's.
+    names: HashMap<String, String>,
+}
+
+struct Ctx<'a> {
+    session: &'a mut Session,
+    config: Config,
+    has_aggregate: bool,
+    clock: Arc<dyn Clock>,
+    manual: Option<ManualClock>,
+    advice: Vec<Advice>,
+    strategy: Vec<String>,
+    warnings: Vec<String>,
+    /// Aliases of the Projection being planned (output column → alias), for the aggregate
+    /// below it to name its results in EXPLAIN.
+    pending: HashMap<String, String>,
+}
+
+/// Plans `plan` (from `sql`) for `session`.
+///
+/// # Errors
+/// Unsupported constructs, bad configuration, and (with `tally.strict`) settings that have no
+/// effect.
+pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
+    let config = session.config().clone();
+    config.validate()?;
+    let mut has_aggregate = false;
+    plan.apply(|n| {
+        if matches!(n, LogicalPlan::Aggregate(_)) {
+            has_aggregate = true;
+        }
+        Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    let update_before = config.emit_update_before;
+    let mut ctx = Ctx {
+        session,
+        config,
+        has_aggregate,
+        clock: Arc::new(SystemClock),
+        manual: None,
+        advice: vec![],
+        strategy: vec![],
+        warnings: vec![],
+        pending: HashMap::new(),
+    };
+    // A replayed table (time column) drives the clock from its recorded time.
+    let mut table_name = None;
+    plan.apply(|n| {
+        if let LogicalPlan::TableScan(t) = n {
+            table_name = Some(t.table_name.table().to_string());
+        }
+        Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    if table_name
+        .as_ref()
+        .and_then(|n| ctx.session.table(n))
+        .is_some_and(|t| t.time_column.is_some())
+    {
+        let clock = ManualClock::new(i64::MIN / 2);
+        ctx.clock = Arc::new(clock.clone());
+        ctx.manual = Some(clock);
+    }
+    if ctx.config.parallelism > 1 && ctx.session.is_explicit(DEFAULT_PARALLELISM) {
+        let w = format!(
+            "'{DEFAULT_PARALLELISM}' = '{}' has no effect: this version runs every stage on one worker",
+            ctx.config.parallelism
+        );
+        ctx.warn(w)?;
+    }
+    let built = build(&mut ctx, plan)?;
+    Ok(PlannedQuery {
+        table: built.table,
+        pipeline: Pipeline::new(built.stages),
+        output: Arc::new(plan.schema().as_arrow().clone()),
+        nodes: built.nodes,
+        advice: ctx.advice,
+        strategy: ctx.strategy,
+        warnings: ctx.warnings,
+        changelog_output: built.changelog,
+        keys: built.keys,
+        clock: ctx.manual,
+        update_before,
+    })
+}
+
+impl Ctx<'_> {
+    /// Records a warning about a setting with no effect; an error under `tally.strict`.
+    fn warn(&mut self, w: String) -> Result<()> {
+        if self.config.strict {
+            return Err(Error::config(
+                "tally.strict",
+                format!("{w} (tally.strict = true turns this warning into an error)"),
+            ));
+        }
+        self.advice.push(Advice {
+            kind: "WARNING",
+            text: w.clone(),
+        });
+        self.warnings.push(w);
+        Ok(())
+    }
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::plan(format!(
+        "{what} is not supported in a streaming GROUP BY query"
+    ))
+}
+
+fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let name = scan.table_name.table().to_string();
+            let table = ctx
+                .session
+                .table(&name)
+                .cloned()
+                .ok_or_else(|| Error::plan(format!("table '{name}' not found")))?;
+            let mode = if table.changelog_column.is_some() {
+                vec!["I", "UB", "UA", "D"]
+            } else {
+                vec!["I"]
+            };
+            let fields: Vec<&str> = table
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            let mut nodes = vec![Node {
+                name: "TableSourceScan",
+                attrs: vec![
+                    format!("table=[[default_catalog, default_database, {name}]]"),
+                    format!("fields=[{}]", fields.join(", ")),
+                ],
+                mode: mode.clone(),
+                advice: vec![],
+            }];
+            if ctx.has_aggregate && ctx.config.mini_batch_enabled {
+                let (interval, kind) = (
+                    ctx.config.mini_batch_allow_latency.as_millis(),
+                    if table.time_column.is_some() {
+                        "RowTime"
+                    } else {
+                        "ProcTime"
+                    },
+                );
+                nodes.push(Node {
+                    name: "MiniBatchAssigner",
+                    attrs: vec![format!("interval=[{interval}ms]"), format!("mode=[{kind}]")],
+                    mode,
+                    advice: vec![],
+                });
+            }
+            let mut stages: Vec<Box<dyn Stage>> = vec![];
+            if let Some(projection) = &scan.projection {
+                let input = DFSchema::try_from(table.schema.as_ref().clone())?;
+                let exprs: Vec<Expr> = projection
+                    .iter()
+                    .map(|&i| {
+                        Expr::Column(datafusion_common::Column::new_unqualified(
+                            table.schema.field(i).name(),
+                        ))
+                    })
+                    .collect();
+                stages.push(Box::new(CalcStage::try_new(
+                    &input,
+                    None,
+                    Some(&exprs),
+                    Arc::new(scan.projected_schema.as_arrow().clone()),
+                )?));
+            }
+            if !scan.filters.is_empty() || scan.fetch.is_some() {
+                return Err(unsupported("a filtered or limited scan"));
+            }
+            let changelog = table.changelog_column.is_some();
+            Ok(Built {
+                table,
+                stages,
+                nodes,
+                changelog,
+                keys: None,
+                names: HashMap::new(),
+            })
+        }
+        LogicalPlan::SubqueryAlias(a) => build(ctx, &a.input),
+        LogicalPlan::Filter(f) => {
+            // A Projection directly above folds this filter into one Calc (see below).
+            let mut built = build(ctx, &f.input)?;
+            let schema = f.input.schema();
+            built.stages.push(Box::new(CalcStage::try_new(
+                schema,
+                Some(&f.predicate),
+                None,
+                Arc::new(schema.as_arrow().clone()),
+            )?));
+            let mode = built
+                .nodes
+                .last()
+                .map(|n| n.mode.clone())
+                .unwrap_or_default();
+            let select: Vec<String> = field_names(schema)
+                .into_iter()
+                .map(|n| built.names.get(&n).cloned().unwrap_or(n))
+                .collect();
+            built.nodes.push(Node {
+                name: "Calc",
+                attrs: vec![
+                    format!("select=[{}]", select.join(", ")),
+                    format!("where=[{}]", show_in(&f.predicate, &built.names)),
+                ],
+                mode,
+                advice: vec![],
+            });
+            Ok(built)
+        }
+        LogicalPlan::Projection(p) => {
+            // Aliases of aggregate results (`COUNT(*) AS orders`) name them in the aggregate.
+            let mut aliases = HashMap::new();
+            for e in &p.expr {
+                if let Expr::Alias(Alias { expr, name, .. }) = e {
+                    let mut expr = expr.as_ref();
+                    while let Expr::Alias(Alias { expr: inner, .. }) = expr {
+                        expr = inner.as_ref();
+                    }
+                    if let Expr::Column(c) = expr {
+                        aliases
+                            .entry(c.name.clone())
+                            .or_insert_with(|| name.clone());
+                    }
+                }
+            }
+            ctx.pending = aliases;
+            let mut built = build(ctx, &p.input)?;
+            let input = p.input.schema();
+            let identity = p.expr.len() == input.fields().len()
+                && p.expr.iter().enumerate().all(|(i, e)| match e {
+                    Expr::Column(c) => input.index_of_column(c).ok() == Some(i),
+                    _ => false,
+                });
+            // Keys survive a projection that passes them through as columns.
+            built.keys = built.keys.as_ref().and_then(|keys| {
+                keys.iter()
+                    .map(|&k| {
+                        p.expr.iter().position(|e| {
+                            let e = match e {
+                                Expr::Alias(Alias { expr, .. }) => expr.as_ref(),
+                                other => other,
+                            };
+                            matches!(e, Expr::Column(c) if input.index_of_column(c).ok() == Some(k))
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            });
+            if identity && p.schema.as_arrow().fields() == input.as_arrow().fields() {
+                return Ok(built);
+            }
+            built.stages.push(Box::new(CalcStage::try_new(
+                input,
+                None,
+                Some(&p.expr),
+                Arc::new(p.schema.as_arrow().clone()),
+            )?));
+            let mode = built
+                .nodes
+                .last()
+                .map(|n| n.mode.clone())
+                .unwrap_or_default();
+            let select: Vec<String> = p.expr.iter().map(|e| show_named(e, &built.names)).collect();
+            let passthrough: Vec<String> = field_names(input)
+                .into_iter()
+                .map(|n| built.names.get(&n).cloned().unwrap_or(n))
+                .collect();
+            built.names = HashMap::new();
+            if select == passthrough {
+                // Only renames what EXPLAIN already shows by its new name.
+                return Ok(built);
+            }
+            // A projection over a filter is one Calc in Flink's plans.
+            if let Some(last) = built.nodes.last_mut()
+                && last.name == "Calc"
+                && last.attrs.len() == 2
+                && last.attrs[1].starts_with("where=")
+            {
+                last.attrs[0] = format!("select=[{}]", select.join(", "));
+                return Ok(built);
+            }
+            built.nodes.push(Node {
+                name: "Calc",
+                attrs: vec![format!("select=[{}]", select.join(", "))],
+                mode,
+                advice: vec![],
+            });
+            Ok(built)
+        }
+        LogicalPlan::Aggregate(agg) => build_aggregate(ctx, agg),
+        LogicalPlan::Sort(_) => Err(unsupported(
+            "ORDER BY (the final table of --emit final is sorted)",
+        )),
+        LogicalPlan::Limit(_) => Err(unsupported("LIMIT")),
+        LogicalPlan::Distinct(_) => Err(unsupported("SELECT DISTINCT (use GROUP BY)")),
+        LogicalPlan::Join(_) => Err(unsupported("a join")),
+        LogicalPlan::Union(_) => Err(unsupported("UNION")),
+        LogicalPlan::Window(_) => Err(unsupported("a window function")),
+        LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => {
+            Err(unsupported("a query without a FROM table"))
+        }
+        other => Err(unsupported(&format!(
+            "'{}'",
+            other
+                .display()
+                .to_string()
+                .split(':')
+                .next()
+                .unwrap_or("this plan")
+        ))),
+    }
+}
+
+fn field_names(schema: &DFSchema) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}
+
+fn build_aggregate(
+    ctx: &mut Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+) -> Result<Built> {
+    let aliases = std::mem::take(&mut ctx.pending);
+    let mut built = build(ctx, &agg.input)?;
+    let mut names: HashMap<String, String> = HashMap::new();
+    if agg
+        .group_expr
+        .iter()
+        .any(|e| matches!(e, Expr::GroupingSet(_)))
+    {
+        return Err(unsupported("GROUPING SETS / ROLLUP / CUBE"));
+    }
+    let input = agg.input.schema();
+    let changelog = built.changelog;
+    let input_schema = AggregateStage::input_schema(input.as_arrow(), changelog);
+    let plan = AggregatePlan::try_new_with(
+        input_schema,
+        input,
+        &agg.group_expr,
+        &agg.aggr_expr,
+        changelog.then_some(OP_FIELD),
+    )?;
+    // The operator runs one phase; the decisions below are recorded, not passed to it.
+    let mut op_config = ctx.config.clone();
+    op_config.agg_phase_strategy = AggPhaseStrategy::Auto;
+    op_config.split_enabled = false;
+    let operator = GroupAggregate::try_new(Arc::new(plan), op_config, Arc::clone(&ctx.clock))?;
+    let output = Arc::new(agg.schema.as_arrow().clone());
+    built.stages.push(Box::new(AggregateStage::try_new(
+        operator, changelog, output,
+    )?));
+
+    // Explain: Calc (keys, arguments, filters) → Exchange → GroupAggregate.
+    let keys: Vec<String> = agg.group_expr.iter().map(show).collect();
+    let mut calc: Vec<String> = vec![];
+    fn push_calc(calc: &mut Vec<String>, s: String) {
+        if !calc.contains(&s) {
+            calc.push(s);
+        }
+    }
+    for k in &agg.group_expr {
+        push_calc(&mut calc, show(k));
+    }
+    let mut filters: Vec<String> = vec![];
+    let mut select: Vec<String> = keys.clone();
+    let mut has_distinct = false;
+    let mut distinct_args: Vec<String> = vec![];
+    let mut calls: Vec<(String, Option<usize>, String)> = vec![];
+    for (i, a) in agg.aggr_expr.iter().enumerate() {
+        let (inner, name) = match a {
+            Expr::Alias(Alias { expr, name, .. }) => (expr.as_ref(), name.clone()),
+            other => {
+                let field = agg.schema.field(agg.group_expr.len() + i).name().clone();
+                let name = aliases
+                    .get(&field)
+                    .cloned()
+                    .unwrap_or_else(|| format!("EXPR${i}"));
+                names.insert(field, name.clone());
+                (other, name)
+            }
+        };
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+            return Err(Error::plan(format!("{inner} is not an aggregate call")));
+        };
+        let fname = func.name().to_ascii_uppercase();
+        let star = matches!(
+            params.args.as_slice(),
+            [] | [Expr::Literal(ScalarValue::Int64(Some(_)), _)]
+        ) && fname == "COUNT";
+        let args: Vec<String> = params.args.iter().map(show).collect();
+        for a in &args {
+            if !star {
+                push_calc(&mut calc, a.clone());
+            }
+        }
+        let call = if star {
+            "COUNT(*)".to_string()
+        } else {
+            format!(
+                "{fname}({}{})",
+                if params.distinct { "DISTINCT " } else { "" },
+                args.join(", ")
+            )
+        };
+        if params.distinct {
+            has_distinct = true;
+            distinct_args.extend(args.iter().cloned());
+        }
+        let filter = params.filter.as_ref().map(|f| {
+            let f = format!("{} IS TRUE", show(f));
+            match filters.iter().position(|x| *x == f) {
+                Some(i) => i,
+                None => {
+                    filters.push(f);
+                    filters.len() - 1
+                }
+            }
+        });
+        calls.push((call, filter, name));
+    }
+    // Filter columns follow the keys and arguments in the Calc, as `$f<position>`.
+    let base = calc.len();
+    for (call, filter, name) in calls {
+        match filter {
+            Some(i) => select.push(format!("{call} FILTER $f{} AS {name}", base + i)),
+            None => select.push(format!("{call} AS {name}")),
+        }
+    }
+    for (i, f) in filters.iter().enumerate() {
+        calc.push(format!("{f} AS $f{}", base + i));
+    }
+    let in_mode = built
+        .nodes
+        .last()
+        .map(|n| n.mode.clone())
+        .unwrap_or_default();
+    built.nodes.push(Node {
+        name: "Calc",
+        attrs: vec![format!("select=[{}]", calc.join(", "))],
+        mode: in_mode.clone(),
+        advice: vec![],
+    });
+    let distribution = if keys.is_empty() {
+        "single".to_string()
+    } else {
+        format!("hash[{}]", keys.join(", "))
+    };
+    built.nodes.push(Node {
+        name: "Exchange",
+        attrs: vec![format!("distribution=[{distribution}]")],
+        mode: in_mode,
+        advice: vec![],
+    });
+    let mut out_mode = vec!["I"];
+    if ctx.config.emit_update_before {
+        out_mode.push("UB");
+    }
+    out_mode.push("UA");
+    if changelog {
+        out_mode.push("D");
+    }
+    let mut attrs = vec![];
+    if !keys.is_empty() {
+        attrs.push(format!("groupBy=[{}]", keys.join(", ")));
+    }
+    attrs.push(format!("select=[{}]", select.join(", ")));
+    let label = if keys.is_empty() {
+        "GroupAggregate".to_string()
+    } else {
+        format!("GroupAggregate(groupBy=[{}])", keys.join(", "))
+    };
+
+    // Is the input already partitioned by these keys (an aggregate grouped by the same columns
+    // below)? Then a local phase cannot help (Flink's condition 4).
+    let partitioned = built.keys.as_ref().is_some_and(|prev| {
+        let mine: Option<Vec<usize>> = agg
+            .group_expr
+            .iter()
+            .map(|e| match e {
+                Expr::Column(c) => input.index_of_column(c).ok(),
+                _ => None,
+            })
+            .collect();
+        mine.is_some_and(|mut m| {
+            let mut p = prev.clone();
+            m.sort_unstable();
+            p.sort_unstable();
+            m == p
+        })
+    });
+    let mut node_advice = vec![];
+    let cfg = ctx.config.clone();
+    let mb = cfg.mini_batch_enabled;
+    let strategy = cfg.agg_phase_strategy;
+    let two_phase = mb && strategy != AggPhaseStrategy::OnePhase && !partitioned;
+    let mut note = format!(
+        "{label}: runs ONE_PHASE. Requested '{AGG_PHASE_STRATEGY}' = '{}'",
+        strategy.name()
+    );
+    if partitioned {
+        note.push_str("; the input is already partitioned by the group keys, so a local phase would not reduce the exchange (Flink keeps one phase too).");
+    } else if two_phase {
+        note.push_str("; Flink would run two phases here (LocalGroupAggregate → GlobalGroupAggregate). This version executes one phase, with the same results: local-global execution is not implemented yet.");
+        if strategy == AggPhaseStrategy::TwoPhase {
+            ctx.warn(format!(
+                "'{AGG_PHASE_STRATEGY}' = 'TWO_PHASE' has no effect yet: local-global execution is not implemented in this version (the aggregate runs one phase, with the same results)"
+            ))?;
+            node_advice.push(ctx.advice.len());
+        }
+    } else {
+        // Flink's GroupAggregationAnalyzer advice: what to set for two phases.
+        let mut unmet = vec![];
+        if strategy == AggPhaseStrategy::OnePhase {
+            unmet.push(format!("'{AGG_PHASE_STRATEGY}' to 'AUTO'"));
+            note.push_str(" (one phase, as requested).");
+        }
+        if !mb {
+            unmet.push(format!("'{MINI_BATCH_ENABLED}' to 'true'"));
+            if strategy != AggPhaseStrategy::OnePhase {
+                note.push_str(&format!(
+                    "; two phases need mini-batch, and '{MINI_BATCH_ENABLED}' is false."
+                ));
+            }
+        }
+        if cfg.mini_batch_allow_latency.as_millis() == 0 {
+            unmet.push(format!(
+                "'{MINI_BATCH_ALLOW_LATENCY}' to a positive long value"
+            ));
+        }
+        if cfg.mini_batch_size <= 0 {
+            unmet.push(format!("'{MINI_BATCH_SIZE}' to a positive long value"));
+        }
+        ctx.advice.push(Advice {
+            kind: "ADVICE",
+            text: format!(
+                "You might want to enable local-global two-phase optimization by configuring ({}).",
+                unmet.join(", ")
+            ),
+        });
+        node_advice.push(ctx.advice.len());
+        if strategy == AggPhaseStrategy::TwoPhase && !mb {
+            ctx.warn(format!(
+                "'{AGG_PHASE_STRATEGY}' = 'TWO_PHASE' has no effect: two-phase aggregation needs mini-batch; set '{MINI_BATCH_ENABLED}' to 'true' with a positive '{MINI_BATCH_ALLOW_LATENCY}' and '{MINI_BATCH_SIZE}'"
+            ))?;
+            node_advice.push(ctx.advice.len());
+        }
+    }
+    ctx.strategy.push(note);
+    // Split-distinct.
+    if cfg.split_enabled {
+        let key_args = distinct_args.iter().all(|a| keys.contains(a));
+        let w = if !has_distinct {
+            format!(
+                "'{SPLIT_ENABLED}' = 'true' has no effect on {label}: it has no DISTINCT aggregate"
+            )
+        } else if key_args {
+            format!(
+                "'{SPLIT_ENABLED}' = 'true' has no effect on {label}: its DISTINCT arguments are group keys, so there is nothing to bucket"
+            )
+        } else {
+            format!(
+                "'{SPLIT_ENABLED}' = 'true' has no effect yet on {label}: split-distinct aggregation is not implemented in this version (the aggregate runs without split, with the same results)"
+            )
+        };
+        ctx.strategy.push(format!(
+            "{label}: split-distinct requested; {}",
+            w.split(": ").last().unwrap_or("")
+        ));
+        ctx.warn(w)?;
+        node_advice.push(ctx.advice.len());
+    } else if has_distinct {
+        ctx.strategy.push(format!(
+            "{label}: split-distinct off ('{SPLIT_ENABLED}' = 'false')."
+        ));
+    }
+    built.nodes.push(Node {
+        name: "GroupAggregate",
+        attrs,
+        mode: out_mode,
+        advice: node_advice,
+    });
+    built.changelog = true;
+    built.keys = Some((0..agg.group_expr.len()).collect());
+    built.names = names;
+    Ok(built)
+}
+
+/// An expression in Flink's explain style: unqualified columns, SQL literals, upper-case
+/// function names.
+pub fn show(e: &Expr) -> String {
+    show_in(e, &HashMap::new())
+}
+
+/// [`show`], naming columns by `names` where it has them.
+fn show_in(e: &Expr, names: &HashMap<String, String>) -> String {
+    let show = |e: &Expr| show_in(e, names);
+    match e {
+        Expr::Column(c) => names
+            .get(&c.name)
+            .cloned()
+            .unwrap_or_else(|| c.name.clone()),
+        Expr::Alias(Alias { expr, .. }) => show(expr),
+        Expr::Literal(v, _) => match v {
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) => {
+                format!("'{}'", s.replace('\'', "''"))
+            }
+            v if v.is_null() => "null".to_string(),
+            v => v.to_string(),
+        },
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            format!("({} {op} {})", show(left), show(right))
+        }
+        Expr::Not(x) => format!("NOT({})", show(x)),
+        Expr::IsNull(x) => format!("{} IS NULL", show(x)),
+        Expr::IsNotNull(x) => format!("{} IS NOT NULL", show(x)),
+        Expr::IsTrue(x) => format!("{} IS TRUE", show(x)),
+        Expr::Negative(x) => format!("-({})", show(x)),
+        Expr::Cast(c) => format!("CAST({} AS {})", show(&c.expr), c.field.data_type()),
+        Expr::TryCast(c) => format!("TRY_CAST({} AS {})", show(&c.expr), c.field.data_type()),
+        Expr::ScalarFunction(ScalarFunction { func, args }) => {
+            let args: Vec<String> = args.iter().map(&show).collect();
+            format!("{}({})", func.name().to_ascii_uppercase(), args.join(", "))
+        }
+        Expr::Case(c) => {
+            let mut s = String::from("CASE(");
+            let mut parts = vec![];
+            if let Some(x) = &c.expr {
+                parts.push(show(x));
+            }
+            for (w, t) in &c.when_then_expr {
+                parts.push(show(w));
+                parts.push(show(t));
+            }
+            if let Some(x) = &c.else_expr {
+                parts.push(show(x));
+            }
+            s.push_str(&parts.join(", "));
+            s.push(')');
+            s
+        }
+        other => other.to_string(),
+    }
+}
+
+/// An expression with its output name (`expr AS name` unless it is that column).
+fn show_named(e: &Expr, names: &HashMap<String, String>) -> String {
+    match e {
+        Expr::Alias(Alias { expr, name, .. }) => {
+            let mut expr = expr.as_ref();
+            while let Expr::Alias(Alias { expr: inner, .. }) = expr {
+                expr = inner.as_ref();
+            }
+            let s = show_in(expr, names);
+            if &s == name {
+                s
+            } else {
+                format!("{s} AS {name}")
+            }
+        }
+        other => show_in(other, names),
+    }
+}

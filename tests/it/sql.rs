@@ -1,0 +1,507 @@
+//! `tally sql` end to end: CSV and Parquet inputs, insert-only and changelog, nested aggregation,
+//! FILTER and DISTINCT, configuration errors, and EXPLAIN golden files. Final results are
+//! compared with a reference computed here from the same rows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use arrow::array::{Array, AsArray, RecordBatchReader};
+use arrow::datatypes::{Int64Type, TimestampMillisecondType};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tally");
+
+/// A scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tally-it-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `tally sql -e SCRIPT ARGS…` from the repository root; returns (exit code, stdout, stderr).
+fn tally(script: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("sql")
+        .arg("-e")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// Runs a script that must succeed and returns its standard output.
+fn ok(script: &str, args: &[&str]) -> String {
+    let (code, out, err) = tally(script, args);
+    assert_eq!(code, 0, "stderr: {err}");
+    out
+}
+
+/// Parses CSV output (header, then rows) into sorted lines without the header.
+fn csv_rows(out: &str) -> Vec<String> {
+    let mut rows: Vec<String> = out.lines().skip(1).map(str::to_string).collect();
+    rows.sort();
+    rows
+}
+
+fn opt(v: Option<i64>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// One generated row of the CSV tests: op, k, v, u, s.
+type CsvRow = (&'static str, String, Option<i64>, i64, &'static str);
+
+/// A deterministic changelog over a few keys: inserts, and deletes/updates of live rows.
+fn csv_stream(changelog: bool) -> Vec<CsvRow> {
+    let mut rows = vec![];
+    let mut live: Vec<CsvRow> = vec![];
+    let mut x: u64 = 12345;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) as i64
+    };
+    for _ in 0..400 {
+        let r = next() % 10;
+        if changelog && !live.is_empty() && r < 3 {
+            let i = (next() as usize) % live.len();
+            let old = live.swap_remove(i);
+            if r == 0 {
+                rows.push(("-D", old.1, old.2, old.3, old.4));
+            } else {
+                let new = (
+                    "+U",
+                    old.1.clone(),
+                    Some(next() % 50),
+                    next() % 7,
+                    ["PAID", "NEW"][(next() % 2) as usize],
+                );
+                rows.push(("-U", old.1, old.2, old.3, old.4));
+                rows.push(new.clone());
+                live.push(("+I", new.1, new.2, new.3, new.4));
+            }
+        } else {
+            let k = if next() % 2 == 0 {
+                "hot".to_string()
+            } else {
+                format!("k{}", next() % 5)
+            };
+            let v = (next() % 8 != 0).then(|| next() % 50 - 10);
+            let row = (
+                "+I",
+                k,
+                v,
+                next() % 7,
+                ["PAID", "NEW"][(next() % 2) as usize],
+            );
+            live.push(row.clone());
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+fn write_csv(path: &Path, rows: &[CsvRow]) {
+    let mut s = String::from("s,op,k,v,u\n");
+    for (op, k, v, u, st) in rows {
+        s.push_str(&format!("{st},{op},{k},{},{u}\n", opt(*v)));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// Reference: per key over the live rows, (count, sum(v) filter paid, count distinct u).
+fn csv_reference(rows: &[CsvRow]) -> Vec<String> {
+    let mut live: Vec<&CsvRow> = vec![];
+    for r in rows {
+        if r.0 == "-D" || r.0 == "-U" {
+            let i = live
+                .iter()
+                .position(|l| (&l.1, l.2, l.3, l.4) == (&r.1, r.2, r.3, r.4))
+                .unwrap();
+            live.swap_remove(i);
+        } else {
+            live.push(r);
+        }
+    }
+    let mut groups: BTreeMap<&str, Vec<&CsvRow>> = BTreeMap::new();
+    for r in live {
+        groups.entry(r.1.as_str()).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(k, rs)| {
+            let paid: Vec<i64> = rs
+                .iter()
+                .filter(|r| r.4 == "PAID")
+                .filter_map(|r| r.2)
+                .collect();
+            let users: BTreeSet<i64> = rs.iter().map(|r| r.3).collect();
+            let sum = (!paid.is_empty()).then(|| paid.iter().sum::<i64>());
+            format!("{k},{},{},{}", rs.len(), opt(sum), users.len())
+        })
+        .collect()
+}
+
+fn csv_table(path: &Path, changelog: bool) -> String {
+    format!(
+        "CREATE TABLE t (k STRING, v BIGINT, u INT, s STRING) WITH ('connector' = 'filesystem', \
+         'path' = '{}', 'format' = 'csv'{});",
+        path.display(),
+        if changelog {
+            ", 'changelog-column' = 'op'"
+        } else {
+            ""
+        }
+    )
+}
+
+const CSV_QUERY: &str = "SELECT k, COUNT(*) AS n, SUM(v) FILTER (WHERE s = 'PAID') AS paid, \
+                         COUNT(DISTINCT u) AS users FROM t GROUP BY k;";
+
+const MINI_BATCH: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
+                          SET 'table.exec.mini-batch.allow-latency' = '1 s'; \
+                          SET 'table.exec.mini-batch.size' = '7';";
+
+#[test]
+fn csv_insert_only_and_changelog_match_the_reference() {
+    let dir = scratch("csv");
+    for changelog in [false, true] {
+        let rows = csv_stream(changelog);
+        let path = dir.join(format!("t{changelog}.csv"));
+        write_csv(&path, &rows);
+        let expected = csv_reference(&rows);
+        for settings in ["", MINI_BATCH] {
+            for batch in ["1", "13", "8192"] {
+                let script = format!("{} {settings} {CSV_QUERY}", csv_table(&path, changelog));
+                let out = ok(
+                    &script,
+                    &["--emit", "final", "--format", "csv", "--batch-size", batch],
+                );
+                assert_eq!(
+                    csv_rows(&out),
+                    expected,
+                    "changelog {changelog} '{settings}' batch {batch}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn changelog_output_applies_to_the_same_result() {
+    let dir = scratch("changelog-out");
+    let rows = csv_stream(true);
+    let path = dir.join("t.csv");
+    write_csv(&path, &rows);
+    let out = ok(
+        &format!("{} {CSV_QUERY}", csv_table(&path, true)),
+        &["--format", "csv"],
+    );
+    // Apply the changelog as a multiset.
+    let mut table: BTreeMap<String, i64> = BTreeMap::new();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("op,k,n,paid,users"));
+    for line in lines {
+        let (op, row) = line.split_once(',').unwrap();
+        let c = table.entry(row.to_string()).or_insert(0);
+        match op {
+            "+I" | "+U" => *c += 1,
+            "-U" | "-D" => *c -= 1,
+            other => panic!("op {other}"),
+        }
+    }
+    let result: Vec<String> = table
+        .into_iter()
+        .filter(|(_, c)| *c != 0)
+        .map(|(r, c)| {
+            assert_eq!(c, 1);
+            r
+        })
+        .collect();
+    assert_eq!(result, csv_reference(&rows));
+}
+
+#[test]
+fn nested_aggregation_consumes_the_inner_changelog() {
+    let dir = scratch("nested");
+    let rows = csv_stream(true);
+    let path = dir.join("t.csv");
+    write_csv(&path, &rows);
+    // How many keys have each row count.
+    let inner: BTreeMap<String, usize> = csv_reference(&rows)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[1].parse().unwrap())
+        })
+        .collect();
+    let mut expected: BTreeMap<usize, usize> = BTreeMap::new();
+    for n in inner.values() {
+        *expected.entry(*n).or_default() += 1;
+    }
+    let expected: Vec<String> = expected.iter().map(|(n, c)| format!("{n},{c}")).collect();
+    for settings in ["", MINI_BATCH] {
+        let script = format!(
+            "{} {settings} SELECT n, COUNT(*) AS keys FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) GROUP BY n;",
+            csv_table(&path, true)
+        );
+        let out = ok(&script, &["--emit", "final", "--format", "csv"]);
+        let mut got = csv_rows(&out);
+        got.sort_by_key(|l| l.split(',').next().unwrap().parse::<usize>().unwrap());
+        assert_eq!(got, expected, "'{settings}'");
+    }
+}
+
+#[test]
+fn parquet_orders_match_the_reference() {
+    // Reference from the file itself.
+    let file =
+        std::fs::File::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/orders.parquet"))
+            .unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let schema = reader.schema();
+    let idx = |n: &str| schema.index_of(n).unwrap();
+    let mut groups: BTreeMap<String, (i64, i64, BTreeSet<i64>, Option<i64>)> = BTreeMap::new();
+    let mut days: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for b in reader {
+        let b = b.unwrap();
+        let shop = b.column(idx("shop")).as_string::<i32>();
+        let user = b.column(idx("user_id")).as_primitive::<Int64Type>();
+        let amount = b.column(idx("amount")).as_primitive::<Int64Type>();
+        let status = b.column(idx("status")).as_string::<i32>();
+        let ts = b
+            .column(idx("ts"))
+            .as_primitive::<TimestampMillisecondType>();
+        for i in 0..b.num_rows() {
+            let g = groups.entry(shop.value(i).to_string()).or_default();
+            g.0 += 1;
+            if status.value(i) == "PAID" && amount.is_valid(i) {
+                g.1 += amount.value(i);
+            }
+            g.2.insert(user.value(i));
+            if amount.is_valid(i) {
+                g.3 = Some(g.3.map_or(amount.value(i), |m: i64| m.max(amount.value(i))));
+            }
+            let day = chrono::DateTime::from_timestamp_millis(ts.value(i))
+                .unwrap()
+                .format("%Y-%m-%d")
+                .to_string();
+            *days.entry((shop.value(i).to_string(), day)).or_default() += 1;
+        }
+    }
+    let expected: Vec<String> = groups
+        .iter()
+        .filter(|(_, g)| g.0 >= 1000)
+        .map(|(k, g)| format!("{k},{},{},{},{}", g.0, g.1, g.2.len(), opt(g.3)))
+        .collect();
+    let out = Command::new(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "sql",
+            "-f",
+            "data/orders.sql",
+            "--emit",
+            "final",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = String::from_utf8(out.stdout).unwrap();
+    // The script prints its EXPLAIN first; the CSV starts at the header.
+    let csv = &out[out.find("shop,orders,paid,buyers,biggest").expect(&out)..];
+    assert_eq!(csv_rows(csv), expected);
+
+    // An expression key: per shop and day.
+    let script = "CREATE TABLE o (shop STRING, ts TIMESTAMP(3)) WITH ('connector' = 'filesystem', \
+                  'path' = 'data/orders.parquet', 'format' = 'parquet'); \
+                  SELECT shop, DATE_FORMAT(ts, 'yyyy-MM-dd') AS day, COUNT(*) AS n FROM o \
+                  GROUP BY shop, DATE_FORMAT(ts, 'yyyy-MM-dd');";
+    let out = ok(script, &["--emit", "final", "--format", "csv"]);
+    let expected: Vec<String> = days
+        .iter()
+        .map(|((s, d), n)| format!("{s},{d},{n}"))
+        .collect();
+    assert_eq!(csv_rows(&out), expected);
+}
+
+#[test]
+fn where_having_case_cast_substring_mod() {
+    let dir = scratch("exprs");
+    let path = dir.join("e.csv");
+    std::fs::write(
+        &path,
+        "name,qty,price\nalpha,3,1.5\nbeta,,2.0\nalpine,5,0.5\ngamma,7,3.25\nbeta,2,2.0\n",
+    )
+    .unwrap();
+    let script = format!(
+        "CREATE TABLE e (name STRING, qty INT, price DOUBLE) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); \
+         SELECT SUBSTRING(name, 1, 2) AS p, \
+                SUM(CASE WHEN MOD(qty, 2) = 1 THEN qty ELSE 0 END) AS odd_qty, \
+                COUNT(qty) AS with_qty, \
+                MAX(CAST(price * 100 AS BIGINT)) AS top_cents \
+         FROM e WHERE name <> 'gamma' GROUP BY SUBSTRING(name, 1, 2) HAVING COUNT(*) > 1;",
+        path.display()
+    );
+    let out = ok(&script, &["--emit", "final", "--format", "csv"]);
+    // al: alpha(3, odd), alpine(5, odd) → 8, 2, 150; be: beta(NULL), beta(2) → 0, 1, 200.
+    assert_eq!(csv_rows(&out), vec!["al,8,2,150", "be,0,1,200"]);
+}
+
+#[test]
+fn user_errors_exit_nonzero_with_one_line() {
+    let dir = scratch("errors");
+    let path = dir.join("t.csv");
+    write_csv(&path, &csv_stream(false));
+    let table = csv_table(&path, false);
+    let cases: Vec<(String, &str)> = vec![
+        ("SET 'table.exec.mini-batch.enable' = 'true';".into(), "'table.exec.mini-batch.enable'"),
+        ("SET 'table.exec.mini-batch.size' = 'many';".into(), "table.exec.mini-batch.size"),
+        ("SET 'table.exec.state.ttl' = 'forever';".into(), "table.exec.state.ttl"),
+        ("SET 'table.optimizer.agg-phase-strategy' = 'THREE';".into(), "THREE"),
+        (
+            format!("{table} SET 'table.exec.mini-batch.enabled' = 'true'; {CSV_QUERY}"),
+            "MiniBatch Latency must be greater than 0 ms.",
+        ),
+        (
+            format!("{table} SET 'table.exec.mini-batch.enabled' = 'true'; SET 'table.exec.mini-batch.allow-latency' = '1 s'; {CSV_QUERY}"),
+            "Key: 'table.exec.mini-batch.size' , default: -1 (fallback keys: []) must be > 0.",
+        ),
+        (format!("{table} SELECT k, COUNT(*) FROM nope GROUP BY k;"), "nope"),
+        (format!("{table} SELECT k, SUM(missing) FROM t GROUP BY k;"), "missing"),
+        (format!("{table} SELECT k, SUM(k) FROM t GROUP BY k;"), "SUM"),
+        (format!("{table} SELECT k, COUNT(*) FROM t GROUP BY k ORDER BY k;"), "ORDER BY"),
+        (format!("{table} SELEC k FROM t;"), "SELEC"),
+        (format!("{table} SELECT k, COUNT(*) FROM t GROUP BY;"), "GROUP BY"),
+        (
+            "CREATE TABLE x (a INT) WITH ('connector' = 'filesystem', 'path' = '/nonexistent/x.csv', 'format' = 'csv'); \
+             SELECT a, COUNT(*) FROM x GROUP BY a;".into(),
+            "/nonexistent/x.csv",
+        ),
+        (
+            format!(
+                "CREATE TABLE x (k STRING, zzz INT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); \
+                 SELECT k, COUNT(*) FROM x GROUP BY k;",
+                path.display()
+            ),
+            "'zzz'",
+        ),
+        (
+            format!("{table} SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'; SET 'tally.strict' = 'true'; {CSV_QUERY}"),
+            "TWO_PHASE",
+        ),
+        (
+            format!("{table} SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; SET 'tally.strict' = 'true'; SELECT k, COUNT(*) FROM t GROUP BY k;"),
+            "no DISTINCT",
+        ),
+    ];
+    for (script, needle) in cases {
+        let (code, _, err) = tally(&script, &["--emit", "final"]);
+        assert_eq!(code, 1, "{script}: {err}");
+        assert_eq!(err.lines().count(), 1, "{script}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "{script}: {err}"
+        );
+    }
+}
+
+#[test]
+fn warnings_are_printed_once_and_runs_continue() {
+    let dir = scratch("warn");
+    let path = dir.join("t.csv");
+    let rows = csv_stream(false);
+    write_csv(&path, &rows);
+    let script = format!(
+        "{} SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'; {CSV_QUERY} {CSV_QUERY}",
+        csv_table(&path, false)
+    );
+    let (code, out, err) = tally(&script, &["--emit", "final", "--format", "csv"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
+    assert!(
+        err.contains("TWO_PHASE") && err.contains("mini-batch"),
+        "{err}"
+    );
+    assert_eq!(out.matches("k,n,paid,users").count(), 2);
+}
+
+/// EXPLAIN output against the files in `tests/golden/` (`TALLY_UPDATE_GOLDEN=1` rewrites them).
+#[test]
+fn explain_golden_files() {
+    let table = "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+                 WITH ('connector' = 'filesystem', 'path' = 'data/orders.parquet', 'format' = 'parquet');";
+    let changelog_table = "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+                 WITH ('connector' = 'filesystem', 'path' = 'data/orders_changelog.parquet', 'format' = 'parquet', 'changelog-column' = 'op');";
+    let query = "SELECT shop, COUNT(*) AS orders, SUM(amount) FILTER (WHERE status = 'PAID') AS paid, \
+                 COUNT(DISTINCT user_id) AS buyers FROM orders GROUP BY shop";
+    let mb = "SET 'table.exec.mini-batch.enabled' = 'true'; SET 'table.exec.mini-batch.allow-latency' = '1 s'; \
+              SET 'table.exec.mini-batch.size' = '1000';";
+    let cases = [
+        (
+            "one_phase_no_mini_batch",
+            format!("{table} EXPLAIN {query};"),
+        ),
+        (
+            "advice_mini_batch_off",
+            format!("{table} EXPLAIN PLAN_ADVICE {query};"),
+        ),
+        (
+            "one_phase_mini_batch",
+            format!("{table} {mb} EXPLAIN PLAN_ADVICE {query};"),
+        ),
+        (
+            "advice_one_phase",
+            format!(
+                "{table} {mb} SET 'table.optimizer.agg-phase-strategy' = 'ONE_PHASE'; EXPLAIN PLAN_ADVICE {query};"
+            ),
+        ),
+        (
+            "advice_two_phase_without_mini_batch",
+            format!(
+                "{table} SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'; EXPLAIN PLAN_ADVICE {query};"
+            ),
+        ),
+        (
+            "split_without_distinct",
+            format!(
+                "{table} SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; EXPLAIN PLAN_ADVICE SELECT shop, COUNT(*) FROM orders GROUP BY shop;"
+            ),
+        ),
+        (
+            "changelog_mode_nested",
+            format!(
+                "{changelog_table} {mb} EXPLAIN CHANGELOG_MODE SELECT orders, COUNT(*) AS shops FROM \
+                 (SELECT shop, COUNT(*) AS orders FROM orders WHERE amount > 100 GROUP BY shop) GROUP BY orders;"
+            ),
+        ),
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let update = std::env::var_os("TALLY_UPDATE_GOLDEN").is_some();
+    for (name, script) in cases {
+        let out = ok(&script, &[]);
+        let path = dir.join(format!("{name}.txt"));
+        if update {
+            std::fs::write(&path, &out).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+            panic!("missing {}; run with TALLY_UPDATE_GOLDEN=1", path.display())
+        });
+        assert_eq!(out, want, "{name}");
+    }
+}
