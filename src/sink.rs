@@ -2,12 +2,29 @@
 
 use std::collections::BTreeMap;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::array::{ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow_row::{OwnedRow, RowConverter, SortField};
 
 use crate::changelog::RowKind;
 use crate::error::{Error, Result};
+
+/// The op column of a changelog batch of `schema`.
+fn changelog_ops<'a>(batch: &'a RecordBatch, schema: &SchemaRef) -> Result<&'a Int8Array> {
+    if batch.schema().fields() != schema.fields() {
+        return Err(Error::invalid_input("changelog batch of another schema"));
+    }
+    batch
+        .column(0)
+        .as_primitive_opt::<Int8Type>()
+        .ok_or_else(|| Error::invalid_input("the op column is not Int8"))
+}
+
+/// The row kind of row `i`.
+fn kind_at(ops: &Int8Array, i: usize) -> Result<RowKind> {
+    RowKind::from_code(i64::from(ops.value(i)))
+        .ok_or_else(|| Error::invalid_input(format!("bad op {}", ops.value(i))))
+}
 
 /// The table a changelog describes, keyed by the group keys: `+I`/`+U` set a key's row, `-D`
 /// removes it, `-U` is checked against the row it retracts. Works with and without `-U` rows.
@@ -87,21 +104,14 @@ impl FinalTable {
     /// A batch of another schema, or a changelog that deletes or retracts a row that is not in
     /// the table.
     pub fn apply(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.schema().fields() != self.schema.fields() {
-            return Err(Error::invalid_input("changelog batch of another schema"));
-        }
-        let ops = batch
-            .column(0)
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(|| Error::invalid_input("the op column is not Int8"))?;
+        let ops = changelog_ops(batch, &self.schema)?;
         let n = 1 + self.n_keys;
         let keys = (self.n_keys > 0)
             .then(|| self.keys.convert_columns(&batch.columns()[1..n]))
             .transpose()?;
         let values = self.values.convert_columns(&batch.columns()[n..])?;
         for i in 0..batch.num_rows() {
-            let kind = RowKind::from_code(i64::from(ops.value(i)))
-                .ok_or_else(|| Error::invalid_input(format!("bad op {}", ops.value(i))))?;
+            let kind = kind_at(ops, i)?;
             let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data()).to_vec();
             match kind {
                 RowKind::Insert | RowKind::UpdateAfter => {
@@ -205,17 +215,10 @@ impl MultisetTable {
     /// # Errors
     /// A batch of another schema, or a retraction of a row that is not in the table.
     pub fn apply(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.schema().fields() != self.schema.fields() {
-            return Err(Error::invalid_input("changelog batch of another schema"));
-        }
-        let ops = batch
-            .column(0)
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(|| Error::invalid_input("the op column is not Int8"))?;
+        let ops = changelog_ops(batch, &self.schema)?;
         let rows = self.converter.convert_columns(&batch.columns()[1..])?;
         for i in 0..batch.num_rows() {
-            let kind = RowKind::from_code(i64::from(ops.value(i)))
-                .ok_or_else(|| Error::invalid_input(format!("bad op {}", ops.value(i))))?;
+            let kind = kind_at(ops, i)?;
             let row = rows.row(i).owned();
             if kind.is_retract() {
                 match self.rows.get_mut(&row) {

@@ -235,6 +235,16 @@ struct Built {
     names: HashMap<String, String>,
 }
 
+impl Built {
+    /// The changelog mode of the subtree's top node.
+    fn mode(&self) -> Vec<&'static str> {
+        self.nodes
+            .last()
+            .map(|n| n.mode.clone())
+            .unwrap_or_default()
+    }
+}
+
 struct Ctx<'a> {
     session: &'a mut Session,
     config: Config,
@@ -427,11 +437,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 None,
                 Arc::new(schema.as_arrow().clone()),
             )?));
-            let mode = built
-                .nodes
-                .last()
-                .map(|n| n.mode.clone())
-                .unwrap_or_default();
+            let mode = built.mode();
             let select: Vec<String> = field_names(schema)
                 .into_iter()
                 .map(|n| built.names.get(&n).cloned().unwrap_or(n))
@@ -494,11 +500,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 Some(&p.expr),
                 Arc::new(p.schema.as_arrow().clone()),
             )?));
-            let mode = built
-                .nodes
-                .last()
-                .map(|n| n.mode.clone())
-                .unwrap_or_default();
+            let mode = built.mode();
             let select: Vec<String> = p.expr.iter().map(|e| show_named(e, &built.names)).collect();
             let passthrough: Vec<String> = field_names(input)
                 .into_iter()
@@ -667,11 +669,7 @@ fn build_aggregate(
     for (i, f) in filters.iter().enumerate() {
         calc.push(format!("{f} AS $f{}", base + i));
     }
-    let in_mode = built
-        .nodes
-        .last()
-        .map(|n| n.mode.clone())
-        .unwrap_or_default();
+    let in_mode = built.mode();
     built.nodes.push(Node {
         name: "Calc",
         attrs: vec![format!("select=[{}]", calc.join(", "))],

@@ -36,6 +36,23 @@ fn tally(script: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `tally sql -f FILE ARGS…` (a file of the repository), which must succeed; returns its
+/// standard output.
+fn ok_file(file: &str, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["sql", "-f", file])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Runs a script that must succeed and returns its standard output.
 fn ok(script: &str, args: &[&str]) -> String {
     let (code, out, err) = tally(script, args);
@@ -304,25 +321,7 @@ fn parquet_orders_match_the_reference() {
         .filter(|(_, g)| g.0 >= 1000)
         .map(|(k, g)| format!("{k},{},{},{},{}", g.0, g.1, g.2.len(), opt(g.3)))
         .collect();
-    let out = Command::new(BIN)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "sql",
-            "-f",
-            "data/orders.sql",
-            "--emit",
-            "final",
-            "--format",
-            "csv",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = String::from_utf8(out.stdout).unwrap();
+    let out = ok_file("data/orders.sql", &["--emit", "final", "--format", "csv"]);
     // The script prints its EXPLAIN first; the CSV starts at the header.
     let csv = &out[out.find("shop,orders,paid,buyers,biggest").expect(&out)..];
     assert_eq!(csv_rows(csv), expected);
@@ -573,25 +572,10 @@ fn changelog_script_matches_the_reference() {
         .map(|((d, p), n)| format!("{d},{p},{n}"))
         .collect();
     expected.sort();
-    let out = Command::new(BIN)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "sql",
-            "-f",
-            "data/orders_changelog.sql",
-            "--emit",
-            "final",
-            "--format",
-            "csv",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = csv_rows(&String::from_utf8(out.stdout).unwrap());
+    let got = csv_rows(&ok_file(
+        "data/orders_changelog.sql",
+        &["--emit", "final", "--format", "csv"],
+    ));
     assert!(!expected.is_empty());
     assert_eq!(got, expected);
 }
