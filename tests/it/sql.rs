@@ -662,3 +662,27 @@ fn arrow_input_and_binary_outputs() {
         assert_eq!(csv_rows(&text), expected, "{format}");
     }
 }
+
+/// Empty CSV fields are NULL, strings included; a query without GROUP BY is a global aggregate.
+#[test]
+fn empty_csv_fields_are_null_and_global_aggregates() {
+    let dir = scratch("nulls");
+    let path = dir.join("n.csv");
+    std::fs::write(&path, "k,v\na,1\n,2\nb,\n,\n").unwrap();
+    let table = format!(
+        "CREATE TABLE t (k STRING, v INT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');",
+        path.display()
+    );
+    let out = ok(
+        &format!(
+            "{table} SELECT COUNT(*) AS n, COUNT(k) AS nk, COUNT(v) AS nv, MIN(k) AS mk, SUM(v) AS s FROM t;"
+        ),
+        &["--emit", "final", "--format", "csv"],
+    );
+    assert_eq!(csv_rows(&out), vec!["4,2,2,a,3"]);
+    let out = ok(
+        &format!("{table} SELECT k IS NULL AS missing, COUNT(*) AS n FROM t GROUP BY k IS NULL;"),
+        &["--emit", "final", "--format", "csv"],
+    );
+    assert_eq!(csv_rows(&out), vec!["false,2", "true,2"]);
+}
