@@ -88,7 +88,25 @@ enum OutFormat {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            if matches!(
+                e.kind(),
+                K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            // One line: clap's first line names the problem.
+            let msg = e.to_string();
+            eprintln!(
+                "{} (see tally --help)",
+                msg.lines().next().unwrap_or("bad arguments")
+            );
+            return ExitCode::from(1);
+        }
+    };
     let result = match cli.command {
         Command::Sql(args) => run_sql(&args),
     };

@@ -686,3 +686,22 @@ fn empty_csv_fields_are_null_and_global_aggregates() {
     );
     assert_eq!(csv_rows(&out), vec!["false,2", "true,2"]);
 }
+
+#[test]
+fn bad_command_lines_are_one_line_errors() {
+    for args in [
+        vec!["sql"],
+        vec!["sql", "-e", "SELECT 1", "--emit", "everything"],
+        vec!["sql", "-f", "/nonexistent/script.sql"],
+        vec!["frobnicate"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error"), "{args:?}: {err}");
+    }
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout).unwrap().contains("sql"));
+}
