@@ -705,3 +705,45 @@ fn bad_command_lines_are_one_line_errors() {
     assert!(out.status.success());
     assert!(String::from_utf8(out.stdout).unwrap().contains("sql"));
 }
+
+/// Without `-U` rows the final table is built by upserts on the group keys.
+#[test]
+fn final_table_without_update_before() {
+    let dir = scratch("upsert");
+    let rows = csv_stream(true);
+    let path = dir.join("t.csv");
+    write_csv(&path, &rows);
+    let no_ub = "SET 'tally.exec.emit.update-before' = 'false';";
+    let table = csv_table(&path, true);
+    let out = ok(
+        &format!("{table} {no_ub} {MINI_BATCH} {CSV_QUERY}"),
+        &["--emit", "final", "--format", "csv"],
+    );
+    assert_eq!(csv_rows(&out), csv_reference(&rows));
+    let changelog = ok(
+        &format!("{table} {no_ub} {CSV_QUERY}"),
+        &["--format", "csv"],
+    );
+    assert!(!changelog.lines().any(|l| l.starts_with("-U")));
+    // Keys moved behind the values are found; keys dropped from the SELECT cannot be upserted.
+    let out = ok(
+        &format!("{table} {no_ub} SELECT COUNT(*) AS n, k FROM t GROUP BY k;"),
+        &["--emit", "final", "--format", "csv"],
+    );
+    let expected: Vec<String> = csv_reference(&rows)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            format!("{},{}", f[1], f[0])
+        })
+        .collect();
+    let mut expected = expected;
+    expected.sort();
+    assert_eq!(csv_rows(&out), expected);
+    let (code, _, err) = tally(
+        &format!("{table} {no_ub} SELECT COUNT(*) AS n FROM t GROUP BY k;"),
+        &["--emit", "final"],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("group keys"), "{err}");
+}
