@@ -309,11 +309,13 @@ fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
     }
     let bar = match total {
         Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} rows ({per_sec}, {eta} left)")
-                .ok()?,
+            ProgressStyle::with_template(
+                "{bar:30} {human_pos}/{human_len} rows, {msg}, {eta} left",
+            )
+            .ok()?,
         ),
         None => ProgressBar::new_spinner()
-            .with_style(ProgressStyle::with_template("{spinner} {pos} rows ({per_sec})").ok()?),
+            .with_style(ProgressStyle::with_template("{spinner} {human_pos} rows, {msg}").ok()?),
     };
     Some(bar)
 }
@@ -330,6 +332,8 @@ fn run_query(
     let progress = |rows: u64| {
         if let Some(b) = &bar {
             b.set_position(rows);
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
         }
     };
     let stats = match args.emit {
