@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use arrow::array::BooleanBufferBuilder;
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::{concat, interleave, or};
@@ -225,6 +225,8 @@ pub struct GroupAggregate {
     gids: Vec<u32>,
     pending: Pending,
     metrics: Metrics,
+    /// Set for a global phase: the accumulator batches it takes.
+    accumulators: Option<SchemaRef>,
 }
 
 impl GroupAggregate {
@@ -280,7 +282,110 @@ impl GroupAggregate {
             gids: vec![],
             pending: Pending::default(),
             metrics: Metrics::default(),
+            accumulators: None,
         })
+    }
+
+    /// The global phase of local-global aggregation: takes the accumulator batches of
+    /// [`crate::operator::LocalGroupAggregate`]s (through [`GroupAggregate::push_accumulators`]),
+    /// merges them into keyed state and emits the changelog as Flink's
+    /// `MiniBatchGlobalGroupAggFunction` does: like the one-phase mini-batch operator, except
+    /// that no retraction is dropped (a key without state whose merged record count is not zero,
+    /// even negative, is a new key).
+    ///
+    /// # Errors
+    /// Mini-batch off (Flink: "Local-Global optimization is only worked in miniBatch mode"), and
+    /// as [`GroupAggregate::try_new`].
+    pub fn try_new_global(
+        plan: Arc<AggregatePlan>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        if !config.mini_batch_enabled {
+            return Err(Error::config(
+                crate::config::MINI_BATCH_ENABLED,
+                "Local-Global optimization is only worked in miniBatch mode",
+            ));
+        }
+        let mut agg = Self::try_new(plan, config, clock)?;
+        agg.accumulators = Some(crate::operator::local::accumulator_schema(
+            &agg.plan, &agg.state,
+        ));
+        Ok(agg)
+    }
+
+    /// Merges one accumulator batch (a global phase only). Each accumulator row counts as one
+    /// input record for the mini-batch size, as in Flink.
+    ///
+    /// # Errors
+    /// Not a global phase, or a batch of another schema.
+    pub fn push_accumulators(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
+        let schema = self.accumulators.clone().ok_or_else(|| {
+            Error::invalid_input("push_accumulators needs a global phase (try_new_global)")
+        })?;
+        if batch.schema().fields() != schema.fields() {
+            return Err(Error::invalid_input(
+                "accumulator batch schema does not match this aggregate's accumulators",
+            ));
+        }
+        let mut out = vec![];
+        self.now = self.clock.now_ms();
+        self.check_latency(&mut out)?;
+        let n = batch.num_rows();
+        self.metrics.batches_in += 1;
+        if n == 0 {
+            return Ok(out);
+        }
+        let k = self.plan.key_types.len();
+        let keys = &batch.columns()[..k];
+        hash_columns(keys, &mut self.hashes)?;
+        if keys.is_empty() {
+            self.hashes.resize(n, 0);
+        }
+        self.groups.intern(keys, &self.hashes, &mut self.gids)?;
+        let total = self.groups.len();
+        if self.alive.len() < total {
+            self.alive.resize(total, false);
+            self.bundle.mark.resize(total, 0);
+            self.bundle.seen_acc.resize(total, 0);
+            self.count1.resize(total, 0);
+            if self.ttl_ms > 0 {
+                self.last_write.resize(total, 0);
+            }
+        }
+        let counts = batch
+            .column(batch.num_columns() - 1)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?
+            .clone();
+        let states = &batch.columns()[k..batch.num_columns() - 1];
+        let gids = std::mem::take(&mut self.gids);
+        let size = usize::try_from(self.config.mini_batch_size)
+            .map_err(|_| Error::internal("mini-batch size not validated"))?;
+        let mut off = 0;
+        let result = (|| -> Result<()> {
+            while off < n {
+                let take = (n - off).min(size - self.bundle.rows);
+                let ids = &gids[off..off + take];
+                self.touch(ids)?;
+                let sliced: Vec<ArrayRef> = states.iter().map(|c| c.slice(off, take)).collect();
+                self.state.merge(&sliced, ids, total)?;
+                for (i, &g) in ids.iter().enumerate() {
+                    self.count1[g as usize] += counts.value(off + i);
+                }
+                self.bundle.rows += take;
+                off += take;
+                if self.bundle.rows >= size {
+                    self.fire()?;
+                    self.emit(&mut out)?;
+                }
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result?;
+        self.metrics.rows_in += n as u64;
+        Ok(out)
     }
 
     /// The schema of the emitted changelog: `op` (Int8), the keys, the aggregate results.
@@ -508,19 +613,10 @@ impl GroupAggregate {
         self.run_id += 1;
     }
 
-    /// Applies rows `off..off + len` (group ids `gids`) to the state.
-    fn apply(&mut self, cb: &CalcBatch, off: usize, len: usize, gids: &[u32]) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let sliced;
-        let cb = if off == 0 && len == cb.num_rows {
-            cb
-        } else {
-            sliced = cb.slice(off, len);
-            &sliced
-        };
-        // Newly dirty groups: snapshot their results before this slice changes them.
+    /// Marks the groups of `gids` dirty in the current unit of work; on first touch, expires a
+    /// group whose TTL passed and snapshots the results of the newly dirty groups before they
+    /// change.
+    fn touch(&mut self, gids: &[u32]) -> Result<()> {
         let bundle = &mut self.bundle;
         let first_new = bundle.dirty.len();
         let mut expired = vec![];
@@ -553,6 +649,23 @@ impl GroupAggregate {
                 pieces.push(a);
             }
         }
+        Ok(())
+    }
+
+    /// Applies rows `off..off + len` (group ids `gids`) to the state.
+    fn apply(&mut self, cb: &CalcBatch, off: usize, len: usize, gids: &[u32]) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let sliced;
+        let cb = if off == 0 && len == cb.num_rows {
+            cb
+        } else {
+            sliced = cb.slice(off, len);
+            &sliced
+        };
+        self.touch(gids)?;
+        let bundle = &mut self.bundle;
         let total = self.groups.len();
         let Some(retract) = cb.retract.as_ref() else {
             return self.state.apply(cb, gids, None, None, total);
@@ -629,7 +742,7 @@ impl GroupAggregate {
         let mut deleted = vec![];
         for (p, &g) in dirty.iter().enumerate() {
             let gi = g as usize;
-            let zero = retractions && self.count1[gi] == 0;
+            let zero = (retractions || self.accumulators.is_some()) && self.count1[gi] == 0;
             if !zero {
                 if !self.alive[gi] {
                     self.alive[gi] = true;

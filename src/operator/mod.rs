@@ -1,6 +1,8 @@
 //! The streaming operators.
 
 pub mod group_aggregate;
+pub mod local;
 pub(crate) mod state;
 
 pub use group_aggregate::{GroupAggregate, GroupAggregateBuilder, Metrics};
+pub use local::LocalGroupAggregate;

@@ -6,6 +6,7 @@
 
 use arrow::array::ArrayRef;
 use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::Field;
 use tally_kernels::accumulator::{AggregateKind, GroupsAccumulator, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
 
@@ -169,6 +170,84 @@ impl AggState {
             .iter()
             .map(|&(s, i)| per_slot[s][i].clone())
             .collect())
+    }
+
+    /// The accumulator columns, named as Flink names them (`sum$0`, `count$1`, `distinct$0`, …):
+    /// each call's state columns in slot order.
+    pub(crate) fn state_fields(&self) -> Vec<Field> {
+        let mut fields = vec![];
+        let mut distinct = 0;
+        for slot in &self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => {
+                    let base = acc.result_type();
+                    for (j, dt) in acc.state_types().into_iter().enumerate() {
+                        let name = match j {
+                            0 if dt == base => "value",
+                            0 => "sum",
+                            _ => "count",
+                        };
+                        fields.push(Field::new(format!("{name}${}", fields.len()), dt, true));
+                    }
+                }
+                Slot::Distinct { acc, .. } => {
+                    fields.push(Field::new(
+                        format!("distinct${distinct}"),
+                        acc.state_type(),
+                        true,
+                    ));
+                    distinct += 1;
+                }
+            }
+        }
+        fields
+    }
+
+    /// The accumulator columns of `groups` (see [`AggState::state_fields`]).
+    pub(crate) fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
+        let mut out = vec![];
+        for slot in &self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => out.extend(acc.state(groups)?),
+                Slot::Distinct { acc, .. } => out.push(acc.state(groups)?),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Merges accumulator columns (as [`AggState::state`] produced them) into `groups`.
+    pub(crate) fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<()> {
+        let mut at = 0;
+        for slot in &mut self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => {
+                    let n = acc.state_types().len();
+                    let cols = states.get(at..at + n).ok_or_else(|| {
+                        Error::invalid_input("accumulator batch has too few columns")
+                    })?;
+                    acc.merge(cols, groups, total_groups)?;
+                    at += n;
+                }
+                Slot::Distinct { acc, .. } => {
+                    let col = states.get(at).ok_or_else(|| {
+                        Error::invalid_input("accumulator batch has too few columns")
+                    })?;
+                    acc.merge(col, groups, total_groups)?;
+                    at += 1;
+                }
+            }
+        }
+        if at != states.len() {
+            return Err(Error::invalid_input(
+                "accumulator batch has too many columns",
+            ));
+        }
+        Ok(())
     }
 
     /// Returns `groups` to the empty state.

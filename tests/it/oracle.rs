@@ -572,3 +572,118 @@ fn unexpired_ttl_matches_reference() {
         );
     }
 }
+
+/// Local-global: the input of each mini-batch is split over `workers` local phases (round-robin
+/// slices), their accumulator batches travel through Arrow IPC to one global phase, and the
+/// changelog it emits must give the reference's result at every mini-batch boundary.
+fn check_two_phase(
+    seed: u64,
+    retractions: bool,
+    keys: Keys,
+    key_type: KeyType,
+    mini_batch: usize,
+    workers: usize,
+) {
+    use std::sync::Arc;
+    use tally::operator::LocalGroupAggregate;
+    use tally::plan::AggregatePlan;
+
+    let ctx = format!(
+        "two-phase seed {seed} retractions {retractions} {keys:?} {key_type:?} size {mini_batch} workers {workers}"
+    );
+    let mut rng = StdRng::seed_from_u64(seed);
+    let stream = random_stream(&mut rng, 400, retractions, 8);
+    let schema = schema(key_type, retractions);
+    let plan = Arc::new(
+        AggregatePlan::try_new(schema.clone(), &key_exprs(keys), &aggregates(), None).unwrap(),
+    );
+    let mut locals: Vec<LocalGroupAggregate> = (0..workers)
+        .map(|_| LocalGroupAggregate::try_new(Arc::clone(&plan)).unwrap())
+        .collect();
+    let config = tally::Config::from_pairs([
+        ("table.exec.mini-batch.enabled", "true"),
+        ("table.exec.mini-batch.allow-latency", "1 s"),
+        ("table.exec.mini-batch.size", "1000000000"),
+    ])
+    .unwrap();
+    let clock = Arc::new(tally::clock::ManualClock::new(0));
+    let mut global =
+        tally::GroupAggregate::try_new_global(Arc::clone(&plan), config, clock).unwrap();
+    let mut view = Materialized::default();
+    let mut start = 0;
+    while start < stream.len() {
+        let end = (start + mini_batch).min(stream.len());
+        // Slices of the mini-batch, dealt round-robin in chunks of 5 rows.
+        for (i, chunk) in stream[start..end].chunks(5).enumerate() {
+            let batch = to_batch(&schema, key_type, chunk, rng.random_bool(0.5));
+            locals[i % workers].push(&batch).unwrap();
+        }
+        for local in &mut locals {
+            if let Some(acc) = local.flush().unwrap() {
+                // Through Arrow IPC, as a global phase elsewhere would receive it.
+                let mut buf = vec![];
+                {
+                    let mut w =
+                        arrow::ipc::writer::StreamWriter::try_new(&mut buf, &acc.schema()).unwrap();
+                    w.write(&acc).unwrap();
+                    w.finish().unwrap();
+                }
+                let r = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(buf), None)
+                    .unwrap();
+                for b in r {
+                    view.apply(&global.push_accumulators(&b.unwrap()).unwrap());
+                }
+            }
+        }
+        view.apply(&global.finish().unwrap());
+        start = end;
+        assert_eq!(
+            view.rows(),
+            reference(&stream[..end], keys),
+            "{ctx}: after {end} rows"
+        );
+    }
+}
+
+#[test]
+fn local_global_matches_reference() {
+    let mut seed = 2000;
+    for retractions in [false, true] {
+        for (keys, kt) in [
+            (Keys::One, KeyType::Utf8),
+            (Keys::One, KeyType::Dictionary),
+            (Keys::Two, KeyType::Int64),
+            (Keys::Global, KeyType::Utf8),
+        ] {
+            for (size, workers) in [(1, 1), (7, 2), (50, 3), (400, 4)] {
+                seed += 1;
+                check_two_phase(seed, retractions, keys, kt, size, workers);
+            }
+        }
+    }
+}
+
+#[test]
+fn global_phase_needs_mini_batch() {
+    use std::sync::Arc;
+    let plan = Arc::new(
+        tally::plan::AggregatePlan::try_new(
+            schema(KeyType::Utf8, false),
+            &key_exprs(Keys::One),
+            &aggregates(),
+            None,
+        )
+        .unwrap(),
+    );
+    let e = tally::GroupAggregate::try_new_global(
+        plan,
+        tally::Config::default(),
+        Arc::new(tally::clock::SystemClock),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("Local-Global optimization is only worked in miniBatch mode"),
+        "{e}"
+    );
+}

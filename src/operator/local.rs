@@ -1,0 +1,149 @@
+//! `LocalGroupAggregate`: the stateless first phase of local-global aggregation.
+//!
+//! It folds the rows of one mini-batch slice into one accumulator row per key and emits them as
+//! an insert-only Arrow batch, retractions included (counts may go negative), exactly as Flink's
+//! `MiniBatchLocalGroupAggFunction`. A [`GroupAggregate`] built with
+//! [`GroupAggregate::try_new_global`] merges such batches and emits the changelog.
+//!
+//! # The accumulator batch
+//! One row per key of the slice: the group key columns (as in the query), then each aggregate's
+//! state columns, named as Flink names accumulators (`sum$1`, `count$2`, `value$3` for MIN/MAX
+//! over insert-only input, a `List<Struct<value, count>>` for MIN/MAX with retraction, and
+//! `distinct$0` — a `List<Struct<value, count0, …>>` — shared by the DISTINCT calls on one
+//! argument), then `count1`, the signed number of input rows (Int64). It is an ordinary record
+//! batch: Arrow IPC carries it to a global phase elsewhere.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use tally_kernels::group_values::{GroupValues, new_group_values};
+use tally_kernels::hash::hash_columns;
+
+use crate::error::{Error, Result};
+use crate::operator::state::AggState;
+use crate::plan::AggregatePlan;
+
+/// The accumulator batch schema of `plan` (see the module docs).
+pub(crate) fn accumulator_schema(plan: &AggregatePlan, state: &AggState) -> SchemaRef {
+    let mut fields: Vec<Field> = plan
+        .key_names
+        .iter()
+        .zip(&plan.key_types)
+        .map(|(n, t)| Field::new(n, t.clone(), true))
+        .collect();
+    fields.extend(state.state_fields());
+    fields.push(Field::new("count1", DataType::Int64, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
+#[derive(Debug)]
+pub struct LocalGroupAggregate {
+    plan: Arc<AggregatePlan>,
+    groups: Box<dyn GroupValues>,
+    state: AggState,
+    count1: Vec<i64>,
+    schema: SchemaRef,
+    hashes: Vec<u64>,
+    gids: Vec<u32>,
+    rows_in: u64,
+}
+
+impl LocalGroupAggregate {
+    /// A local phase for `plan`.
+    ///
+    /// # Errors
+    /// When an accumulator cannot be built.
+    pub fn try_new(plan: Arc<AggregatePlan>) -> Result<Self> {
+        let state = AggState::try_new(&plan)?;
+        let schema = accumulator_schema(&plan, &state);
+        let groups = new_group_values(&plan.key_types)
+            .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        Ok(Self {
+            plan,
+            groups,
+            state,
+            count1: vec![],
+            schema,
+            hashes: vec![],
+            gids: vec![],
+            rows_in: 0,
+        })
+    }
+
+    /// The schema of the accumulator batches [`LocalGroupAggregate::flush`] emits.
+    pub fn accumulator_schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// Input rows folded since the last flush.
+    pub fn rows_in(&self) -> u64 {
+        self.rows_in
+    }
+
+    /// Folds one input batch (of the plan's input schema) into the accumulators.
+    ///
+    /// # Errors
+    /// A batch of another schema, a bad changelog op, an expression failing on the data.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.plan.input_schema.fields() {
+            return Err(Error::invalid_input(
+                "batch schema does not match the input schema",
+            ));
+        }
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let cb = self.plan.calc.evaluate(batch)?;
+        hash_columns(&cb.keys, &mut self.hashes)?;
+        if cb.keys.is_empty() {
+            self.hashes.resize(n, 0);
+        }
+        self.groups.intern(&cb.keys, &self.hashes, &mut self.gids)?;
+        let total = self.groups.len();
+        self.count1.resize(total, 0);
+        match &cb.retract {
+            Some(retract) if retract.count_set_bits() > 0 => {
+                for (r, &g) in self.gids.iter().enumerate() {
+                    self.count1[g as usize] += if retract.value(r) { -1 } else { 1 };
+                }
+                let acc = !retract;
+                self.state
+                    .apply(&cb, &self.gids, Some(&acc), Some(retract), total)?;
+            }
+            _ => {
+                for &g in &self.gids {
+                    self.count1[g as usize] += 1;
+                }
+                self.state.apply(&cb, &self.gids, None, None, total)?;
+            }
+        }
+        self.rows_in += n as u64;
+        Ok(())
+    }
+
+    /// Emits one accumulator row per key folded since the last flush (None if there was none)
+    /// and starts afresh.
+    ///
+    /// # Errors
+    /// When the state cannot be represented (a bug).
+    pub fn flush(&mut self) -> Result<Option<RecordBatch>> {
+        let n = self.groups.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let ids: Vec<u32> = (0..n as u32).collect();
+        let mut cols: Vec<ArrayRef> = self.groups.keys(&ids)?;
+        cols.extend(self.state.state(&ids)?);
+        cols.push(Arc::new(Int64Array::from(std::mem::take(&mut self.count1))));
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        self.groups = new_group_values(&self.plan.key_types)
+            .map_err(|e| Error::internal(format!("group keys: {e}")))?;
+        self.state = AggState::try_new(&self.plan)?;
+        self.rows_in = 0;
+        Ok(Some(batch))
+    }
+}
