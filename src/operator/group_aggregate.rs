@@ -38,13 +38,12 @@ use arrow::compute::{concat, interleave, or};
 use arrow::datatypes::SchemaRef;
 use datafusion_expr::Expr;
 use tally_kernels::group_values::{GroupValues, new_group_values};
-use tally_kernels::hash::hash_columns;
 
 use crate::changelog::{RowKind, op_array};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::operator::state::AggState;
+use crate::operator::state::{AggState, intern_keys};
 use crate::plan::{AggregatePlan, CalcBatch};
 
 /// Counters of a running aggregation.
@@ -338,11 +337,13 @@ impl GroupAggregate {
         }
         let k = self.plan.key_types.len();
         let keys = &batch.columns()[..k];
-        hash_columns(keys, &mut self.hashes)?;
-        if keys.is_empty() {
-            self.hashes.resize(n, 0);
-        }
-        self.groups.intern(keys, &self.hashes, &mut self.gids)?;
+        intern_keys(
+            self.groups.as_mut(),
+            keys,
+            n,
+            &mut self.hashes,
+            &mut self.gids,
+        )?;
         let total = self.groups.len();
         if self.alive.len() < total {
             self.alive.resize(total, false);
@@ -437,11 +438,13 @@ impl GroupAggregate {
             return Ok(out);
         }
         let cb = self.plan.calc.evaluate(batch)?;
-        hash_columns(&cb.keys, &mut self.hashes)?;
-        if cb.keys.is_empty() {
-            self.hashes.resize(n, 0);
-        }
-        self.groups.intern(&cb.keys, &self.hashes, &mut self.gids)?;
+        intern_keys(
+            self.groups.as_mut(),
+            &cb.keys,
+            n,
+            &mut self.hashes,
+            &mut self.gids,
+        )?;
         let total = self.groups.len();
         if self.alive.len() < total {
             self.alive.resize(total, false);

@@ -18,10 +18,9 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use tally_kernels::group_values::{GroupValues, new_group_values};
-use tally_kernels::hash::hash_columns;
 
 use crate::error::{Error, Result};
-use crate::operator::state::AggState;
+use crate::operator::state::{AggState, intern_keys};
 use crate::plan::AggregatePlan;
 
 /// The accumulator batch schema of `plan` (see the module docs).
@@ -97,11 +96,13 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         let cb = self.plan.calc.evaluate(batch)?;
-        hash_columns(&cb.keys, &mut self.hashes)?;
-        if cb.keys.is_empty() {
-            self.hashes.resize(n, 0);
-        }
-        self.groups.intern(&cb.keys, &self.hashes, &mut self.gids)?;
+        intern_keys(
+            self.groups.as_mut(),
+            &cb.keys,
+            n,
+            &mut self.hashes,
+            &mut self.gids,
+        )?;
         let total = self.groups.len();
         self.count1.resize(total, 0);
         match &cb.retract {

@@ -9,6 +9,8 @@ use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::Field;
 use tally_kernels::accumulator::{AggregateKind, GroupsAccumulator, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
+use tally_kernels::group_values::GroupValues;
+use tally_kernels::hash::hash_columns;
 
 use crate::error::{Error, Result};
 use crate::plan::{AggregatePlan, CalcBatch};
@@ -24,6 +26,23 @@ enum Slot {
         arg: usize,
         filters: Vec<Option<usize>>,
     },
+}
+
+/// Hashes the `n` rows of `keys` once and interns them into `groups`, writing each row's group
+/// id to `gids` (a global aggregate, with no keys, puts every row in group 0).
+pub(crate) fn intern_keys(
+    groups: &mut dyn GroupValues,
+    keys: &[ArrayRef],
+    n: usize,
+    hashes: &mut Vec<u64>,
+    gids: &mut Vec<u32>,
+) -> Result<()> {
+    hash_columns(keys, hashes)?;
+    if keys.is_empty() {
+        hashes.resize(n, 0);
+    }
+    groups.intern(keys, hashes, gids)?;
+    Ok(())
 }
 
 /// DISTINCT calls over one argument: (argument, functions, filters, output positions).
