@@ -345,15 +345,7 @@ impl GroupAggregate {
             &mut self.gids,
         )?;
         let total = self.groups.len();
-        if self.alive.len() < total {
-            self.alive.resize(total, false);
-            self.bundle.mark.resize(total, 0);
-            self.bundle.seen_acc.resize(total, 0);
-            self.count1.resize(total, 0);
-            if self.ttl_ms > 0 {
-                self.last_write.resize(total, 0);
-            }
-        }
+        self.grow_groups(total);
         let counts = batch
             .column(batch.num_columns() - 1)
             .as_primitive_opt::<arrow::datatypes::Int64Type>()
@@ -446,17 +438,7 @@ impl GroupAggregate {
             &mut self.gids,
         )?;
         let total = self.groups.len();
-        if self.alive.len() < total {
-            self.alive.resize(total, false);
-            self.bundle.mark.resize(total, 0);
-            self.bundle.seen_acc.resize(total, 0);
-            if self.plan.has_retractions() {
-                self.count1.resize(total, 0);
-            }
-            if self.ttl_ms > 0 {
-                self.last_write.resize(total, 0);
-            }
-        }
+        self.grow_groups(total);
         self.metrics.rows_in += n as u64;
         let gids = std::mem::take(&mut self.gids);
         let result = if self.config.mini_batch_enabled {
@@ -614,6 +596,21 @@ impl GroupAggregate {
             self.run_id = 0;
         }
         self.run_id += 1;
+    }
+
+    /// Grows the per-group vectors to `total` groups.
+    fn grow_groups(&mut self, total: usize) {
+        if self.alive.len() < total {
+            self.alive.resize(total, false);
+            self.bundle.mark.resize(total, 0);
+            self.bundle.seen_acc.resize(total, 0);
+            if self.plan.has_retractions() || self.accumulators.is_some() {
+                self.count1.resize(total, 0);
+            }
+            if self.ttl_ms > 0 {
+                self.last_write.resize(total, 0);
+            }
+        }
     }
 
     /// Marks the groups of `gids` dirty in the current unit of work; on first touch, expires a
