@@ -90,39 +90,8 @@ pub fn op_type_supported(dt: &DataType) -> bool {
 /// Reads an `op` column (integer codes 0..=3 or the short strings) into Int8 codes.
 ///
 /// # Errors
-/// A NULL, an unknown code or string; the message names the row.
+/// A NULL, an unknown code or string, an unsupported type; the message names the row.
 pub fn op_codes(op: &ArrayRef) -> Result<ArrayRef> {
-    if op.data_type() == &DataType::Int8 {
-        retract_mask(op)?;
-        return Ok(std::sync::Arc::clone(op));
-    }
-    if op.null_count() > 0 || !op_type_supported(op.data_type()) {
-        retract_mask(op)?;
-    }
-    if op.data_type().is_integer() {
-        retract_mask(op)?;
-        return Ok(arrow::compute::cast(op, &DataType::Int8)?);
-    }
-    let strings = arrow::compute::cast(op, &DataType::Utf8)?;
-    let strings = strings.as_string::<i32>();
-    let mut codes = Vec::with_capacity(op.len());
-    for i in 0..op.len() {
-        let s = strings.value(i);
-        codes.push(
-            RowKind::parse(s)
-                .ok_or_else(|| bad_code(i, &format!("'{s}'")))?
-                .code(),
-        );
-    }
-    Ok(std::sync::Arc::new(Int8Array::from(codes)))
-}
-
-/// Reads an `op` column (integer codes 0..=3 or the short strings) into a bitmap of retracting
-/// rows.
-///
-/// # Errors
-/// A NULL, an unknown code or string; the message names the row.
-pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
     let n = op.len();
     if op.null_count() > 0 {
         let row = (0..n).find(|&i| op.is_null(i)).unwrap_or(0);
@@ -131,17 +100,6 @@ pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
         )));
     }
     let dt = op.data_type();
-    if let DataType::Int8 = dt {
-        let codes = op.as_primitive::<arrow::datatypes::Int8Type>().values();
-        if let Some((row, c)) = codes
-            .iter()
-            .enumerate()
-            .find(|(_, c)| !(0..=3).contains(*c))
-        {
-            return Err(bad_code(row, &c.to_string()));
-        }
-        return Ok(BooleanBuffer::collect_bool(n, |i| codes[i] & 1 == 1));
-    }
     if dt.is_integer() {
         let wide = arrow::compute::cast(op, &DataType::Int64)?;
         let codes = wide.as_primitive::<Int64Type>().values();
@@ -152,22 +110,39 @@ pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
         {
             return Err(bad_code(row, &c.to_string()));
         }
-        return Ok(BooleanBuffer::collect_bool(n, |i| codes[i] & 1 == 1));
+        return Ok(if dt == &DataType::Int8 {
+            std::sync::Arc::clone(op)
+        } else {
+            std::sync::Arc::new(Int8Array::from_iter_values(codes.iter().map(|&c| c as i8)))
+        });
     }
-    if op_type_supported(dt) {
-        let strings = arrow::compute::cast(op, &DataType::Utf8)?;
-        let strings = strings.as_string::<i32>();
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let s = strings.value(i);
-            let kind = RowKind::parse(s).ok_or_else(|| bad_code(i, &format!("'{s}'")))?;
-            out.push(kind.is_retract());
-        }
-        return Ok(BooleanBuffer::from(out));
+    if !op_type_supported(dt) {
+        return Err(Error::invalid_input(format!(
+            "changelog column has type {dt}; expected Int8 codes 0..3 or the strings +I/-U/+U/-D"
+        )));
     }
-    Err(Error::invalid_input(format!(
-        "changelog column has type {dt}; expected Int8 codes 0..3 or the strings +I/-U/+U/-D"
-    )))
+    let strings = arrow::compute::cast(op, &DataType::Utf8)?;
+    let strings = strings.as_string::<i32>();
+    let mut codes = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = strings.value(i);
+        let kind = RowKind::parse(s).ok_or_else(|| bad_code(i, &format!("'{s}'")))?;
+        codes.push(kind.code());
+    }
+    Ok(std::sync::Arc::new(Int8Array::from(codes)))
+}
+
+/// Reads an `op` column (as [`op_codes`]) into a bitmap of retracting rows (`-U`, `-D`: the odd
+/// codes).
+///
+/// # Errors
+/// As [`op_codes`].
+pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
+    let codes = op_codes(op)?;
+    let codes = codes.as_primitive::<arrow::datatypes::Int8Type>().values();
+    Ok(BooleanBuffer::collect_bool(codes.len(), |i| {
+        codes[i] & 1 == 1
+    }))
 }
 
 fn bad_code(row: usize, code: &str) -> Error {
