@@ -61,6 +61,34 @@ impl AggregatePlan {
         self.calc.op_index.is_some()
     }
 
+    /// Checks that `batch` has the input schema's column names and types (nullability may differ).
+    ///
+    /// # Errors
+    /// A one-line error listing both schemas.
+    pub fn check_input(&self, batch: &RecordBatch) -> Result<()> {
+        let want = self.input_schema.fields();
+        let got = batch.schema_ref().fields();
+        if want.len() != got.len()
+            || want
+                .iter()
+                .zip(got.iter())
+                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+        {
+            let show = |f: &arrow::datatypes::Fields| {
+                f.iter()
+                    .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(Error::invalid_input(format!(
+                "batch schema ({}) does not match the input schema ({})",
+                show(got),
+                show(want)
+            )));
+        }
+        Ok(())
+    }
+
     /// Resolves `group_by` and `aggregates` against `input_schema`. The changelog column is
     /// `changelog` if given, else a column named `op` if the schema has one.
     ///

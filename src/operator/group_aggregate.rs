@@ -419,7 +419,7 @@ impl GroupAggregate {
     /// that fails on the data. The state is unchanged by a batch that fails before its first
     /// row is applied (schema, op column and expression errors all do).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
-        self.check_schema(batch)?;
+        self.plan.check_input(batch)?;
         let mut out = vec![];
         self.now = self.clock.now_ms();
         self.check_latency(&mut out)?;
@@ -474,30 +474,6 @@ impl GroupAggregate {
         self.fire()?;
         self.emit(&mut out)?;
         Ok(out)
-    }
-
-    fn check_schema(&self, batch: &RecordBatch) -> Result<()> {
-        let want = self.plan.input_schema.fields();
-        let got = batch.schema_ref().fields();
-        if want.len() != got.len()
-            || want
-                .iter()
-                .zip(got.iter())
-                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
-        {
-            let show = |f: &arrow::datatypes::Fields| {
-                f.iter()
-                    .map(|f| format!("{}: {}", f.name(), f.data_type()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            return Err(Error::invalid_input(format!(
-                "batch schema ({}) does not match the input schema ({})",
-                show(got),
-                show(want)
-            )));
-        }
-        Ok(())
     }
 
     fn check_latency(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {

@@ -86,11 +86,7 @@ impl LocalGroupAggregate {
     /// # Errors
     /// A batch of another schema, a bad changelog op, an expression failing on the data.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.schema().fields() != self.plan.input_schema.fields() {
-            return Err(Error::invalid_input(
-                "batch schema does not match the input schema",
-            ));
-        }
+        self.plan.check_input(batch)?;
         let n = batch.num_rows();
         if n == 0 {
             return Ok(());
