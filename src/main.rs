@@ -327,10 +327,11 @@ fn run_query(
     stdout: &mut dyn Write,
 ) -> Result<()> {
     let text = matches!(format, OutFormat::Csv | OutFormat::Table);
-    let bar = progress_bar(query.source_rows());
+    // The bar starts with the first batch, when the source has said how many rows it holds.
+    let mut bar: Option<Option<ProgressBar>> = None;
     let started = Instant::now();
-    let progress = |rows: u64| {
-        if let Some(b) = &bar {
+    let progress = |rows: u64, total: Option<u64>| {
+        if let Some(b) = bar.get_or_insert_with(|| progress_bar(total)) {
             b.set_position(rows);
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
@@ -367,7 +368,7 @@ fn run_query(
             stats
         }
     };
-    if let Some(b) = bar {
+    if let Some(Some(b)) = bar {
         b.finish_and_clear();
     }
     if args.verbose {

@@ -121,11 +121,6 @@ impl PlannedQuery {
         &self.warnings
     }
 
-    /// Rows in the source, when known (for progress).
-    pub fn source_rows(&self) -> Option<u64> {
-        self.table.open(1).ok().and_then(|r| r.total_rows)
-    }
-
     /// The plan as text, Flink-style: one node per line, indented as a tree, then the aggregate
     /// strategy; with PLAN_ADVICE the advice, with CHANGELOG_MODE each node's row kinds.
     pub fn explain(&self, details: &[ExplainDetail]) -> String {
@@ -169,7 +164,7 @@ impl PlannedQuery {
 
     /// Runs the query: reads the source in batches of `batch_size` rows, pushes them through the
     /// pipeline and hands every output batch to `on_output`; `on_progress` gets the rows read so
-    /// far after each batch.
+    /// far and the rows in the source (when the format says) after each batch.
     ///
     /// # Errors
     /// Source errors, evaluation errors, and whatever `on_output` returns.
@@ -177,10 +172,11 @@ impl PlannedQuery {
         &mut self,
         batch_size: usize,
         mut on_output: impl FnMut(&ChangeBatch) -> Result<()>,
-        mut on_progress: impl FnMut(u64),
+        mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<RunStats> {
         let mut stats = RunStats::default();
         let reader = self.table.open(batch_size)?;
+        let total_rows = reader.total_rows;
         let time_index = self
             .table
             .time_column
@@ -209,7 +205,7 @@ impl PlannedQuery {
             }
             let out = self.pipeline.push(batch)?;
             emit(out, &mut stats)?;
-            on_progress(stats.rows_in);
+            on_progress(stats.rows_in, total_rows);
         }
         let out = self.pipeline.finish()?;
         emit(out, &mut stats)?;
