@@ -31,6 +31,15 @@ pub const STRICT: &str = "tally.strict";
 /// `tally.exec.emit.update-before`
 pub const EMIT_UPDATE_BEFORE: &str = "tally.exec.emit.update-before";
 
+/// `tally.exec.local-agg.adaptive.enabled`
+pub const ADAPTIVE_ENABLED: &str = "tally.exec.local-agg.adaptive.enabled";
+/// `tally.exec.local-agg.adaptive.threshold`
+pub const ADAPTIVE_THRESHOLD: &str = "tally.exec.local-agg.adaptive.threshold";
+/// `tally.exec.local-agg.adaptive.min-rows`
+pub const ADAPTIVE_MIN_ROWS: &str = "tally.exec.local-agg.adaptive.min-rows";
+/// `tally.exec.local-agg.adaptive.probe-interval`
+pub const ADAPTIVE_PROBE_INTERVAL: &str = "tally.exec.local-agg.adaptive.probe-interval";
+
 /// Every key [`Config::set`] accepts.
 pub const KEYS: &[&str] = &[
     MINI_BATCH_ENABLED,
@@ -43,6 +52,10 @@ pub const KEYS: &[&str] = &[
     DEFAULT_PARALLELISM,
     STRICT,
     EMIT_UPDATE_BEFORE,
+    ADAPTIVE_ENABLED,
+    ADAPTIVE_THRESHOLD,
+    ADAPTIVE_MIN_ROWS,
+    ADAPTIVE_PROBE_INTERVAL,
 ];
 
 /// `table.optimizer.agg-phase-strategy`.
@@ -69,7 +82,7 @@ impl AggPhaseStrategy {
 }
 
 /// The options Tally reads. Every field has Flink's default.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `table.exec.mini-batch.enabled` (default `false`): buffer input rows and fold each key's
     /// changes into one output transition per mini-batch.
@@ -100,6 +113,18 @@ pub struct Config {
     /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
     /// for upsert consumers keyed on the group key (Flink decides this from the sink).
     pub emit_update_before: bool,
+    /// `tally.exec.local-agg.adaptive.enabled` (default `true`): bypass a local phase that does
+    /// not reduce its input (Flink has no such option).
+    pub adaptive_local: bool,
+    /// `tally.exec.local-agg.adaptive.threshold` (default `0.8`): the local phase is bypassed when
+    /// its rows out / rows in stays above this.
+    pub adaptive_threshold: f64,
+    /// `tally.exec.local-agg.adaptive.min-rows` (default 100000): input rows the local phase
+    /// measures before it decides.
+    pub adaptive_min_rows: u64,
+    /// `tally.exec.local-agg.adaptive.probe-interval` (default 1000000): input rows that bypass
+    /// the local phase before it is measured again.
+    pub adaptive_probe_interval: u64,
 }
 
 impl Default for Config {
@@ -115,6 +140,10 @@ impl Default for Config {
             parallelism: std::thread::available_parallelism().map_or(1, |n| n.get()),
             strict: false,
             emit_update_before: true,
+            adaptive_local: true,
+            adaptive_threshold: 0.8,
+            adaptive_min_rows: 100_000,
+            adaptive_probe_interval: 1_000_000,
         }
     }
 }
@@ -184,6 +213,20 @@ impl Config {
             }
             STRICT => self.strict = parse_bool(key, value)?,
             EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
+            ADAPTIVE_ENABLED => self.adaptive_local = parse_bool(key, value)?,
+            ADAPTIVE_THRESHOLD => {
+                self.adaptive_threshold = match value.trim().parse::<f64>() {
+                    Ok(v) if v > 0.0 && v <= 1.0 => v,
+                    _ => {
+                        return Err(Error::config(
+                            key,
+                            format!("'{value}' is not a ratio in (0, 1]"),
+                        ));
+                    }
+                }
+            }
+            ADAPTIVE_MIN_ROWS => self.adaptive_min_rows = parse_positive(key, value)?,
+            ADAPTIVE_PROBE_INTERVAL => self.adaptive_probe_interval = parse_positive(key, value)?,
             _ => {
                 return Err(Error::config(
                     key,
@@ -211,6 +254,13 @@ impl Config {
             (DEFAULT_PARALLELISM, self.parallelism.to_string()),
             (STRICT, self.strict.to_string()),
             (EMIT_UPDATE_BEFORE, self.emit_update_before.to_string()),
+            (ADAPTIVE_ENABLED, self.adaptive_local.to_string()),
+            (ADAPTIVE_THRESHOLD, self.adaptive_threshold.to_string()),
+            (ADAPTIVE_MIN_ROWS, self.adaptive_min_rows.to_string()),
+            (
+                ADAPTIVE_PROBE_INTERVAL,
+                self.adaptive_probe_interval.to_string(),
+            ),
         ]
     }
 
@@ -231,6 +281,10 @@ impl Config {
             DEFAULT_PARALLELISM => self.parallelism = d.parallelism,
             STRICT => self.strict = d.strict,
             EMIT_UPDATE_BEFORE => self.emit_update_before = d.emit_update_before,
+            ADAPTIVE_ENABLED => self.adaptive_local = d.adaptive_local,
+            ADAPTIVE_THRESHOLD => self.adaptive_threshold = d.adaptive_threshold,
+            ADAPTIVE_MIN_ROWS => self.adaptive_min_rows = d.adaptive_min_rows,
+            ADAPTIVE_PROBE_INTERVAL => self.adaptive_probe_interval = d.adaptive_probe_interval,
             _ => return Err(Error::config(key, "unknown option")),
         }
         Ok(())

@@ -62,6 +62,7 @@ pub mod functions;
 pub mod operator;
 pub mod pipeline;
 pub mod plan;
+pub mod runtime;
 pub mod sink;
 pub mod source;
 #[cfg(feature = "sql")]
@@ -69,4 +70,6 @@ pub mod sql;
 
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};
-pub use operator::{GroupAggregate, GroupAggregateBuilder, Metrics};
+pub use operator::{
+    AggregateMetrics, GroupAggregate, GroupAggregateBuilder, Metrics, ParallelAggregate,
+};

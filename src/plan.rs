@@ -374,6 +374,25 @@ impl CalcBatch {
             retract: self.retract.as_ref().map(|r| r.slice(offset, len)),
         }
     }
+
+    /// The rows at `indices`, in that order.
+    ///
+    /// # Errors
+    /// An index out of range (a bug).
+    pub fn take(&self, indices: &arrow::array::UInt32Array) -> Result<CalcBatch> {
+        let take = |a: &ArrayRef| arrow::compute::take(a.as_ref(), indices, None);
+        let idx = indices.values();
+        let take_bits = |b: &BooleanBuffer| {
+            BooleanBuffer::collect_bool(idx.len(), |i| b.value(idx[i] as usize))
+        };
+        Ok(CalcBatch {
+            num_rows: indices.len(),
+            keys: self.keys.iter().map(take).collect::<Result<_, _>>()?,
+            args: self.args.iter().map(take).collect::<Result<_, _>>()?,
+            filters: self.filters.iter().map(take_bits).collect(),
+            retract: self.retract.as_ref().map(take_bits),
+        })
+    }
 }
 
 impl Calc {

@@ -41,10 +41,13 @@ use tally_kernels::group_values::{GroupValues, new_group_values};
 
 use crate::changelog::{RowKind, op_array};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{AggPhaseStrategy, Config};
 use crate::error::{Error, Result};
-use crate::operator::state::{AggState, intern_keys};
+use crate::operator::ParallelAggregate;
+use crate::operator::local::Flushed;
+use crate::operator::state::{AggState, intern_hashed, intern_keys};
 use crate::plan::{AggregatePlan, CalcBatch};
+use crate::runtime::Runtime;
 
 /// Counters of a running aggregation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -133,6 +136,34 @@ impl GroupAggregateBuilder {
             Arc::new(plan),
             self.config,
             self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+        )
+    }
+}
+
+impl GroupAggregateBuilder {
+    /// Validates the configuration, resolves the query and builds a [`ParallelAggregate`] over
+    /// `table.exec.resource.default-parallelism` workers, in two phases where Flink would use
+    /// them (mini-batch on and `table.optimizer.agg-phase-strategy` not `ONE_PHASE`).
+    ///
+    /// # Errors
+    /// As [`GroupAggregateBuilder::build`].
+    pub fn build_parallel(self) -> Result<ParallelAggregate> {
+        self.config.validate()?;
+        let plan = AggregatePlan::try_new(
+            self.schema,
+            &self.group_by,
+            &self.aggregates,
+            self.changelog.as_deref(),
+        )?;
+        let two_phase = self.config.mini_batch_enabled
+            && self.config.agg_phase_strategy != AggPhaseStrategy::OnePhase;
+        let runtime = Runtime::new(self.config.parallelism)?;
+        ParallelAggregate::try_new(
+            Arc::new(plan),
+            self.config,
+            self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            runtime,
+            two_phase,
         )
     }
 }
@@ -226,6 +257,18 @@ pub struct GroupAggregate {
     metrics: Metrics,
     /// Set for a global phase: the accumulator batches it takes.
     accumulators: Option<SchemaRef>,
+    /// Driven by a parallel runtime: mini-batches fire only when it says (`finish`), never by
+    /// size or latency on their own.
+    driven: bool,
+    /// Input rows received per group (for the hot keys).
+    key_rows: Vec<u64>,
+}
+
+/// Rows routed to one worker by the exchange: evaluated columns and each row's key hash.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    pub(crate) cb: CalcBatch,
+    pub(crate) hashes: Vec<u64>,
 }
 
 impl GroupAggregate {
@@ -282,6 +325,8 @@ impl GroupAggregate {
             pending: Pending::default(),
             metrics: Metrics::default(),
             accumulators: None,
+            driven: false,
+            key_rows: vec![],
         })
     }
 
@@ -364,7 +409,9 @@ impl GroupAggregate {
                 let sliced: Vec<ArrayRef> = states.iter().map(|c| c.slice(off, take)).collect();
                 self.state.merge(&sliced, ids, total)?;
                 for (i, &g) in ids.iter().enumerate() {
-                    self.count1[g as usize] += counts.value(off + i);
+                    let c = counts.value(off + i);
+                    self.count1[g as usize] += c;
+                    self.key_rows[g as usize] += c.unsigned_abs();
                 }
                 self.bundle.rows += take;
                 off += take;
@@ -476,8 +523,131 @@ impl GroupAggregate {
         Ok(out)
     }
 
+    /// Hands mini-batch firing to a parallel runtime (see [`Self::driven`]).
+    pub(crate) fn set_driven(&mut self) {
+        self.driven = true;
+    }
+
+    /// Takes rows routed to this worker, in order. With mini-batch on they join the pending
+    /// mini-batch (a global phase applies them as raw rows, dropping no retraction); with it off
+    /// each part is processed per record and the changes of all parts come back as one batch.
+    pub(crate) fn push_routed(&mut self, parts: &[Routed]) -> Result<Vec<RecordBatch>> {
+        let mut out = vec![];
+        self.now = self.clock.now_ms();
+        self.sweep_expired();
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            for part in parts {
+                let n = part.cb.num_rows;
+                self.metrics.batches_in += 1;
+                if n == 0 {
+                    continue;
+                }
+                intern_hashed(self.groups.as_mut(), &part.cb.keys, &part.hashes, &mut gids)?;
+                self.grow_groups(self.groups.len());
+                self.metrics.rows_in += n as u64;
+                if self.config.mini_batch_enabled {
+                    self.apply(&part.cb, 0, n, &gids)?;
+                    self.bundle.rows += n;
+                } else {
+                    self.run_records(&part.cb, &gids)?;
+                }
+            }
+            if !self.config.mini_batch_enabled {
+                self.emit(&mut out)?;
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result?;
+        Ok(out)
+    }
+
+    /// Merges accumulator rows routed to this worker (a global phase, driven), with their key
+    /// hashes and the input rows each folds.
+    pub(crate) fn merge_routed(&mut self, parts: &[Flushed]) -> Result<()> {
+        if self.accumulators.is_none() {
+            return Err(Error::internal("merge_routed needs a global phase"));
+        }
+        self.now = self.clock.now_ms();
+        self.sweep_expired();
+        let k = self.plan.key_types.len();
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            for part in parts {
+                let batch = &part.batch;
+                let n = batch.num_rows();
+                self.metrics.batches_in += 1;
+                if n == 0 {
+                    continue;
+                }
+                intern_hashed(
+                    self.groups.as_mut(),
+                    &batch.columns()[..k],
+                    &part.hashes,
+                    &mut gids,
+                )?;
+                let total = self.groups.len();
+                self.grow_groups(total);
+                self.touch(&gids)?;
+                self.state
+                    .merge(&batch.columns()[k..batch.num_columns() - 1], &gids, total)?;
+                let counts = batch
+                    .column(batch.num_columns() - 1)
+                    .as_primitive_opt::<arrow::datatypes::Int64Type>()
+                    .ok_or_else(|| Error::internal("count1 is not Int64"))?;
+                for ((&g, &c), &rows) in gids.iter().zip(counts.values()).zip(&part.rows) {
+                    self.count1[g as usize] += c;
+                    self.key_rows[g as usize] += rows;
+                }
+                self.bundle.rows += n;
+                self.metrics.rows_in += n as u64;
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result
+    }
+
+    /// The `k` keys that received the most input rows, hottest first, with their row counts;
+    /// each key is shown as its values joined by `, `.
+    ///
+    /// # Errors
+    /// When a key cannot be formatted (a bug).
+    pub fn hot_keys(&self, k: usize) -> Result<Vec<(String, u64)>> {
+        let mut top: Vec<(u64, u32)> = Vec::with_capacity(k + 1);
+        for (g, &rows) in self.key_rows.iter().enumerate() {
+            if rows == 0 || (top.len() == k && top.last().is_some_and(|t| t.0 >= rows)) {
+                continue;
+            }
+            let at = top.partition_point(|t| t.0 >= rows);
+            top.insert(at, (rows, g as u32));
+            top.truncate(k);
+        }
+        let ids: Vec<u32> = top.iter().map(|t| t.1).collect();
+        let keys = self.groups.keys(&ids)?;
+        let opts = arrow::util::display::FormatOptions::default().with_null("NULL");
+        let fmts = keys
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(top
+            .iter()
+            .enumerate()
+            .map(|(i, &(rows, _))| {
+                let parts: Vec<String> = fmts.iter().map(|f| f.value(i).to_string()).collect();
+                let key = if parts.is_empty() {
+                    "()".to_string()
+                } else {
+                    parts.join(", ")
+                };
+                (key, rows)
+            })
+            .collect())
+    }
+
     fn check_latency(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
-        if !self.config.mini_batch_enabled {
+        if !self.config.mini_batch_enabled || self.driven {
             return Ok(());
         }
         let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
@@ -525,6 +695,11 @@ impl GroupAggregate {
         let size = usize::try_from(self.config.mini_batch_size)
             .map_err(|_| Error::internal("mini-batch size not validated"))?;
         let n = cb.num_rows;
+        if self.driven {
+            self.apply(cb, 0, n, gids)?;
+            self.bundle.rows += n;
+            return Ok(());
+        }
         let mut off = 0;
         while off < n {
             let take = (n - off).min(size - self.bundle.rows);
@@ -545,6 +720,13 @@ impl GroupAggregate {
         gids: &[u32],
         out: &mut Vec<RecordBatch>,
     ) -> Result<()> {
+        self.run_records(cb, gids)?;
+        // One changelog batch per pushed batch, in input order.
+        self.emit(out)
+    }
+
+    /// Mini-batch off: applies `cb` in runs without a repeated key, firing each run.
+    fn run_records(&mut self, cb: &CalcBatch, gids: &[u32]) -> Result<()> {
         if self.run_mark.len() < self.groups.len() {
             self.run_mark.resize(self.groups.len(), 0);
         }
@@ -562,8 +744,7 @@ impl GroupAggregate {
         self.apply(cb, start, gids.len() - start, &gids[start..])?;
         self.fire()?;
         self.next_run();
-        // One changelog batch per pushed batch, in input order.
-        self.emit(out)
+        Ok(())
     }
 
     fn next_run(&mut self) {
@@ -586,6 +767,7 @@ impl GroupAggregate {
             if self.ttl_ms > 0 {
                 self.last_write.resize(total, 0);
             }
+            self.key_rows.resize(total, 0);
         }
     }
 
@@ -641,9 +823,20 @@ impl GroupAggregate {
             &sliced
         };
         self.touch(gids)?;
+        for &g in gids {
+            self.key_rows[g as usize] += 1;
+        }
         let bundle = &mut self.bundle;
         let total = self.groups.len();
+        // A global phase drops no retraction (it takes raw rows when its local phase is bypassed).
+        let global = self.accumulators.is_some();
         let Some(retract) = cb.retract.as_ref() else {
+            if global {
+                // The global phase's record count decides deletion, whatever the input.
+                for &g in gids {
+                    self.count1[g as usize] += 1;
+                }
+            }
             return self.state.apply(cb, gids, None, None, total);
         };
         // Retraction input: drop leading retractions of stateless keys, count the rest.
@@ -651,7 +844,7 @@ impl GroupAggregate {
         for (r, &g) in gids.iter().enumerate() {
             let gi = g as usize;
             if retract.value(r) {
-                if !self.alive[gi] && bundle.seen_acc[gi] != bundle.id {
+                if !global && !self.alive[gi] && bundle.seen_acc[gi] != bundle.id {
                     dropped
                         .get_or_insert_with(|| {
                             let mut b = BooleanBufferBuilder::new(len);

@@ -10,8 +10,9 @@
 //! state columns, named as Flink names accumulators (`sum$1`, `count$2`, `value$3` for MIN/MAX
 //! over insert-only input, a `List<Struct<value, count>>` for MIN/MAX with retraction, and
 //! `distinct$0` — a `List<Struct<value, count0, …>>` — shared by the DISTINCT calls on one
-//! argument), then `count1`, the signed number of input rows (Int64). It is an ordinary record
-//! batch: Arrow IPC carries it to a global phase elsewhere.
+//! argument), then `count1$N` (N: the number of accumulator fields before it), the signed number
+//! of input rows (Int64, never NULL). It is an ordinary record batch: Arrow IPC carries it to a
+//! global phase elsewhere.
 
 use std::sync::Arc;
 
@@ -20,8 +21,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use tally_kernels::group_values::{GroupValues, new_group_values};
 
 use crate::error::{Error, Result};
-use crate::operator::state::{AggState, intern_keys};
-use crate::plan::AggregatePlan;
+use crate::operator::state::{AggState, hash_keys, intern_hashed};
+use crate::plan::{AggregatePlan, CalcBatch};
 
 /// The accumulator batch schema of `plan` (see the module docs).
 pub(crate) fn accumulator_schema(plan: &AggregatePlan, state: &AggState) -> SchemaRef {
@@ -31,8 +32,10 @@ pub(crate) fn accumulator_schema(plan: &AggregatePlan, state: &AggState) -> Sche
         .zip(&plan.key_types)
         .map(|(n, t)| Field::new(n, t.clone(), true))
         .collect();
-    fields.extend(state.state_fields());
-    fields.push(Field::new("count1", DataType::Int64, false));
+    let state_fields = state.state_fields();
+    let count1 = format!("count1${}", state_fields.len());
+    fields.extend(state_fields);
+    fields.push(Field::new(count1, DataType::Int64, false));
     Arc::new(Schema::new(fields))
 }
 
@@ -46,7 +49,18 @@ pub struct LocalGroupAggregate {
     schema: SchemaRef,
     hashes: Vec<u64>,
     gids: Vec<u32>,
+    /// Per group: its key's hash and the input rows it received since the last flush.
+    group_hashes: Vec<u64>,
+    group_rows: Vec<u64>,
     rows_in: u64,
+}
+
+/// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
+#[derive(Debug)]
+pub(crate) struct Flushed {
+    pub(crate) batch: RecordBatch,
+    pub(crate) hashes: Vec<u64>,
+    pub(crate) rows: Vec<u64>,
 }
 
 impl LocalGroupAggregate {
@@ -67,6 +81,8 @@ impl LocalGroupAggregate {
             schema,
             hashes: vec![],
             gids: vec![],
+            group_hashes: vec![],
+            group_rows: vec![],
             rows_in: 0,
         })
     }
@@ -74,6 +90,12 @@ impl LocalGroupAggregate {
     /// The schema of the accumulator batches [`LocalGroupAggregate::flush`] emits.
     pub fn accumulator_schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
+    }
+
+    /// For each aggregate call in output order, the names of its accumulator columns in
+    /// [`LocalGroupAggregate::accumulator_schema`].
+    pub fn accumulator_names(&self) -> Vec<Vec<String>> {
+        self.state.call_state_names()
     }
 
     /// Input rows folded since the last flush.
@@ -92,15 +114,33 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         let cb = self.plan.calc.evaluate(batch)?;
-        intern_keys(
-            self.groups.as_mut(),
-            &cb.keys,
-            n,
-            &mut self.hashes,
-            &mut self.gids,
-        )?;
+        let mut hashes = std::mem::take(&mut self.hashes);
+        let result =
+            hash_keys(&cb.keys, n, &mut hashes).and_then(|()| self.push_evaluated(&cb, &hashes));
+        self.hashes = hashes;
+        result
+    }
+
+    /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash).
+    pub(crate) fn push_evaluated(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
+        let n = cb.num_rows;
+        if n == 0 {
+            return Ok(());
+        }
+        intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)?;
         let total = self.groups.len();
+        // Group ids are dense and handed out in row order: a new group's first row is here.
+        for (r, &g) in self.gids.iter().enumerate() {
+            if g as usize == self.group_hashes.len() {
+                self.group_hashes.push(hashes[r]);
+            }
+        }
+        debug_assert_eq!(self.group_hashes.len(), total);
         self.count1.resize(total, 0);
+        self.group_rows.resize(total, 0);
+        for &g in &self.gids {
+            self.group_rows[g as usize] += 1;
+        }
         match &cb.retract {
             Some(retract) if retract.count_set_bits() > 0 => {
                 for (r, &g) in self.gids.iter().enumerate() {
@@ -108,17 +148,30 @@ impl LocalGroupAggregate {
                 }
                 let acc = !retract;
                 self.state
-                    .apply(&cb, &self.gids, Some(&acc), Some(retract), total)?;
+                    .apply(cb, &self.gids, Some(&acc), Some(retract), total)?;
             }
             _ => {
                 for &g in &self.gids {
                     self.count1[g as usize] += 1;
                 }
-                self.state.apply(&cb, &self.gids, None, None, total)?;
+                self.state.apply(cb, &self.gids, None, None, total)?;
             }
         }
         self.rows_in += n as u64;
         Ok(())
+    }
+
+    /// Keys folded since the last flush.
+    pub fn keys(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Bytes held by the keys and accumulators folded since the last flush.
+    pub fn size(&self) -> usize {
+        self.groups.size()
+            + self.state.size()
+            + (self.count1.capacity() + self.group_hashes.capacity() + self.group_rows.capacity())
+                * 8
     }
 
     /// Emits one accumulator row per key folded since the last flush (None if there was none)
@@ -127,6 +180,11 @@ impl LocalGroupAggregate {
     /// # Errors
     /// When the state cannot be represented (a bug).
     pub fn flush(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(self.flush_parts()?.map(|f| f.batch))
+    }
+
+    /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
+    pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
         let n = self.groups.len();
         if n == 0 {
             return Ok(None);
@@ -141,6 +199,10 @@ impl LocalGroupAggregate {
             .map_err(|e| Error::internal(format!("group keys: {e}")))?;
         self.state = AggState::try_new(&self.plan)?;
         self.rows_in = 0;
-        Ok(Some(batch))
+        Ok(Some(Flushed {
+            batch,
+            hashes: std::mem::take(&mut self.group_hashes),
+            rows: std::mem::take(&mut self.group_rows),
+        }))
     }
 }

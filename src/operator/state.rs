@@ -18,6 +18,7 @@ use crate::plan::{AggregatePlan, CalcBatch};
 enum Slot {
     Plain {
         acc: Box<dyn GroupsAccumulator>,
+        kind: AggregateKind,
         arg: Option<usize>,
         filter: Option<usize>,
     },
@@ -26,6 +27,27 @@ enum Slot {
         arg: usize,
         filters: Vec<Option<usize>>,
     },
+}
+
+/// Interns the rows of `keys` whose hashes are `hashes` (a global aggregate, with no keys, puts
+/// every row in group 0; `hashes` then holds one arbitrary value per row).
+pub(crate) fn intern_hashed(
+    groups: &mut dyn GroupValues,
+    keys: &[ArrayRef],
+    hashes: &[u64],
+    gids: &mut Vec<u32>,
+) -> Result<()> {
+    groups.intern(keys, hashes, gids)?;
+    Ok(())
+}
+
+/// Hashes the rows of `keys` into `hashes` (`n` zeros when there are no keys).
+pub(crate) fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> Result<()> {
+    hash_columns(keys, hashes)?;
+    if keys.is_empty() {
+        hashes.resize(n, 0);
+    }
+    Ok(())
 }
 
 /// Hashes the `n` rows of `keys` once and interns them into `groups`, writing each row's group
@@ -37,12 +59,8 @@ pub(crate) fn intern_keys(
     hashes: &mut Vec<u64>,
     gids: &mut Vec<u32>,
 ) -> Result<()> {
-    hash_columns(keys, hashes)?;
-    if keys.is_empty() {
-        hashes.resize(n, 0);
-    }
-    groups.intern(keys, hashes, gids)?;
-    Ok(())
+    hash_keys(keys, n, hashes)?;
+    intern_hashed(groups, keys, hashes, gids)
 }
 
 /// DISTINCT calls over one argument: (argument, functions, filters, output positions).
@@ -106,6 +124,7 @@ impl AggState {
             outputs.push((slots.len(), 0));
             slots.push(Slot::Plain {
                 acc,
+                kind: call.kind,
                 arg: call.arg,
                 filter: call.filter,
             });
@@ -138,7 +157,9 @@ impl AggState {
     ) -> Result<()> {
         for slot in &mut self.slots {
             match slot {
-                Slot::Plain { acc, arg, filter } => {
+                Slot::Plain {
+                    acc, arg, filter, ..
+                } => {
                     let values: &[ArrayRef] = match arg {
                         Some(a) => std::slice::from_ref(&batch.args[*a]),
                         None => &[],
@@ -191,19 +212,24 @@ impl AggState {
             .collect())
     }
 
-    /// The accumulator columns, named as Flink names them (`sum$0`, `count$1`, `distinct$0`, …):
-    /// each call's state columns in slot order.
+    /// The accumulator columns, named as Flink names accumulators: the function's buffer name
+    /// and a running index over all fields (`count1$0` for COUNT(*), `count$1` for COUNT(x),
+    /// `sum$2, count$3` for SUM/$SUM0/AVG, `min$4`/`max$5`), then `distinct$0`, `distinct$1`, …
+    /// for the DISTINCT value sets, one per argument.
     pub(crate) fn state_fields(&self) -> Vec<Field> {
         let mut fields = vec![];
         let mut distinct = 0;
         for slot in &self.slots {
             match slot {
-                Slot::Plain { acc, .. } => {
-                    let base = acc.result_type();
-                    for (j, dt) in acc.state_types().into_iter().enumerate() {
-                        let name = match j {
-                            0 if dt == base => "value",
-                            0 => "sum",
+                Slot::Plain { acc, kind, .. } => {
+                    let types = acc.state_types();
+                    for (j, dt) in types.into_iter().enumerate() {
+                        let name = match (kind, j) {
+                            (AggregateKind::CountStar, _) => "count1",
+                            (AggregateKind::Count, _) => "count",
+                            (AggregateKind::Min, _) => "min",
+                            (AggregateKind::Max, _) => "max",
+                            (_, 0) => "sum",
                             _ => "count",
                         };
                         fields.push(Field::new(format!("{name}${}", fields.len()), dt, true));
@@ -220,6 +246,31 @@ impl AggState {
             }
         }
         fields
+    }
+
+    /// For each aggregate call in output order, the names of its accumulator fields in
+    /// [`AggState::state_fields`] (a DISTINCT call names its argument's shared value set).
+    pub(crate) fn call_state_names(&self) -> Vec<Vec<String>> {
+        let fields = self.state_fields();
+        let mut per_slot = vec![];
+        let mut at = 0;
+        for slot in &self.slots {
+            let width = match slot {
+                Slot::Plain { acc, .. } => acc.state_types().len(),
+                Slot::Distinct { .. } => 1,
+            };
+            per_slot.push(
+                fields[at..at + width]
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect::<Vec<_>>(),
+            );
+            at += width;
+        }
+        self.outputs
+            .iter()
+            .map(|&(s, _)| per_slot[s].clone())
+            .collect()
     }
 
     /// The accumulator columns of `groups` (see [`AggState::state_fields`]).

@@ -687,3 +687,174 @@ fn global_phase_needs_mini_batch() {
         "{e}"
     );
 }
+
+/// How a [`tally::ParallelAggregate`] is set up for [`check_parallel`].
+#[derive(Debug, Clone, Copy)]
+struct Parallel {
+    workers: usize,
+    two_phase: bool,
+    /// `Some((threshold, min rows, probe interval))`: the adaptive local phase with these
+    /// settings; `None`: adaptive off.
+    adaptive: Option<(f64, u64, u64)>,
+}
+
+/// The invariant for the parallel runtime: random streams pushed as random slices through P
+/// workers, one or two phases, adaptive local phase on or off, give the reference's result at
+/// every mini-batch boundary (mini-batches end after exactly `size` input rows, whatever P).
+fn check_parallel(
+    seed: u64,
+    retractions: bool,
+    keys: Keys,
+    key_type: KeyType,
+    mini_batch: Option<usize>,
+    par: Parallel,
+) -> tally::AggregateMetrics {
+    let ctx = format!(
+        "parallel seed {seed} retractions {retractions} {keys:?} {key_type:?} mini-batch {mini_batch:?} {par:?}"
+    );
+    let mut cfg = config(mini_batch, true);
+    cfg.parallelism = par.workers;
+    match par.adaptive {
+        Some((threshold, min_rows, probe)) => {
+            cfg.adaptive_threshold = threshold;
+            cfg.adaptive_min_rows = min_rows;
+            cfg.adaptive_probe_interval = probe;
+        }
+        None => cfg.adaptive_local = false,
+    }
+    if !par.two_phase {
+        cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let stream = random_stream(&mut rng, 300, retractions, 12);
+    let schema = schema(key_type, retractions);
+    let mut agg = tally::GroupAggregate::builder(schema.clone())
+        .group_by(key_exprs(keys))
+        .aggregate(aggregates())
+        .config(cfg)
+        .clock(Arc::new(tally::clock::ManualClock::new(0)))
+        .build_parallel()
+        .unwrap();
+    assert_eq!(agg.is_two_phase(), par.two_phase, "{ctx}");
+    let mut view = Materialized::default();
+    let mut pushed = 0;
+    while pushed < stream.len() {
+        let n = rng.random_range(0..=60).min(stream.len() - pushed);
+        let batch = to_batch(
+            &schema,
+            key_type,
+            &stream[pushed..pushed + n],
+            rng.random_bool(0.5),
+        );
+        // Cut into 1..=5 consecutive slices (empty ones included).
+        let mut cuts: Vec<usize> = (0..rng.random_range(0..5))
+            .map(|_| rng.random_range(0..=n))
+            .collect();
+        cuts.push(0);
+        cuts.push(n);
+        cuts.sort_unstable();
+        let slices = cuts
+            .windows(2)
+            .map(|w| batch.slice(w[0], w[1] - w[0]))
+            .collect();
+        view.apply(&agg.push_slices(slices).unwrap());
+        pushed += n;
+        let fired = match mini_batch {
+            None => pushed,
+            Some(size) => pushed / size * size,
+        };
+        assert_eq!(
+            view.rows(),
+            reference(&stream[..fired], keys),
+            "{ctx}: after {pushed} rows"
+        );
+    }
+    view.apply(&agg.finish().unwrap());
+    let expected = reference(&stream, keys);
+    assert_eq!(view.rows(), expected, "{ctx}: at the end");
+    let m = agg.metrics().unwrap();
+    assert_eq!(m.rows_in, stream.len() as u64, "{ctx}: rows in");
+    assert_eq!(
+        m.keys_in_state,
+        expected.len() as u64,
+        "{ctx}: keys in state"
+    );
+    assert_eq!(m.workers.len(), par.workers, "{ctx}");
+    let input: u64 = m.workers.iter().map(|w| w.input_rows).sum();
+    assert_eq!(input, stream.len() as u64, "{ctx}: input rows over workers");
+    assert!(
+        m.skew_ratio >= 1.0 && m.skew_ratio <= par.workers as f64,
+        "{ctx}: {m}"
+    );
+    if matches!(keys, Keys::One) {
+        assert_eq!(m.hot_keys[0].0, "7", "{ctx}: hottest key\n{m}");
+    }
+    m
+}
+
+#[test]
+fn parallel_strategies_match_reference() {
+    let mut seed = 3000;
+    for retractions in [false, true] {
+        for (keys, kt) in [
+            (Keys::One, KeyType::Utf8),
+            (Keys::Two, KeyType::Dictionary),
+            (Keys::One, KeyType::Int64),
+            (Keys::Global, KeyType::Utf8),
+        ] {
+            for workers in 1..=4 {
+                for mb in [None, Some(1), Some(17), Some(100_000)] {
+                    let phases: &[bool] = if mb.is_some() {
+                        &[false, true]
+                    } else {
+                        &[false]
+                    };
+                    for &two_phase in phases {
+                        let adaptive: &[Option<(f64, u64, u64)>] = if two_phase {
+                            &[None, Some((0.3, 10, 40)), Some((0.8, 100_000, 1_000_000))]
+                        } else {
+                            &[None]
+                        };
+                        for &adaptive in adaptive {
+                            seed += 1;
+                            let par = Parallel {
+                                workers,
+                                two_phase,
+                                adaptive,
+                            };
+                            check_parallel(seed, retractions, keys, kt, mb, par);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn adaptive_local_phase_bypasses_and_probes_again() {
+    // Small thresholds so that 300 rows in rounds of 17 see several decisions.
+    let par = Parallel {
+        workers: 2,
+        two_phase: true,
+        adaptive: Some((0.3, 10, 40)),
+    };
+    let m = check_parallel(1, true, Keys::Two, KeyType::Utf8, Some(17), par);
+    let local = m.local.clone().unwrap();
+    assert!(local.bypass_decisions > 0, "{m}");
+    assert!(local.probes > 0, "{m}");
+    assert!(local.rows_bypassed > 0 && local.rows_in > 0, "{m}");
+    assert_eq!(local.rows_in + local.rows_bypassed, 300, "{m}");
+    assert!(local.last_ratio.is_some_and(|r| r > 0.3), "{m}");
+    // Adaptive off: the local phase folds every row.
+    let par = Parallel {
+        adaptive: None,
+        ..par
+    };
+    let m = check_parallel(1, true, Keys::Two, KeyType::Utf8, Some(17), par);
+    let local = m.local.unwrap();
+    assert_eq!(
+        (local.rows_in, local.rows_bypassed, local.bypass_decisions),
+        (300, 0, 0)
+    );
+}

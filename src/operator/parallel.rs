@@ -1,0 +1,846 @@
+//! `ParallelAggregate`: a streaming GROUP BY over P workers, in one or two phases.
+//!
+//! # Execution
+//!
+//! Input arrives as slices (consecutive pieces of the stream, as P readers or the pipeline cut
+//! it). Every step below runs as one task per slice or per worker on the [`Runtime`], with a
+//! barrier between steps:
+//!
+//! 1. **Calc**: each slice evaluates the keys, arguments and FILTER masks and hashes its keys,
+//!    once per row. Nothing is applied before every slice has evaluated, so a batch that fails
+//!    (a bad cast, say) leaves the state untouched.
+//! 2. Two-phase: each slice folds its rows into its own [`LocalGroupAggregate`], which keeps them
+//!    until the mini-batch ends. One-phase (or a bypassed local phase): the **Exchange** routes
+//!    each row to worker `partition_of(hash, P)`, reusing the hash, and the workers apply their
+//!    rows.
+//! 3. At the end of a mini-batch (a *round*: `table.exec.mini-batch.size` input rows, or the
+//!    latency interval passing on the clock, or the end of input), the local phases flush one
+//!    accumulator row per key, the exchange routes those rows by the same hash, each worker's
+//!    global phase merges them, and every worker emits its part of the changelog. The output of
+//!    a round is the workers' changelogs in worker order; each key lives on one worker, so its
+//!    changes stay in order.
+//!
+//! With mini-batch off there are no rounds: the workers run one phase per record (Flink's
+//! `GroupAggFunction`) on the rows routed to them, in input order.
+//!
+//! # The adaptive local phase
+//!
+//! A local phase pays off when it folds many rows into few accumulator rows. It measures its
+//! reduction ratio (accumulator rows out / rows in) over at least
+//! `tally.exec.local-agg.adaptive.min-rows` input rows; when the ratio is above
+//! `tally.exec.local-agg.adaptive.threshold`, following rounds bypass it (rows go through the
+//! exchange to the global phase, which applies them as raw rows), and after
+//! `tally.exec.local-agg.adaptive.probe-interval` bypassed rows it is measured again. Decisions
+//! are taken between rounds, from row counts only, so a given input and configuration always
+//! takes the same decisions. Results do not depend on them: merging the fold of some rows equals
+//! applying the rows.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
+use tally_kernels::hash::partition_of;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::operator::group_aggregate::Routed;
+use crate::operator::local::Flushed;
+use crate::operator::state::hash_keys;
+use crate::operator::{GroupAggregate, LocalGroupAggregate, Metrics};
+use crate::plan::{AggregatePlan, CalcBatch};
+use crate::runtime::Runtime;
+
+/// How many hot keys the metrics report.
+pub const HOT_KEYS: usize = 5;
+
+/// Counters of one stage of a parallel aggregation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageMetrics {
+    /// The stage, by its EXPLAIN name (`Calc`, `LocalGroupAggregate`, `Exchange`,
+    /// `GroupAggregate` or `GlobalGroupAggregate`).
+    pub name: &'static str,
+    /// Rows into the stage.
+    pub rows_in: u64,
+    /// Rows out of the stage (for the aggregate: changelog rows).
+    pub rows_out: u64,
+    /// Tasks run (slices, or worker calls).
+    pub batches: u64,
+    /// Time spent in the stage's tasks, summed over workers.
+    pub busy: Duration,
+}
+
+/// Counters of one worker of the aggregate stage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerMetrics {
+    /// Rows the exchange sent it (raw rows, or accumulator rows in two-phase mode).
+    pub rows_received: u64,
+    /// Input rows those rows stand for (equal to `rows_received` in one-phase mode).
+    pub input_rows: u64,
+    /// Time spent in its tasks.
+    pub busy: Duration,
+    /// The operator's own counters (rows, state keys and bytes, …).
+    pub operator: Metrics,
+}
+
+/// What the adaptive local phase measured and decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalPhaseMetrics {
+    /// Whether the adaptive bypass is enabled.
+    pub adaptive: bool,
+    /// Whether the local phase is bypassed now.
+    pub bypassed: bool,
+    /// The last measured reduction ratio (rows out / rows in), once one was measured.
+    pub last_ratio: Option<f64>,
+    /// Input rows the local phase folded.
+    pub rows_in: u64,
+    /// Accumulator rows it emitted.
+    pub rows_out: u64,
+    /// Input rows that went around it.
+    pub rows_bypassed: u64,
+    /// Times it was switched off.
+    pub bypass_decisions: u64,
+    /// Times it was switched on again to be measured.
+    pub probes: u64,
+}
+
+/// Metrics of a parallel aggregation: per stage, per worker, skew, state and hot keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AggregateMetrics {
+    /// Workers.
+    pub parallelism: usize,
+    /// Whether it runs a local and a global phase.
+    pub two_phase: bool,
+    /// Rows pushed into the aggregate.
+    pub rows_in: u64,
+    /// Changelog rows emitted.
+    pub rows_out: u64,
+    /// Mini-batches (rounds) completed.
+    pub rounds: u64,
+    /// The stages, in data-flow order.
+    pub stages: Vec<StageMetrics>,
+    /// The workers of the aggregate stage.
+    pub workers: Vec<WorkerMetrics>,
+    /// Input rows of the busiest worker divided by the mean over workers (1 = even load;
+    /// P = everything on one worker).
+    pub skew_ratio: f64,
+    /// Groups with state, over all workers.
+    pub keys_in_state: u64,
+    /// Bytes of keyed state over all workers (plus the local phases' buffers).
+    pub state_bytes: u64,
+    /// The keys that received the most input rows, hottest first.
+    pub hot_keys: Vec<(String, u64)>,
+    /// The local phase (two-phase only).
+    pub local: Option<LocalPhaseMetrics>,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+impl fmt::Display for AggregateMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "parallelism {}, {}, rows in {}, changelog rows out {}, mini-batches {}",
+            self.parallelism,
+            if self.two_phase {
+                "two-phase"
+            } else {
+                "one-phase"
+            },
+            self.rows_in,
+            self.rows_out,
+            self.rounds
+        )?;
+        for s in &self.stages {
+            writeln!(
+                f,
+                "  {:<21} rows in {:>12}  rows out {:>12}  tasks {:>8}  busy {}",
+                s.name,
+                s.rows_in,
+                s.rows_out,
+                s.batches,
+                ms(s.busy)
+            )?;
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            writeln!(
+                f,
+                "  worker {i:<3} received {:>12} rows (input rows {:>12})  busy {}  keys {}  state {} bytes",
+                w.rows_received,
+                w.input_rows,
+                ms(w.busy),
+                w.operator.keys_in_state,
+                w.operator.state_bytes
+            )?;
+        }
+        writeln!(
+            f,
+            "  skew ratio {:.2} (busiest worker's input rows / mean)",
+            self.skew_ratio
+        )?;
+        writeln!(
+            f,
+            "  state: {} keys, {} bytes",
+            self.keys_in_state, self.state_bytes
+        )?;
+        if let Some(l) = &self.local {
+            let ratio = l
+                .last_ratio
+                .map_or("not measured yet".to_string(), |r| format!("{r:.3}"));
+            writeln!(
+                f,
+                "  local phase: {} (adaptive {}), reduction ratio {ratio}, rows in {}, rows out {}, rows bypassed {}, bypass decisions {}, probes {}",
+                if l.bypassed { "bypassed" } else { "active" },
+                if l.adaptive { "on" } else { "off" },
+                l.rows_in,
+                l.rows_out,
+                l.rows_bypassed,
+                l.bypass_decisions,
+                l.probes
+            )?;
+        }
+        if !self.hot_keys.is_empty() {
+            let keys: Vec<String> = self
+                .hot_keys
+                .iter()
+                .map(|(k, n)| format!("[{k}] {n}"))
+                .collect();
+            writeln!(f, "  hot keys (input rows): {}", keys.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The adaptive local phase's state machine (see the module docs).
+#[derive(Debug, Clone, Default)]
+struct Adaptive {
+    m: LocalPhaseMetrics,
+    threshold: f64,
+    min_rows: u64,
+    probe_interval: u64,
+    window_in: u64,
+    window_out: u64,
+    since_bypass: u64,
+}
+
+impl Adaptive {
+    fn new(config: &Config) -> Self {
+        Self {
+            m: LocalPhaseMetrics {
+                adaptive: config.adaptive_local,
+                ..LocalPhaseMetrics::default()
+            },
+            threshold: config.adaptive_threshold,
+            min_rows: config.adaptive_min_rows,
+            probe_interval: config.adaptive_probe_interval,
+            ..Self::default()
+        }
+    }
+
+    /// Accounts for a finished round: `folded` input rows became `out` accumulator rows, and
+    /// `bypassed` rows went around the local phase.
+    fn after_round(&mut self, folded: u64, out: u64, bypassed: u64) {
+        self.m.rows_in += folded;
+        self.m.rows_out += out;
+        self.m.rows_bypassed += bypassed;
+        if !self.m.adaptive {
+            return;
+        }
+        if self.m.bypassed {
+            self.since_bypass += bypassed;
+            if self.since_bypass >= self.probe_interval {
+                self.m.bypassed = false;
+                self.m.probes += 1;
+            }
+            return;
+        }
+        self.window_in += folded;
+        self.window_out += out;
+        if self.window_in >= self.min_rows {
+            let ratio = self.window_out as f64 / self.window_in as f64;
+            self.m.last_ratio = Some(ratio);
+            if ratio > self.threshold {
+                self.m.bypassed = true;
+                self.m.bypass_decisions += 1;
+                self.since_bypass = 0;
+            }
+            self.window_in = 0;
+            self.window_out = 0;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Worker {
+    agg: GroupAggregate,
+    rows_received: u64,
+    input_rows: u64,
+    busy: Duration,
+}
+
+/// A streaming GROUP BY over the workers of a [`Runtime`]: one phase (the exchange routes rows
+/// to keyed [`GroupAggregate`]s) or two (per-slice [`LocalGroupAggregate`]s, an exchange of
+/// accumulator rows, global phases), with the adaptive local phase. See the module docs.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{Int64Array, RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use datafusion_expr::col;
+/// use tally::functions::{count_star, sum};
+/// use tally::{Config, GroupAggregate};
+///
+/// let schema = Arc::new(Schema::new(vec![
+///     Field::new("shop", DataType::Utf8, true),
+///     Field::new("amount", DataType::Int64, true),
+/// ]));
+/// let config = Config::from_pairs([
+///     ("table.exec.mini-batch.enabled", "true"),
+///     ("table.exec.mini-batch.allow-latency", "1 s"),
+///     ("table.exec.mini-batch.size", "1000"),
+///     ("table.exec.resource.default-parallelism", "4"),
+/// ]).unwrap();
+/// let mut agg = GroupAggregate::builder(schema.clone())
+///     .group_by([col("shop")])
+///     .aggregate([count_star().alias("orders"), sum(col("amount")).alias("total")])
+///     .config(config)
+///     .build_parallel()
+///     .unwrap();
+/// assert!(agg.is_two_phase()); // AUTO with mini-batch on: local-global
+/// let batch = RecordBatch::try_new(schema, vec![
+///     Arc::new(StringArray::from(vec!["a", "b", "a"])),
+///     Arc::new(Int64Array::from(vec![10, 20, 5])),
+/// ]).unwrap();
+/// agg.push(&batch).unwrap();
+/// let changes = agg.finish().unwrap();
+/// assert_eq!(changes.iter().map(|b| b.num_rows()).sum::<usize>(), 2); // +I a, +I b
+/// let m = agg.metrics().unwrap();
+/// assert_eq!(m.rows_in, 3);
+/// assert_eq!(m.hot_keys[0], ("a".to_string(), 2));
+/// ```
+#[derive(Debug)]
+pub struct ParallelAggregate {
+    plan: Arc<AggregatePlan>,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    runtime: Arc<Runtime>,
+    two_phase: bool,
+    locals: Vec<LocalGroupAggregate>,
+    workers: Vec<Worker>,
+    /// Input rows in the current round.
+    round_rows: usize,
+    /// Rows folded by, and routed around, the local phases in the current round.
+    round_folded: u64,
+    round_bypassed: u64,
+    last_interval: i64,
+    adaptive: Adaptive,
+    calc: StageMetrics,
+    local: StageMetrics,
+    exchange: StageMetrics,
+    aggregate: StageMetrics,
+    rounds: u64,
+}
+
+impl ParallelAggregate {
+    /// An aggregate of `plan` over the workers of `runtime`, in two phases when `two_phase`
+    /// (which needs mini-batch).
+    ///
+    /// # Errors
+    /// Two phases without mini-batch (Flink's message), and as [`GroupAggregate::try_new`].
+    pub fn try_new(
+        plan: Arc<AggregatePlan>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        runtime: Arc<Runtime>,
+        two_phase: bool,
+    ) -> Result<Self> {
+        config.validate()?;
+        let p = runtime.parallelism();
+        let mut workers = Vec::with_capacity(p);
+        for _ in 0..p {
+            let mut agg = if two_phase {
+                GroupAggregate::try_new_global(
+                    Arc::clone(&plan),
+                    config.clone(),
+                    Arc::clone(&clock),
+                )?
+            } else {
+                GroupAggregate::try_new(Arc::clone(&plan), config.clone(), Arc::clone(&clock))?
+            };
+            agg.set_driven();
+            workers.push(Worker {
+                agg,
+                rows_received: 0,
+                input_rows: 0,
+                busy: Duration::ZERO,
+            });
+        }
+        let locals = if two_phase {
+            (0..p)
+                .map(|_| LocalGroupAggregate::try_new(Arc::clone(&plan)))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            vec![]
+        };
+        let adaptive = Adaptive::new(&config);
+        let stage = |name| StageMetrics {
+            name,
+            ..StageMetrics::default()
+        };
+        Ok(Self {
+            plan,
+            config,
+            clock,
+            runtime,
+            two_phase,
+            locals,
+            workers,
+            round_rows: 0,
+            round_folded: 0,
+            round_bypassed: 0,
+            last_interval: i64::MIN,
+            adaptive,
+            calc: stage("Calc"),
+            local: stage("LocalGroupAggregate"),
+            exchange: stage("Exchange"),
+            aggregate: stage(if two_phase {
+                "GlobalGroupAggregate"
+            } else {
+                "GroupAggregate"
+            }),
+            rounds: 0,
+        })
+    }
+
+    /// Whether it runs a local and a global phase.
+    pub fn is_two_phase(&self) -> bool {
+        self.two_phase
+    }
+
+    /// The resolved query.
+    pub fn plan(&self) -> &AggregatePlan {
+        &self.plan
+    }
+
+    /// The schema of the emitted changelog: `op` (Int8), the keys, the aggregate results.
+    pub fn output_schema(&self) -> arrow::datatypes::SchemaRef {
+        Arc::clone(&self.plan.output_schema)
+    }
+
+    /// The accumulator batch schema of the local phase (two-phase only).
+    pub fn accumulator_schema(&self) -> Option<arrow::datatypes::SchemaRef> {
+        self.locals
+            .first()
+            .map(LocalGroupAggregate::accumulator_schema)
+    }
+
+    /// For each aggregate call in output order, the names of its accumulator columns (two-phase
+    /// only).
+    pub fn accumulator_names(&self) -> Option<Vec<Vec<String>>> {
+        self.locals
+            .first()
+            .map(LocalGroupAggregate::accumulator_names)
+    }
+
+    /// Consumes one input batch, cut into up to P slices, and returns the changes that became
+    /// due (see [`ParallelAggregate::push_slices`]).
+    ///
+    /// # Errors
+    /// As [`ParallelAggregate::push_slices`].
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
+        let slices = split(batch, self.runtime.parallelism());
+        self.push_slices(slices)
+    }
+
+    /// Consumes consecutive slices of the input (in stream order) and returns the changes that
+    /// became due: with mini-batch off, the changes of every row; with it on, those of each
+    /// mini-batch that filled up (or whose latency passed on the clock).
+    ///
+    /// # Errors
+    /// A slice whose schema differs from the input schema, a bad changelog op, or an expression
+    /// that fails on the data; a batch that fails so leaves the state as it was before it.
+    pub fn push_slices(&mut self, slices: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        for s in &slices {
+            self.plan.check_input(s)?;
+        }
+        let mut out = vec![];
+        self.check_latency(&mut out)?;
+        if !self.config.mini_batch_enabled {
+            self.process(slices, &mut out)?;
+            return Ok(out);
+        }
+        let size = usize::try_from(self.config.mini_batch_size)
+            .map_err(|_| Error::internal("mini-batch size not validated"))?;
+        let mut round = vec![];
+        for mut s in slices {
+            loop {
+                let need = size - self.round_rows;
+                let n = s.num_rows();
+                if n < need {
+                    self.round_rows += n;
+                    if n > 0 {
+                        round.push(s);
+                    }
+                    break;
+                }
+                round.push(s.slice(0, need));
+                self.round_rows = size;
+                self.process(std::mem::take(&mut round), &mut out)?;
+                self.end_round(&mut out)?;
+                if n == need {
+                    break;
+                }
+                s = s.slice(need, n - need);
+            }
+        }
+        self.process(round, &mut out)?;
+        Ok(out)
+    }
+
+    /// Fires the pending mini-batch if the latency interval has passed on the clock.
+    ///
+    /// # Errors
+    /// As [`ParallelAggregate::push_slices`].
+    pub fn poll(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut out = vec![];
+        self.check_latency(&mut out)?;
+        Ok(out)
+    }
+
+    /// End of input: fires the pending mini-batch and returns its changes.
+    ///
+    /// # Errors
+    /// As [`ParallelAggregate::push_slices`].
+    pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut out = vec![];
+        self.end_round(&mut out)?;
+        Ok(out)
+    }
+
+    fn check_latency(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        if !self.config.mini_batch_enabled {
+            return Ok(());
+        }
+        let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
+        let now = self.clock.now_ms();
+        let current = now - now.rem_euclid(interval);
+        if current > self.last_interval {
+            self.last_interval = current;
+            self.end_round(out)?;
+        }
+        Ok(())
+    }
+
+    /// Runs slices through Calc and the local phase or the exchange, at most P at a time.
+    fn process(&mut self, slices: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let p = self.runtime.parallelism();
+        let mut slices = slices.into_iter().filter(|s| s.num_rows() > 0).peekable();
+        while slices.peek().is_some() {
+            let chunk: Vec<RecordBatch> = slices.by_ref().take(p).collect();
+            self.process_chunk(chunk, out)?;
+        }
+        Ok(())
+    }
+
+    fn process_chunk(&mut self, chunk: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let p = self.runtime.parallelism();
+        let rows: u64 = chunk.iter().map(|b| b.num_rows() as u64).sum();
+        let n_tasks = chunk.len() as u64;
+        let local_phase = self.two_phase && !self.adaptive.m.bypassed;
+        let plan = &self.plan;
+        // Step 1: evaluate and hash every slice (and route it, unless a local phase folds it).
+        let evaluated = self
+            .runtime
+            .map(chunk, |b| -> Result<(Evaluated, Duration)> {
+                let start = Instant::now();
+                let cb = plan.calc.evaluate(&b)?;
+                let mut hashes = vec![];
+                hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+                let e = if local_phase {
+                    Evaluated::Whole(cb, hashes)
+                } else {
+                    Evaluated::Routed(route(cb, hashes, p)?)
+                };
+                Ok((e, start.elapsed()))
+            });
+        let mut evaluated_ok = Vec::with_capacity(evaluated.len());
+        for e in evaluated {
+            let (e, busy) = e?;
+            self.calc.busy += busy;
+            evaluated_ok.push(e);
+        }
+        self.calc.rows_in += rows;
+        self.calc.rows_out += rows;
+        self.calc.batches += n_tasks;
+        // Step 2: fold into the local phases, or apply on the workers.
+        if local_phase {
+            let tasks: Vec<(&mut LocalGroupAggregate, Evaluated)> =
+                self.locals.iter_mut().zip(evaluated_ok).collect();
+            let results = self.runtime.map(tasks, |(local, e)| -> Result<Duration> {
+                let start = Instant::now();
+                if let Evaluated::Whole(cb, hashes) = e {
+                    local.push_evaluated(&cb, &hashes)?;
+                }
+                Ok(start.elapsed())
+            });
+            for r in results {
+                self.local.busy += r?;
+            }
+            self.local.rows_in += rows;
+            self.local.batches += n_tasks;
+            self.round_folded += rows;
+            return Ok(());
+        }
+        let mut per_worker: Vec<Vec<Routed>> = (0..p).map(|_| vec![]).collect();
+        for e in evaluated_ok {
+            if let Evaluated::Routed(parts) = e {
+                for (w, part) in parts.into_iter().enumerate() {
+                    if part.cb.num_rows > 0 {
+                        per_worker[w].push(part);
+                    }
+                }
+            }
+        }
+        self.exchange.rows_in += rows;
+        self.exchange.rows_out += rows;
+        self.exchange.batches += n_tasks;
+        if self.two_phase {
+            self.round_bypassed += rows;
+        }
+        let tasks: Vec<(&mut Worker, Vec<Routed>)> =
+            self.workers.iter_mut().zip(per_worker).collect();
+        let results = self
+            .runtime
+            .map(tasks, |(w, parts)| -> Result<Vec<RecordBatch>> {
+                if parts.is_empty() {
+                    return Ok(vec![]);
+                }
+                let start = Instant::now();
+                let n: u64 = parts.iter().map(|r| r.cb.num_rows as u64).sum();
+                let changes = w.agg.push_routed(&parts)?;
+                w.rows_received += n;
+                w.input_rows += n;
+                w.busy += start.elapsed();
+                Ok(changes)
+            });
+        self.collect(results, out)
+    }
+
+    /// Appends the workers' changes in worker order.
+    fn collect(
+        &mut self,
+        results: Vec<Result<Vec<RecordBatch>>>,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        for r in results {
+            for b in r? {
+                self.aggregate.rows_out += b.num_rows() as u64;
+                out.push(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the round: flushes the local phases through the exchange into the global phases and
+    /// has every worker emit its changes.
+    fn end_round(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let p = self.runtime.parallelism();
+        let mut flushed_rows = 0u64;
+        if self.locals.iter().any(|l| l.keys() > 0) {
+            let locals: Vec<&mut LocalGroupAggregate> = self.locals.iter_mut().collect();
+            let flushed = self
+                .runtime
+                .map(locals, |local| -> Result<(Vec<Flushed>, Duration)> {
+                    let start = Instant::now();
+                    let parts = match local.flush_parts()? {
+                        Some(f) => route_accumulators(f, p)?,
+                        None => vec![],
+                    };
+                    Ok((parts, start.elapsed()))
+                });
+            let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
+            for f in flushed {
+                let (parts, busy) = f?;
+                self.local.busy += busy;
+                for (w, part) in parts.into_iter().enumerate() {
+                    if part.batch.num_rows() > 0 {
+                        flushed_rows += part.batch.num_rows() as u64;
+                        per_worker[w].push(part);
+                    }
+                }
+            }
+            self.local.rows_out += flushed_rows;
+            self.exchange.rows_in += flushed_rows;
+            self.exchange.rows_out += flushed_rows;
+            self.exchange.batches += p as u64;
+            let tasks: Vec<(&mut Worker, Vec<Flushed>)> =
+                self.workers.iter_mut().zip(per_worker).collect();
+            let results = self.runtime.map(tasks, |(w, parts)| -> Result<()> {
+                if parts.is_empty() {
+                    return Ok(());
+                }
+                let start = Instant::now();
+                w.agg.merge_routed(&parts)?;
+                w.rows_received += parts.iter().map(|f| f.batch.num_rows() as u64).sum::<u64>();
+                w.input_rows += parts.iter().flat_map(|f| &f.rows).sum::<u64>();
+                w.busy += start.elapsed();
+                Ok(())
+            });
+            for r in results {
+                r?;
+            }
+        }
+        let workers: Vec<&mut Worker> = self.workers.iter_mut().collect();
+        let results = self.runtime.map(workers, |w| -> Result<Vec<RecordBatch>> {
+            let start = Instant::now();
+            let changes = w.agg.finish()?;
+            w.busy += start.elapsed();
+            Ok(changes)
+        });
+        self.collect(results, out)?;
+        if self.round_rows > 0 || self.round_folded > 0 || self.round_bypassed > 0 {
+            self.rounds += 1;
+        }
+        if self.two_phase {
+            self.adaptive
+                .after_round(self.round_folded, flushed_rows, self.round_bypassed);
+        }
+        self.round_rows = 0;
+        self.round_folded = 0;
+        self.round_bypassed = 0;
+        Ok(())
+    }
+
+    /// The metrics so far.
+    ///
+    /// # Errors
+    /// When a hot key cannot be formatted (a bug).
+    pub fn metrics(&self) -> Result<AggregateMetrics> {
+        let workers: Vec<WorkerMetrics> = self
+            .workers
+            .iter()
+            .map(|w| WorkerMetrics {
+                rows_received: w.rows_received,
+                input_rows: w.input_rows,
+                busy: w.busy,
+                operator: w.agg.metrics(),
+            })
+            .collect();
+        let total: u64 = workers.iter().map(|w| w.input_rows).sum();
+        let max = workers.iter().map(|w| w.input_rows).max().unwrap_or(0);
+        let skew_ratio = if total == 0 {
+            1.0
+        } else {
+            max as f64 * workers.len() as f64 / total as f64
+        };
+        let mut hot_keys = vec![];
+        for w in &self.workers {
+            hot_keys.extend(w.agg.hot_keys(HOT_KEYS)?);
+        }
+        hot_keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hot_keys.truncate(HOT_KEYS);
+        let mut aggregate = self.aggregate.clone();
+        aggregate.rows_in = workers.iter().map(|w| w.rows_received).sum();
+        aggregate.batches = workers.iter().map(|w| w.operator.batches_in).sum();
+        aggregate.busy = workers.iter().map(|w| w.busy).sum();
+        let mut stages = vec![self.calc.clone()];
+        if self.two_phase {
+            stages.push(self.local.clone());
+        }
+        stages.push(self.exchange.clone());
+        stages.push(aggregate);
+        let local_bytes: usize = self.locals.iter().map(LocalGroupAggregate::size).sum();
+        Ok(AggregateMetrics {
+            parallelism: self.workers.len(),
+            two_phase: self.two_phase,
+            rows_in: self.calc.rows_in,
+            rows_out: self.aggregate.rows_out,
+            rounds: self.rounds,
+            stages,
+            keys_in_state: workers.iter().map(|w| w.operator.keys_in_state).sum(),
+            state_bytes: workers.iter().map(|w| w.operator.state_bytes).sum::<u64>()
+                + local_bytes as u64,
+            workers,
+            skew_ratio,
+            hot_keys,
+            local: self.two_phase.then(|| self.adaptive.m.clone()),
+        })
+    }
+}
+
+/// A slice after Calc: whole (for a local phase) or routed to the workers.
+enum Evaluated {
+    Whole(CalcBatch, Vec<u64>),
+    Routed(Vec<Routed>),
+}
+
+/// Cuts `batch` into up to `p` consecutive slices of at least [`MIN_SLICE_ROWS`] rows.
+pub fn split(batch: &RecordBatch, p: usize) -> Vec<RecordBatch> {
+    let n = batch.num_rows();
+    let pieces = p.min(n.div_ceil(MIN_SLICE_ROWS)).max(1);
+    let mut out = Vec::with_capacity(pieces);
+    let mut start = 0;
+    for i in 0..pieces {
+        let end = n * (i + 1) / pieces;
+        out.push(batch.slice(start, end - start));
+        start = end;
+    }
+    out
+}
+
+/// Slices smaller than this are not worth a task of their own.
+pub const MIN_SLICE_ROWS: usize = 1024;
+
+/// Row indices per worker: row `r` goes to `partition_of(hashes[r], p)`.
+fn partition(hashes: &[u64], p: usize) -> Vec<Vec<u32>> {
+    let mut idx: Vec<Vec<u32>> = (0..p)
+        .map(|_| Vec::with_capacity(hashes.len() / p + 16))
+        .collect();
+    for (r, &h) in hashes.iter().enumerate() {
+        idx[partition_of(h, p)].push(r as u32);
+    }
+    idx
+}
+
+/// The exchange for evaluated rows: one part per worker.
+fn route(cb: CalcBatch, hashes: Vec<u64>, p: usize) -> Result<Vec<Routed>> {
+    if p == 1 {
+        return Ok(vec![Routed { cb, hashes }]);
+    }
+    partition(&hashes, p)
+        .into_iter()
+        .map(|idx| {
+            let part_hashes = idx.iter().map(|&i| hashes[i as usize]).collect();
+            let idx = UInt32Array::from(idx);
+            Ok(Routed {
+                cb: cb.take(&idx)?,
+                hashes: part_hashes,
+            })
+        })
+        .collect()
+}
+
+/// The exchange for accumulator rows: one part per worker.
+fn route_accumulators(f: Flushed, p: usize) -> Result<Vec<Flushed>> {
+    if p == 1 {
+        return Ok(vec![f]);
+    }
+    partition(&f.hashes, p)
+        .into_iter()
+        .map(|idx| {
+            let hashes = idx.iter().map(|&i| f.hashes[i as usize]).collect();
+            let rows = idx.iter().map(|&i| f.rows[i as usize]).collect();
+            let idx = UInt32Array::from(idx);
+            Ok(Flushed {
+                batch: take_record_batch(&f.batch, &idx)?,
+                hashes,
+                rows,
+            })
+        })
+        .collect()
+}
