@@ -71,6 +71,11 @@ struct SqlArgs {
     /// Print each statement's status on standard error.
     #[arg(long, short = 'v')]
     verbose: bool,
+    /// After each query, print its metrics on standard error: rows in and out and busy time per
+    /// stage, rows and busy time per worker, the skew ratio, state keys and bytes, the local
+    /// phase's reduction ratio and decision, the hot keys.
+    #[arg(long)]
+    metrics: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +194,15 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
                     }
                 }
                 run_query(&mut query, args, format, &mut stdout)?;
+            }
+            StatementResult::Analyze(mut query, details) => {
+                for w in query.warnings().to_vec() {
+                    if let Some(w) = session.warn_once(&w) {
+                        eprintln!("warning: {w}");
+                    }
+                }
+                let text = query.explain_analyze(&details, args.batch_size)?;
+                writeln!(stdout, "{text}")?;
             }
         }
     }
@@ -371,13 +385,18 @@ fn run_query(
     if let Some(Some(b)) = bar {
         b.finish_and_clear();
     }
-    if args.verbose {
+    if args.verbose || args.metrics {
         eprintln!(
             "[INFO] {} rows in, {} rows out in {:.3} s",
             stats.rows_in,
             stats.rows_out,
             started.elapsed().as_secs_f64()
         );
+    }
+    if args.metrics {
+        for (i, m) in stats.aggregates.iter().enumerate() {
+            eprint!("aggregate {i}: {m}");
+        }
     }
     Ok(())
 }

@@ -2,8 +2,13 @@
 //!
 //! A [`ChangeBatch`] is a batch of rows plus, for a changelog, their row kinds. Stages transform
 //! change batches: [`CalcStage`] filters and projects (a filter or projection over a changelog
-//! passes each row's kind through), [`AggregateStage`] runs a [`GroupAggregate`]. A
+//! passes each row's kind through), [`AggregateStage`] runs a [`ParallelAggregate`]. A
 //! [`Pipeline`] chains them from a source to a sink.
+//!
+//! Between stages the stream travels as *slices*: consecutive pieces of it, in order. The
+//! pipeline cuts each source batch into up to P slices; a Calc stage processes its slices as
+//! parallel tasks; an aggregate takes them as the slices of its local phases or its exchange and
+//! emits its workers' changelogs, which are the slices of the next stage.
 
 use std::sync::Arc;
 
@@ -19,7 +24,9 @@ use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 
 use crate::error::{Error, Result};
-use crate::operator::GroupAggregate;
+use crate::operator::parallel::split_rows;
+use crate::operator::{AggregateMetrics, ParallelAggregate};
+use crate::runtime::Runtime;
 
 /// The name of the row-kind column inside an aggregate's input.
 pub const OP_FIELD: &str = "__op";
@@ -60,21 +67,24 @@ impl ChangeBatch {
 
 /// A streaming transformation of change batches.
 pub trait Stage: Send + std::fmt::Debug {
-    /// Consumes one batch and returns what became due.
+    /// Consumes consecutive slices of the stream and returns what became due, as slices.
     ///
     /// # Errors
     /// When evaluation fails on the data.
-    fn push(&mut self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>>;
+    fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>>;
 
     /// End of input: flushes what is buffered.
     ///
     /// # Errors
     /// As [`Stage::push`].
-    fn finish(&mut self) -> Result<Vec<ChangeBatch>>;
+    fn finish(&mut self, runtime: &Runtime) -> Result<Vec<ChangeBatch>>;
 
-    /// The aggregate operator inside, if this stage is one (for metrics).
-    fn aggregate(&self) -> Option<&GroupAggregate> {
-        None
+    /// The aggregate's metrics, if this stage is one.
+    ///
+    /// # Errors
+    /// When the metrics cannot be collected (a bug).
+    fn metrics(&self) -> Result<Option<AggregateMetrics>> {
+        Ok(None)
     }
 }
 
@@ -137,8 +147,12 @@ impl CalcStage {
     }
 }
 
-impl Stage for CalcStage {
-    fn push(&mut self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+impl CalcStage {
+    /// Filters and projects one batch (None when no row is left).
+    ///
+    /// # Errors
+    /// When an expression fails on the data.
+    pub fn apply(&self, batch: ChangeBatch) -> Result<Option<ChangeBatch>> {
         let ChangeBatch { mut op, mut data } = batch;
         if let Some(f) = &self.filter {
             let mask = f.evaluate(&data)?.into_array(data.num_rows())?;
@@ -157,7 +171,7 @@ impl Stage for CalcStage {
             }
         }
         if data.num_rows() == 0 {
-            return Ok(vec![]);
+            return Ok(None);
         }
         let data = match &self.projection {
             None => RecordBatch::try_new(Arc::clone(&self.output), data.columns().to_vec())?,
@@ -174,19 +188,31 @@ impl Stage for CalcStage {
                 )?
             }
         };
-        Ok(vec![ChangeBatch { op, data }])
+        Ok(Some(ChangeBatch { op, data }))
+    }
+}
+
+impl Stage for CalcStage {
+    fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        let this = &*self;
+        let mut out = Vec::with_capacity(slices.len());
+        for r in runtime.map(slices, |s| this.apply(s)) {
+            out.extend(r?);
+        }
+        Ok(out)
     }
 
-    fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         Ok(vec![])
     }
 }
 
-/// A [`GroupAggregate`] as a stage: its input is the data columns plus the row kinds in a last
-/// column named [`OP_FIELD`] (when the input is a changelog); its output is renamed to `output`.
+/// A [`ParallelAggregate`] as a stage: its input is the data columns plus the row kinds in a
+/// last column named [`OP_FIELD`] (when the input is a changelog); its output is renamed to
+/// `output`.
 #[derive(Debug)]
 pub struct AggregateStage {
-    agg: GroupAggregate,
+    agg: ParallelAggregate,
     changelog_input: bool,
     input_schema: SchemaRef,
     output: SchemaRef,
@@ -208,7 +234,11 @@ impl AggregateStage {
     ///
     /// # Errors
     /// When `output` does not fit the aggregate's output.
-    pub fn try_new(agg: GroupAggregate, changelog_input: bool, output: SchemaRef) -> Result<Self> {
+    pub fn try_new(
+        agg: ParallelAggregate,
+        changelog_input: bool,
+        output: SchemaRef,
+    ) -> Result<Self> {
         let got = agg.output_schema();
         if got.fields().len() != output.fields().len() + 1
             || got.fields()[1..]
@@ -229,6 +259,11 @@ impl AggregateStage {
         })
     }
 
+    /// The aggregate.
+    pub fn aggregate(&self) -> &ParallelAggregate {
+        &self.agg
+    }
+
     fn convert(&self, batches: Vec<RecordBatch>) -> Result<Vec<ChangeBatch>> {
         batches
             .into_iter()
@@ -242,47 +277,59 @@ impl AggregateStage {
     }
 }
 
-impl Stage for AggregateStage {
-    fn push(&mut self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+impl AggregateStage {
+    /// The aggregate's input batch for one slice: its columns plus the row kinds.
+    fn input(&self, batch: ChangeBatch) -> Result<RecordBatch> {
+        let n = batch.data.num_rows();
         let mut cols = batch.data.columns().to_vec();
         if self.changelog_input {
             let op = batch
                 .op
-                .unwrap_or_else(|| Arc::new(Int8Array::from(vec![0i8; batch.data.num_rows()])));
+                .unwrap_or_else(|| Arc::new(Int8Array::from(vec![0i8; n])));
             if op.data_type() != &DataType::Int8 || op.as_primitive::<Int8Type>().null_count() > 0 {
                 return Err(Error::internal("row kinds must be non-NULL Int8 codes"));
             }
             cols.push(op);
         }
-        let input = RecordBatch::try_new_with_options(
+        Ok(RecordBatch::try_new_with_options(
             Arc::clone(&self.input_schema),
             cols,
-            &RecordBatchOptions::new().with_row_count(Some(batch.data.num_rows())),
-        )?;
-        let out = self.agg.push(&input)?;
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
+}
+
+impl Stage for AggregateStage {
+    fn push(&mut self, slices: Vec<ChangeBatch>, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        let inputs = slices
+            .into_iter()
+            .map(|s| self.input(s))
+            .collect::<Result<Vec<_>>>()?;
+        let out = self.agg.push_slices(inputs)?;
         self.convert(out)
     }
 
-    fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         let out = self.agg.finish()?;
         self.convert(out)
     }
 
-    fn aggregate(&self) -> Option<&GroupAggregate> {
-        Some(&self.agg)
+    fn metrics(&self) -> Result<Option<AggregateMetrics>> {
+        self.agg.metrics().map(Some)
     }
 }
 
-/// Stages chained in order.
-#[derive(Debug, Default)]
+/// Stages chained in order, on a [`Runtime`].
+#[derive(Debug)]
 pub struct Pipeline {
     stages: Vec<Box<dyn Stage>>,
+    runtime: Arc<Runtime>,
 }
 
 impl Pipeline {
-    /// A pipeline of `stages`, first to last.
-    pub fn new(stages: Vec<Box<dyn Stage>>) -> Self {
-        Self { stages }
+    /// A pipeline of `stages`, first to last, running on `runtime`.
+    pub fn new(stages: Vec<Box<dyn Stage>>, runtime: Arc<Runtime>) -> Self {
+        Self { stages, runtime }
     }
 
     /// The stages.
@@ -290,24 +337,42 @@ impl Pipeline {
         &self.stages
     }
 
-    fn run_from(&mut self, first: usize, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
-        let mut current = batches;
+    /// The metrics of every aggregate stage, first to last.
+    ///
+    /// # Errors
+    /// When metrics cannot be collected (a bug).
+    pub fn metrics(&self) -> Result<Vec<AggregateMetrics>> {
+        let mut out = vec![];
+        for s in &self.stages {
+            out.extend(s.metrics()?);
+        }
+        Ok(out)
+    }
+
+    fn run_from(&mut self, first: usize, slices: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let mut current = slices;
         for stage in &mut self.stages[first..] {
-            let mut next = vec![];
-            for b in current {
-                next.extend(stage.push(b)?);
+            if current.is_empty() {
+                break;
             }
-            current = next;
+            current = stage.push(current, &self.runtime)?;
         }
         Ok(current)
     }
 
-    /// Pushes one input batch through every stage.
+    /// Pushes one input batch, cut into up to P slices, through every stage.
     ///
     /// # Errors
     /// The first stage error.
     pub fn push(&mut self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        self.run_from(0, vec![batch])
+        let slices = split_rows(batch.num_rows(), self.runtime.parallelism())
+            .into_iter()
+            .map(|(offset, len)| ChangeBatch {
+                op: batch.op.as_ref().map(|o| o.slice(offset, len)),
+                data: batch.data.slice(offset, len),
+            })
+            .collect();
+        self.run_from(0, slices)
     }
 
     /// End of input: finishes each stage in order, pushing what it flushes through the rest.
@@ -317,7 +382,7 @@ impl Pipeline {
     pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
         let mut out = vec![];
         for i in 0..self.stages.len() {
-            let tail = self.stages[i].finish()?;
+            let tail = self.stages[i].finish(&self.runtime)?;
             out.extend(self.run_from(i + 1, tail)?);
         }
         Ok(out)

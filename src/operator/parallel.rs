@@ -556,22 +556,24 @@ impl ParallelAggregate {
         // Step 1: evaluate and hash every slice (and route it, unless a local phase folds it).
         let evaluated = self
             .runtime
-            .map(chunk, |b| -> Result<(Evaluated, Duration)> {
+            .map(chunk, |b| -> Result<(Evaluated, Duration, Duration)> {
                 let start = Instant::now();
                 let cb = plan.calc.evaluate(&b)?;
                 let mut hashes = vec![];
                 hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
-                let e = if local_phase {
-                    Evaluated::Whole(cb, hashes)
-                } else {
-                    Evaluated::Routed(route(cb, hashes, p)?)
-                };
-                Ok((e, start.elapsed()))
+                if local_phase {
+                    let e = Evaluated::Whole(cb, hashes);
+                    return Ok((e, start.elapsed(), Duration::ZERO));
+                }
+                let routing = Instant::now();
+                let e = Evaluated::Routed(route(cb, hashes, p)?);
+                Ok((e, routing - start, routing.elapsed()))
             });
         let mut evaluated_ok = Vec::with_capacity(evaluated.len());
         for e in evaluated {
-            let (e, busy) = e?;
-            self.calc.busy += busy;
+            let (e, calc_busy, exchange_busy) = e?;
+            self.calc.busy += calc_busy;
+            self.exchange.busy += exchange_busy;
             evaluated_ok.push(e);
         }
         self.calc.rows_in += rows;
@@ -653,20 +655,23 @@ impl ParallelAggregate {
         let mut flushed_rows = 0u64;
         if self.locals.iter().any(|l| l.keys() > 0) {
             let locals: Vec<&mut LocalGroupAggregate> = self.locals.iter_mut().collect();
-            let flushed = self
-                .runtime
-                .map(locals, |local| -> Result<(Vec<Flushed>, Duration)> {
+            let flushed = self.runtime.map(
+                locals,
+                |local| -> Result<(Vec<Flushed>, Duration, Duration)> {
                     let start = Instant::now();
-                    let parts = match local.flush_parts()? {
-                        Some(f) => route_accumulators(f, p)?,
-                        None => vec![],
+                    let Some(f) = local.flush_parts()? else {
+                        return Ok((vec![], start.elapsed(), Duration::ZERO));
                     };
-                    Ok((parts, start.elapsed()))
-                });
+                    let routing = Instant::now();
+                    let parts = route_accumulators(f, p)?;
+                    Ok((parts, routing - start, routing.elapsed()))
+                },
+            );
             let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
             for f in flushed {
-                let (parts, busy) = f?;
-                self.local.busy += busy;
+                let (parts, local_busy, exchange_busy) = f?;
+                self.local.busy += local_busy;
+                self.exchange.busy += exchange_busy;
                 for (w, part) in parts.into_iter().enumerate() {
                     if part.batch.num_rows() > 0 {
                         flushed_rows += part.batch.num_rows() as u64;
@@ -781,13 +786,21 @@ enum Evaluated {
 
 /// Cuts `batch` into up to `p` consecutive slices of at least [`MIN_SLICE_ROWS`] rows.
 pub fn split(batch: &RecordBatch, p: usize) -> Vec<RecordBatch> {
-    let n = batch.num_rows();
-    let pieces = p.min(n.div_ceil(MIN_SLICE_ROWS)).max(1);
+    split_rows(batch.num_rows(), p)
+        .into_iter()
+        .map(|(offset, len)| batch.slice(offset, len))
+        .collect()
+}
+
+/// `(offset, len)` of up to `p` consecutive, near-equal slices of `n` rows, each of at least
+/// [`MIN_SLICE_ROWS`] rows (one slice when `n` is smaller).
+pub fn split_rows(n: usize, p: usize) -> Vec<(usize, usize)> {
+    let pieces = p.min(n / MIN_SLICE_ROWS).max(1);
     let mut out = Vec::with_capacity(pieces);
     let mut start = 0;
     for i in 0..pieces {
         let end = n * (i + 1) / pieces;
-        out.push(batch.slice(start, end - start));
+        out.push((start, end - start));
         start = end;
     }
     out

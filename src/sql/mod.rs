@@ -1,5 +1,6 @@
 //! Flink-style SQL scripts: `SET`/`RESET`, `CREATE TABLE … WITH (…)` over local files,
-//! `SELECT` with GROUP BY (nested too), and `EXPLAIN [PLAN_ADVICE | CHANGELOG_MODE]`.
+//! `SELECT` with GROUP BY (nested too), `EXPLAIN [PLAN_ADVICE | CHANGELOG_MODE]` and
+//! `EXPLAIN ANALYZE`, which runs the query and annotates the plan with its metrics.
 //!
 //! Parsing and logical planning use datafusion-sql over sqlparser; scalar functions come from
 //! datafusion-functions plus Flink's `DATE_FORMAT` and `MOD` ([`functions`]); expressions are
@@ -14,6 +15,9 @@
 //!         StatementResult::Done(msg) => println!("{msg}"),
 //!         StatementResult::Explain(text) => println!("{text}"),
 //!         StatementResult::Query(query) => { /* query.run(...) */ }
+//!         StatementResult::Analyze(mut query, details) => {
+//!             println!("{}", query.explain_analyze(&details, 8192)?);
+//!         }
 //!     }
 //! }
 //! # Ok::<(), tally::Error>(())
@@ -57,6 +61,9 @@ pub enum StatementResult {
     Explain(String),
     /// A planned query, ready to run.
     Query(Box<PlannedQuery>),
+    /// `EXPLAIN ANALYZE`: a planned query to run with [`PlannedQuery::explain_analyze`], and the
+    /// details asked for.
+    Analyze(Box<PlannedQuery>, Vec<ExplainDetail>),
 }
 
 /// A SQL session: the configuration and the tables created so far.
@@ -273,6 +280,7 @@ impl Session {
     fn execute_explain(&mut self, stmt: &str) -> Result<StatementResult> {
         let mut rest = stmt.trim()[7..].trim_start();
         let mut details = vec![];
+        let mut analyze = false;
         loop {
             let word = rest
                 .split(|c: char| c.is_whitespace() || c == ',')
@@ -282,11 +290,10 @@ impl Session {
             let detail = match word.as_str() {
                 "PLAN_ADVICE" => ExplainDetail::PlanAdvice,
                 "CHANGELOG_MODE" => ExplainDetail::ChangelogMode,
-                "ANALYZE" => {
-                    return Err(sql_error(
-                        stmt,
-                        "EXPLAIN ANALYZE is not supported yet (it comes with per-stage metrics); use EXPLAIN",
-                    ));
+                "ANALYZE" if !analyze && details.is_empty() => {
+                    analyze = true;
+                    rest = rest[word.len()..].trim_start();
+                    continue;
                 }
                 "ESTIMATED_COST" | "JSON_EXECUTION_PLAN" => {
                     return Err(sql_error(stmt, format!("EXPLAIN {word} is not supported")));
@@ -307,6 +314,9 @@ impl Session {
             }
         }
         let query = self.plan_query(rest)?;
+        if analyze {
+            return Ok(StatementResult::Analyze(Box::new(query), details));
+        }
         Ok(StatementResult::Explain(query.explain(&details)))
     }
 

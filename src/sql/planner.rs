@@ -3,10 +3,12 @@
 //!
 //! The phase strategy and the split-distinct rewrite are decided under Flink's conditions
 //! (two-phase: mini-batch on, strategy not ONE_PHASE, every aggregate mergeable, input not
-//! already partitioned by the keys; split: enabled and at least one DISTINCT call). This version
-//! executes every aggregate in one phase, without split; where Flink would do otherwise, EXPLAIN
-//! says so and why, and a setting that was asked for explicitly but has no effect is a warning
-//! (an error with `tally.strict = true`).
+//! already partitioned by the keys; split: enabled and at least one DISTINCT call). Every
+//! aggregate runs on `table.exec.resource.default-parallelism` workers, in one or two phases as
+//! decided; split-distinct is not executed yet. EXPLAIN says what runs and why, and a setting
+//! that was asked for explicitly but has no effect is a warning (an error with
+//! `tally.strict = true`). EXPLAIN ANALYZE runs the query and annotates the plan with each
+//! stage's figures.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,13 +22,14 @@ use datafusion_expr::{BinaryExpr, Expr, LogicalPlan};
 
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::config::{
-    AGG_PHASE_STRATEGY, AggPhaseStrategy, Config, DEFAULT_PARALLELISM, MINI_BATCH_ALLOW_LATENCY,
+    ADAPTIVE_ENABLED, AGG_PHASE_STRATEGY, AggPhaseStrategy, Config, MINI_BATCH_ALLOW_LATENCY,
     MINI_BATCH_ENABLED, MINI_BATCH_SIZE, SPLIT_ENABLED,
 };
 use crate::error::{Error, Result};
-use crate::operator::GroupAggregate;
+use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::pipeline::{AggregateStage, CalcStage, ChangeBatch, OP_FIELD, Pipeline, Stage};
 use crate::plan::AggregatePlan;
+use crate::runtime::Runtime;
 use crate::source::FileTable;
 
 use super::Session;
@@ -49,6 +52,8 @@ struct Node {
     mode: Vec<&'static str>,
     /// Advice numbers attached (PLAN_ADVICE).
     advice: Vec<usize>,
+    /// The aggregate (bottom-up index) and stage whose metrics EXPLAIN ANALYZE shows here.
+    stage: Option<(usize, &'static str)>,
 }
 
 /// Advice or a warning for PLAN_ADVICE.
@@ -91,8 +96,8 @@ pub struct RunStats {
     pub rows_in: u64,
     /// Output rows (changelog rows, or rows of the insert-only result).
     pub rows_out: u64,
-    /// Per aggregate (bottom-up): the operator's metrics.
-    pub aggregates: Vec<crate::Metrics>,
+    /// Per aggregate (bottom-up): its metrics.
+    pub aggregates: Vec<AggregateMetrics>,
 }
 
 impl PlannedQuery {
@@ -124,6 +129,37 @@ impl PlannedQuery {
     /// The plan as text, Flink-style: one node per line, indented as a tree, then the aggregate
     /// strategy; with PLAN_ADVICE the advice, with CHANGELOG_MODE each node's row kinds.
     pub fn explain(&self, details: &[ExplainDetail]) -> String {
+        self.explain_with(details, None)
+    }
+
+    /// EXPLAIN ANALYZE: runs the query (reading its source in batches of `batch_size` rows and
+    /// discarding the output), then returns the plan with each aggregate stage annotated with
+    /// its rows in and out and busy time, and a metrics section per aggregate (workers, skew
+    /// ratio, state, the local phase's reduction ratio and decision, hot keys).
+    ///
+    /// # Errors
+    /// As [`PlannedQuery::run`].
+    pub fn explain_analyze(
+        &mut self,
+        details: &[ExplainDetail],
+        batch_size: usize,
+    ) -> Result<String> {
+        let started = std::time::Instant::now();
+        let stats = self.run(batch_size, |_| Ok(()), |_, _| {})?;
+        let mut text = self.explain_with(details, Some(&stats));
+        text.push_str(&format!(
+            "\n== Metrics ==\nrows read {}, output rows {}, wall time {:.1} ms\n",
+            stats.rows_in,
+            stats.rows_out,
+            started.elapsed().as_secs_f64() * 1e3
+        ));
+        for (i, m) in stats.aggregates.iter().enumerate() {
+            text.push_str(&format!("aggregate {i}: {m}"));
+        }
+        Ok(text)
+    }
+
+    fn explain_with(&self, details: &[ExplainDetail], stats: Option<&RunStats>) -> String {
         let advice = details.contains(&ExplainDetail::PlanAdvice);
         let modes = details.contains(&ExplainDetail::ChangelogMode);
         let mut out = String::from("== Physical Plan ==\n");
@@ -136,6 +172,11 @@ impl PlannedQuery {
             attrs.extend(node.attrs.iter().cloned());
             if modes {
                 attrs.push(format!("changelogMode=[{}]", node.mode.join(",")));
+            }
+            if let (Some(stats), Some((agg, stage))) = (stats, node.stage)
+                && let Some(m) = stats.aggregates.get(agg)
+            {
+                attrs.extend(analyzed(m, stage));
             }
             if depth > 0 {
                 out.push_str(&"   ".repeat(depth - 1));
@@ -209,14 +250,36 @@ impl PlannedQuery {
         }
         let out = self.pipeline.finish()?;
         emit(out, &mut stats)?;
-        stats.aggregates = self
-            .pipeline
-            .stages()
-            .iter()
-            .filter_map(|s| s.aggregate().map(GroupAggregate::metrics))
-            .collect();
+        stats.aggregates = self.pipeline.metrics()?;
         Ok(stats)
     }
+}
+
+/// EXPLAIN ANALYZE attributes for the node of `stage` in an aggregate with metrics `m`.
+fn analyzed(m: &AggregateMetrics, stage: &str) -> Vec<String> {
+    let mut attrs = vec![];
+    if let Some(s) = m.stages.iter().find(|s| s.name == stage) {
+        attrs.push(format!("rows=[in {}, out {}]", s.rows_in, s.rows_out));
+        attrs.push(format!("busy=[{:.1} ms]", s.busy.as_secs_f64() * 1e3));
+    }
+    if matches!(stage, "GroupAggregate" | "GlobalGroupAggregate") {
+        attrs.push(format!("workers=[{}]", m.parallelism));
+        attrs.push(format!("skew=[{:.2}]", m.skew_ratio));
+        attrs.push(format!(
+            "state=[{} keys, {} bytes]",
+            m.keys_in_state, m.state_bytes
+        ));
+    }
+    if stage == "LocalGroupAggregate"
+        && let Some(l) = &m.local
+    {
+        let ratio = l.last_ratio.map_or("-".to_string(), |r| format!("{r:.3}"));
+        attrs.push(format!(
+            "reduction=[{ratio}], local=[{}]",
+            if l.bypassed { "bypassed" } else { "active" }
+        ));
+    }
+    attrs
 }
 
 /// What planning a subtree built.
@@ -244,6 +307,9 @@ impl Built {
 struct Ctx<'a> {
     session: &'a mut Session,
     config: Config,
+    runtime: Arc<Runtime>,
+    /// Aggregates planned so far.
+    aggregates: usize,
     has_aggregate: bool,
     clock: Arc<dyn Clock>,
     manual: Option<ManualClock>,
@@ -271,9 +337,12 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
     })?;
     let update_before = config.emit_update_before;
+    let runtime = Runtime::new(config.parallelism)?;
     let mut ctx = Ctx {
         session,
         config,
+        runtime: Arc::clone(&runtime),
+        aggregates: 0,
         has_aggregate,
         clock: Arc::new(SystemClock),
         manual: None,
@@ -299,17 +368,10 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         ctx.clock = Arc::new(clock.clone());
         ctx.manual = Some(clock);
     }
-    if ctx.config.parallelism > 1 && ctx.session.is_explicit(DEFAULT_PARALLELISM) {
-        let w = format!(
-            "'{DEFAULT_PARALLELISM}' = '{}' has no effect: this version runs every stage on one worker",
-            ctx.config.parallelism
-        );
-        ctx.warn(w)?;
-    }
     let built = build(&mut ctx, plan)?;
     Ok(PlannedQuery {
         table: built.table,
-        pipeline: Pipeline::new(built.stages),
+        pipeline: Pipeline::new(built.stages, runtime),
         output: Arc::new(plan.schema().as_arrow().clone()),
         nodes: built.nodes,
         advice: ctx.advice,
@@ -374,6 +436,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 ],
                 mode: mode.clone(),
                 advice: vec![],
+                stage: None,
             }];
             if ctx.has_aggregate && ctx.config.mini_batch_enabled {
                 let (interval, kind) = (
@@ -389,6 +452,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                     attrs: vec![format!("interval=[{interval}ms]"), format!("mode=[{kind}]")],
                     mode,
                     advice: vec![],
+                    stage: None,
                 });
             }
             let mut stages: Vec<Box<dyn Stage>> = vec![];
@@ -446,6 +510,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 ],
                 mode,
                 advice: vec![],
+                stage: None,
             });
             Ok(built)
         }
@@ -521,6 +586,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 attrs: vec![format!("select=[{}]", select.join(", "))],
                 mode,
                 advice: vec![],
+                stage: None,
             });
             Ok(built)
         }
@@ -552,12 +618,27 @@ fn field_names(schema: &DFSchema) -> Vec<String> {
     schema.fields().iter().map(|f| f.name().clone()).collect()
 }
 
+/// One aggregate call as EXPLAIN shows it.
+struct CallInfo {
+    /// `SUM(amount)`, `COUNT(*)`, `COUNT(DISTINCT user_id)`.
+    call: String,
+    fname: String,
+    args: Vec<String>,
+    distinct: bool,
+    /// Index into the filter columns.
+    filter: Option<usize>,
+    /// The output name.
+    name: String,
+}
+
 fn build_aggregate(
     ctx: &mut Ctx<'_>,
     agg: &datafusion_expr::logical_plan::Aggregate,
 ) -> Result<Built> {
     let aliases = std::mem::take(&mut ctx.pending);
     let mut built = build(ctx, &agg.input)?;
+    let agg_index = ctx.aggregates;
+    ctx.aggregates += 1;
     let mut names: HashMap<String, String> = HashMap::new();
     if agg
         .group_expr
@@ -576,17 +657,49 @@ fn build_aggregate(
         &agg.aggr_expr,
         changelog.then_some(OP_FIELD),
     )?;
-    // The operator runs one phase; the decisions below are recorded, not passed to it.
-    let mut op_config = ctx.config.clone();
-    op_config.agg_phase_strategy = AggPhaseStrategy::Auto;
+
+    // Is the input already partitioned by these keys (an aggregate grouped by the same columns
+    // below)? Then a local phase cannot help (Flink's condition 4).
+    let partitioned = built.keys.as_ref().is_some_and(|prev| {
+        let mine: Option<Vec<usize>> = agg
+            .group_expr
+            .iter()
+            .map(|e| match e {
+                Expr::Column(c) => input.index_of_column(c).ok(),
+                _ => None,
+            })
+            .collect();
+        mine.is_some_and(|mut m| {
+            let mut p = prev.clone();
+            m.sort_unstable();
+            p.sort_unstable();
+            m == p
+        })
+    });
+    let cfg = ctx.config.clone();
+    let mb = cfg.mini_batch_enabled;
+    let strategy = cfg.agg_phase_strategy;
+    let two_phase = mb && strategy != AggPhaseStrategy::OnePhase && !partitioned;
+    let mut op_config = cfg.clone();
     op_config.split_enabled = false;
-    let operator = GroupAggregate::try_new(Arc::new(plan), op_config, Arc::clone(&ctx.clock))?;
+    let operator = ParallelAggregate::try_new(
+        Arc::new(plan),
+        op_config,
+        Arc::clone(&ctx.clock),
+        Arc::clone(&ctx.runtime),
+        two_phase,
+    )?;
+    let acc_names = operator.accumulator_names();
+    let count1_name = operator
+        .accumulator_schema()
+        .and_then(|s| s.fields().last().map(|f| f.name().clone()));
     let output = Arc::new(agg.schema.as_arrow().clone());
     built.stages.push(Box::new(AggregateStage::try_new(
         operator, changelog, output,
     )?));
 
-    // Explain: Calc (keys, arguments, filters) → Exchange → GroupAggregate.
+    // Explain: Calc (keys, arguments, filters) → [LocalGroupAggregate →] Exchange →
+    // GroupAggregate or GlobalGroupAggregate.
     let keys: Vec<String> = agg.group_expr.iter().map(show).collect();
     let mut calc: Vec<String> = vec![];
     fn push_calc(calc: &mut Vec<String>, s: String) {
@@ -598,10 +711,9 @@ fn build_aggregate(
         push_calc(&mut calc, show(k));
     }
     let mut filters: Vec<String> = vec![];
-    let mut select: Vec<String> = keys.clone();
     let mut has_distinct = false;
     let mut distinct_args: Vec<String> = vec![];
-    let mut calls: Vec<(String, Option<usize>, String)> = vec![];
+    let mut calls: Vec<CallInfo> = vec![];
     for (i, a) in agg.aggr_expr.iter().enumerate() {
         let (inner, name) = match a {
             Expr::Alias(Alias { expr, name, .. }) => (expr.as_ref(), name.clone()),
@@ -623,11 +735,13 @@ fn build_aggregate(
             params.args.as_slice(),
             [] | [Expr::Literal(ScalarValue::Int64(Some(_)), _)]
         ) && fname == "COUNT";
-        let args: Vec<String> = params.args.iter().map(show).collect();
+        let args: Vec<String> = if star {
+            vec![]
+        } else {
+            params.args.iter().map(show).collect()
+        };
         for a in &args {
-            if !star {
-                push_calc(&mut calc, a.clone());
-            }
+            push_calc(&mut calc, a.clone());
         }
         let call = if star {
             "COUNT(*)".to_string()
@@ -652,18 +766,59 @@ fn build_aggregate(
                 }
             }
         });
-        calls.push((call, filter, name));
+        calls.push(CallInfo {
+            call,
+            fname,
+            args,
+            distinct: params.distinct,
+            filter,
+            name,
+        });
     }
     // Filter columns follow the keys and arguments in the Calc, as `$f<position>`.
     let base = calc.len();
-    for (call, filter, name) in calls {
-        match filter {
-            Some(i) => select.push(format!("{call} FILTER $f{} AS {name}", base + i)),
-            None => select.push(format!("{call} AS {name}")),
-        }
-    }
+    let filter_of = |c: &CallInfo| {
+        c.filter
+            .map(|i| format!(" FILTER $f{}", base + i))
+            .unwrap_or_default()
+    };
     for (i, f) in filters.iter().enumerate() {
         calc.push(format!("{f} AS $f{}", base + i));
+    }
+    let mut select: Vec<String> = keys.clone();
+    let mut local_select: Vec<String> = keys.clone();
+    let mut global_select: Vec<String> = keys.clone();
+    let mut distinct_sets: Vec<(String, String)> = vec![];
+    for (j, c) in calls.iter().enumerate() {
+        select.push(format!("{}{} AS {}", c.call, filter_of(c), c.name));
+        let Some(accs) = acc_names.as_ref().and_then(|a| a.get(j)) else {
+            continue;
+        };
+        let minmax = matches!(c.fname.as_str(), "MIN" | "MAX");
+        if c.distinct && !minmax {
+            // DISTINCT calls over one argument share its value set (`distinct$k`).
+            let set = accs.join(", ");
+            let arg = c.args.join(", ");
+            if !distinct_sets.iter().any(|d| d.1 == set) {
+                distinct_sets.push((arg.clone(), set.clone()));
+            }
+            local_select.push(format!("{}({set} {arg}){}", c.fname, filter_of(c)));
+            global_select.push(format!("{}({set} {arg}) AS {}", c.fname, c.name));
+        } else {
+            let accs = if accs.len() == 1 {
+                accs[0].clone()
+            } else {
+                format!("({})", accs.join(", "))
+            };
+            local_select.push(format!("{}{} AS {accs}", c.call, filter_of(c)));
+            global_select.push(format!("{}({accs}) AS {}", c.fname, c.name));
+        }
+    }
+    if let Some(count1) = &count1_name {
+        local_select.push(format!("COUNT(*) AS {count1}"));
+    }
+    for (arg, set) in &distinct_sets {
+        local_select.push(format!("DISTINCT({arg}) AS {set}"));
     }
     let in_mode = built.mode();
     built.nodes.push(Node {
@@ -671,7 +826,20 @@ fn build_aggregate(
         attrs: vec![format!("select=[{}]", calc.join(", "))],
         mode: in_mode.clone(),
         advice: vec![],
+        stage: Some((agg_index, "Calc")),
     });
+    let group_by = (!keys.is_empty()).then(|| format!("groupBy=[{}]", keys.join(", ")));
+    if two_phase {
+        let mut attrs: Vec<String> = group_by.iter().cloned().collect();
+        attrs.push(format!("select=[{}]", local_select.join(", ")));
+        built.nodes.push(Node {
+            name: "LocalGroupAggregate",
+            attrs,
+            mode: vec!["I"],
+            advice: vec![],
+            stage: Some((agg_index, "LocalGroupAggregate")),
+        });
+    }
     let distribution = if keys.is_empty() {
         "single".to_string()
     } else {
@@ -680,8 +848,9 @@ fn build_aggregate(
     built.nodes.push(Node {
         name: "Exchange",
         attrs: vec![format!("distribution=[{distribution}]")],
-        mode: in_mode,
+        mode: if two_phase { vec!["I"] } else { in_mode },
         advice: vec![],
+        stage: Some((agg_index, "Exchange")),
     });
     let mut out_mode = vec!["I"];
     if ctx.config.emit_update_before {
@@ -691,53 +860,42 @@ fn build_aggregate(
     if changelog {
         out_mode.push("D");
     }
-    let mut attrs = vec![];
-    if !keys.is_empty() {
-        attrs.push(format!("groupBy=[{}]", keys.join(", ")));
-    }
-    attrs.push(format!("select=[{}]", select.join(", ")));
-    let label = if keys.is_empty() {
-        "GroupAggregate".to_string()
+    let node_name = if two_phase {
+        "GlobalGroupAggregate"
     } else {
-        format!("GroupAggregate(groupBy=[{}])", keys.join(", "))
+        "GroupAggregate"
+    };
+    let mut attrs: Vec<String> = group_by.iter().cloned().collect();
+    attrs.push(format!(
+        "select=[{}]",
+        if two_phase { &global_select } else { &select }.join(", ")
+    ));
+    let label = match &group_by {
+        Some(g) => format!("{node_name}({g})"),
+        None => node_name.to_string(),
     };
 
-    // Is the input already partitioned by these keys (an aggregate grouped by the same columns
-    // below)? Then a local phase cannot help (Flink's condition 4).
-    let partitioned = built.keys.as_ref().is_some_and(|prev| {
-        let mine: Option<Vec<usize>> = agg
-            .group_expr
-            .iter()
-            .map(|e| match e {
-                Expr::Column(c) => input.index_of_column(c).ok(),
-                _ => None,
-            })
-            .collect();
-        mine.is_some_and(|mut m| {
-            let mut p = prev.clone();
-            m.sort_unstable();
-            p.sort_unstable();
-            m == p
-        })
-    });
     let mut node_advice = vec![];
-    let cfg = ctx.config.clone();
-    let mb = cfg.mini_batch_enabled;
-    let strategy = cfg.agg_phase_strategy;
-    let two_phase = mb && strategy != AggPhaseStrategy::OnePhase && !partitioned;
+    let workers = ctx.runtime.parallelism();
     let mut note = format!(
-        "{label}: runs ONE_PHASE. Requested '{AGG_PHASE_STRATEGY}' = '{}'",
+        "{label}: runs {} on {workers} worker{}. Requested '{AGG_PHASE_STRATEGY}' = '{}'",
+        if two_phase { "TWO_PHASE" } else { "ONE_PHASE" },
+        if workers == 1 { "" } else { "s" },
         strategy.name()
     );
     if partitioned {
         note.push_str("; the input is already partitioned by the group keys, so a local phase would not reduce the exchange (Flink keeps one phase too).");
     } else if two_phase {
-        note.push_str("; Flink would run two phases here (LocalGroupAggregate → GlobalGroupAggregate). This version executes one phase, with the same results: local-global execution is not implemented yet.");
-        if strategy == AggPhaseStrategy::TwoPhase {
-            ctx.warn(format!(
-                "'{AGG_PHASE_STRATEGY}' = 'TWO_PHASE' has no effect yet: local-global execution is not implemented in this version (the aggregate runs one phase, with the same results)"
-            ))?;
-            node_advice.push(ctx.advice.len());
+        note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them by key hash, each worker's GlobalGroupAggregate merges them.");
+        if cfg.adaptive_local {
+            note.push_str(&format!(
+                " Adaptive local phase: bypassed while its rows out / rows in stays above {} (measured over {} rows, probed again after {} bypassed rows).",
+                cfg.adaptive_threshold, cfg.adaptive_min_rows, cfg.adaptive_probe_interval
+            ));
+        } else {
+            note.push_str(&format!(
+                " Adaptive local phase off ('{ADAPTIVE_ENABLED}' = 'false')."
+            ));
         }
     } else {
         // Flink's GroupAggregationAnalyzer advice: what to set for two phases.
@@ -806,10 +964,11 @@ fn build_aggregate(
         ));
     }
     built.nodes.push(Node {
-        name: "GroupAggregate",
+        name: node_name,
         attrs,
         mode: out_mode,
         advice: node_advice,
+        stage: Some((agg_index, node_name)),
     });
     built.changelog = true;
     built.keys = Some((0..agg.group_expr.len()).collect());

@@ -443,9 +443,11 @@ fn warnings_are_printed_once_and_runs_continue() {
 /// EXPLAIN output against the files in `tests/golden/` (`TALLY_UPDATE_GOLDEN=1` rewrites them).
 #[test]
 fn explain_golden_files() {
-    let table = "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+    // A fixed parallelism: the strategy section names the number of workers.
+    let table = "SET 'table.exec.resource.default-parallelism' = '4'; \
+                 CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
                  WITH ('connector' = 'filesystem', 'path' = 'data/orders.parquet', 'format' = 'parquet');";
-    let changelog_table = "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+    let changelog_table = "SET 'table.exec.resource.default-parallelism' = '4'; CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
                  WITH ('connector' = 'filesystem', 'path' = 'data/orders_changelog.parquet', 'format' = 'parquet', 'changelog-column' = 'op');";
     let query = "SELECT shop, COUNT(*) AS orders, SUM(amount) FILTER (WHERE status = 'PAID') AS paid, \
                  COUNT(DISTINCT user_id) AS buyers FROM orders GROUP BY shop";
@@ -461,8 +463,20 @@ fn explain_golden_files() {
             format!("{table} EXPLAIN PLAN_ADVICE {query};"),
         ),
         (
-            "one_phase_mini_batch",
+            "two_phase_mini_batch",
             format!("{table} {mb} EXPLAIN PLAN_ADVICE {query};"),
+        ),
+        (
+            "two_phase_avg_min_max_adaptive_off",
+            format!(
+                "{changelog_table} {mb} SET 'tally.exec.local-agg.adaptive.enabled' = 'false'; \
+                 EXPLAIN SELECT status, AVG(amount) AS mean, MIN(amount) AS low, MAX(amount) FILTER (WHERE shop <> 'shop-0000') AS high, \
+                 COUNT(DISTINCT user_id) AS buyers, SUM(DISTINCT amount) FILTER (WHERE amount > 10) AS distinct_sum FROM orders GROUP BY status;"
+            ),
+        ),
+        (
+            "global_two_phase",
+            format!("{table} {mb} EXPLAIN SELECT COUNT(*) AS n, SUM(amount) AS total FROM orders;"),
         ),
         (
             "advice_one_phase",
@@ -746,4 +760,113 @@ fn final_table_without_update_before() {
     );
     assert_eq!(code, 1);
     assert!(err.contains("group keys"), "{err}");
+}
+
+/// The bundled scripts' final tables are the same under every strategy: mini-batch off and on,
+/// one and two phases, adaptive local phase on (with a threshold that bypasses it) and off,
+/// small mini-batches, 1 and 3 workers (the oracle tests cover 1 to 4 on random streams).
+#[test]
+fn every_strategy_gives_the_same_final_table() {
+    let strategies: [&[(&str, &str)]; 6] = [
+        &[("table.exec.mini-batch.enabled", "false")],
+        &[("table.optimizer.agg-phase-strategy", "ONE_PHASE")],
+        &[("table.optimizer.agg-phase-strategy", "TWO_PHASE")],
+        &[("tally.exec.local-agg.adaptive.enabled", "false")],
+        &[
+            ("tally.exec.local-agg.adaptive.threshold", "0.01"),
+            ("tally.exec.local-agg.adaptive.min-rows", "1000"),
+            ("tally.exec.local-agg.adaptive.probe-interval", "20000"),
+        ],
+        &[("table.exec.mini-batch.size", "97")],
+    ];
+    for script in ["data/orders.sql", "data/orders_changelog.sql"] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("EXPLAIN PLAN_ADVICE", "EXPLAIN");
+        // Settings go just before the last statement (the query that runs).
+        let at = text.trim_end().trim_end_matches(';').rfind(';').unwrap() + 1;
+        // The CSV table follows the EXPLAIN text (which differs by strategy) after a blank line.
+        let table = |out: &str| out.rsplit("\n\n").next().unwrap().to_string();
+        let baseline = table(&ok(&text, &["--emit", "final", "--format", "csv"]));
+        assert!(baseline.lines().count() > 2, "{baseline}");
+        for workers in [1, 3] {
+            for settings in strategies {
+                let mut sets =
+                    format!("SET 'table.exec.resource.default-parallelism' = '{workers}';\n");
+                for (k, v) in settings {
+                    sets.push_str(&format!("SET '{k}' = '{v}';\n"));
+                }
+                let script = format!("{}{sets}{}", &text[..at], &text[at..]);
+                let out = table(&ok(&script, &["--emit", "final", "--format", "csv"]));
+                assert_eq!(out, baseline, "{script}: {workers} workers, {settings:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn explain_analyze_and_metrics_show_each_stage() {
+    let table = "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+                 WITH ('connector' = 'filesystem', 'path' = 'data/orders.parquet', 'format' = 'parquet');";
+    let mb = "SET 'table.exec.mini-batch.enabled' = 'true'; SET 'table.exec.mini-batch.allow-latency' = '1 s'; \
+              SET 'table.exec.mini-batch.size' = '5000'; SET 'table.exec.resource.default-parallelism' = '3';";
+    let query = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+    let out = ok(&format!("{table} {mb} EXPLAIN ANALYZE {query};"), &[]);
+    let plan_line = |name: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!("{name}(")))
+            .unwrap_or_else(|| panic!("no {name} in\n{out}"))
+            .to_string()
+    };
+    let global = plan_line("GlobalGroupAggregate");
+    assert!(global.contains("workers=[3]"), "{global}");
+    assert!(global.contains("skew=["), "{global}");
+    let local = plan_line("LocalGroupAggregate");
+    assert!(local.contains("rows=[in 100000, out "), "{local}");
+    assert!(local.contains("local=[active]"), "{local}");
+    assert!(
+        plan_line("Calc").contains("rows=[in 100000, out 100000]"),
+        "{out}"
+    );
+    assert!(out.contains("== Metrics =="), "{out}");
+    assert!(out.contains("rows read 100000"), "{out}");
+    // The hot shop holds half of the bundled orders.
+    let hot = out
+        .lines()
+        .find(|l| l.contains("hot keys (input rows): [shop-0000] "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let n: u64 = hot
+        .split("[shop-0000] ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((45_000..55_000).contains(&n), "{hot}");
+    assert_eq!(out.matches("  worker ").count(), 3, "{out}");
+
+    // --metrics after a run, on standard error; ONE_PHASE has no local phase.
+    let (code, _out, err) = tally(
+        &format!("{table} {mb} SET 'table.optimizer.agg-phase-strategy' = 'ONE_PHASE'; {query};"),
+        &["--metrics", "--emit", "final"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("one-phase"), "{err}");
+    assert!(err.contains("skew ratio"), "{err}");
+    assert!(!err.contains("LocalGroupAggregate"), "{err}");
+    assert!(
+        err.contains("GroupAggregate        rows in       100000"),
+        "{err}"
+    );
+
+    // A second ANALYZE is a syntax error, not a silent no-op.
+    let (code, _, err) = tally(&format!("{table} EXPLAIN ANALYZE ANALYZE {query};"), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
