@@ -13,8 +13,9 @@
 //!    until the mini-batch ends. One-phase (or a bypassed local phase): the **Exchange** routes
 //!    each row to worker `partition_of(hash, P)`, reusing the hash, and the workers apply their
 //!    rows.
-//! 3. At the end of a mini-batch (a *round*: `table.exec.mini-batch.size` input rows, or the
-//!    latency interval passing on the clock, or the end of input), the local phases flush one
+//! 3. At the end of a mini-batch (a *round*: `table.exec.mini-batch.size` input rows per worker,
+//!    i.e. size × P rows, as each of Flink's P tasks buffers `size` rows; or the latency interval
+//!    passing on the clock; or the end of input), the local phases flush one
 //!    accumulator row per key, the exchange routes those rows by the same hash, each worker's
 //!    global phase merges them, and every worker emits its part of the changelog. The output of
 //!    a round is the workers' changelogs in worker order; each key lives on one worker, so its
@@ -123,8 +124,9 @@ pub struct AggregateMetrics {
     pub stages: Vec<StageMetrics>,
     /// The workers of the aggregate stage.
     pub workers: Vec<WorkerMetrics>,
-    /// Input rows of the busiest worker divided by the mean over workers (1 = even load;
-    /// P = everything on one worker).
+    /// Rows received by the busiest worker divided by the mean over workers (1 = even load;
+    /// P = everything on one worker). In two-phase mode workers receive accumulator rows, so a
+    /// hot key weighs what its local phases emit, not what they folded.
     pub skew_ratio: f64,
     /// Groups with state, over all workers.
     pub keys_in_state: u64,
@@ -179,7 +181,7 @@ impl fmt::Display for AggregateMetrics {
         }
         writeln!(
             f,
-            "  skew ratio {:.2} (busiest worker's input rows / mean)",
+            "  skew ratio {:.2} (busiest worker's rows received / mean)",
             self.skew_ratio
         )?;
         writeln!(
@@ -344,6 +346,7 @@ pub struct ParallelAggregate {
     exchange: StageMetrics,
     aggregate: StageMetrics,
     rounds: u64,
+    min_slice_rows: usize,
 }
 
 impl ParallelAggregate {
@@ -414,7 +417,15 @@ impl ParallelAggregate {
                 "GroupAggregate"
             }),
             rounds: 0,
+            min_slice_rows: MIN_SLICE_ROWS,
         })
+    }
+
+    /// Sets the smallest slice worth a task of its own (default [`MIN_SLICE_ROWS`]); smaller
+    /// input is processed by fewer workers. Tests set 1 to spread even tiny batches.
+    pub fn with_min_slice_rows(mut self, rows: usize) -> Self {
+        self.min_slice_rows = rows.max(1);
+        self
     }
 
     /// Whether it runs a local and a global phase.
@@ -475,7 +486,8 @@ impl ParallelAggregate {
             return Ok(out);
         }
         let size = usize::try_from(self.config.mini_batch_size)
-            .map_err(|_| Error::internal("mini-batch size not validated"))?;
+            .map_err(|_| Error::internal("mini-batch size not validated"))?
+            .saturating_mul(self.runtime.parallelism());
         let mut round = vec![];
         for mut s in slices {
             loop {
@@ -536,39 +548,43 @@ impl ParallelAggregate {
         Ok(())
     }
 
-    /// Runs slices through Calc and the local phase or the exchange, at most P at a time.
+    /// Runs slices through Calc and the local phase or the exchange: they are regrouped into at
+    /// most P tasks of consecutive rows, near-equal in size.
     fn process(&mut self, slices: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
-        let p = self.runtime.parallelism();
-        let mut slices = slices.into_iter().filter(|s| s.num_rows() > 0).peekable();
-        while slices.peek().is_some() {
-            let chunk: Vec<RecordBatch> = slices.by_ref().take(p).collect();
-            self.process_chunk(chunk, out)?;
+        let tasks = balance(slices, self.runtime.parallelism(), self.min_slice_rows);
+        if tasks.is_empty() {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    fn process_chunk(&mut self, chunk: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
         let p = self.runtime.parallelism();
-        let rows: u64 = chunk.iter().map(|b| b.num_rows() as u64).sum();
-        let n_tasks = chunk.len() as u64;
+        let rows: u64 = tasks.iter().flatten().map(|b| b.num_rows() as u64).sum();
+        let n_tasks = tasks.len() as u64;
         let local_phase = self.two_phase && !self.adaptive.m.bypassed;
         let plan = &self.plan;
         // Step 1: evaluate and hash every slice (and route it, unless a local phase folds it).
-        let evaluated = self
-            .runtime
-            .map(chunk, |b| -> Result<(Evaluated, Duration, Duration)> {
-                let start = Instant::now();
-                let cb = plan.calc.evaluate(&b)?;
-                let mut hashes = vec![];
-                hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
-                if local_phase {
-                    let e = Evaluated::Whole(cb, hashes);
-                    return Ok((e, start.elapsed(), Duration::ZERO));
+        // Nothing is applied until every slice has evaluated.
+        let evaluated = self.runtime.map(
+            tasks,
+            |batches| -> Result<(Vec<Evaluated>, Duration, Duration)> {
+                let mut calc_busy = Duration::ZERO;
+                let mut exchange_busy = Duration::ZERO;
+                let mut out = Vec::with_capacity(batches.len());
+                for b in batches {
+                    let start = Instant::now();
+                    let cb = plan.calc.evaluate(&b)?;
+                    let mut hashes = vec![];
+                    hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+                    let routing = Instant::now();
+                    calc_busy += routing - start;
+                    if local_phase {
+                        out.push(Evaluated::Whole(cb, hashes));
+                    } else {
+                        out.push(Evaluated::Routed(route(cb, hashes, p)?));
+                        exchange_busy += routing.elapsed();
+                    }
                 }
-                let routing = Instant::now();
-                let e = Evaluated::Routed(route(cb, hashes, p)?);
-                Ok((e, routing - start, routing.elapsed()))
-            });
+                Ok((out, calc_busy, exchange_busy))
+            },
+        );
         let mut evaluated_ok = Vec::with_capacity(evaluated.len());
         for e in evaluated {
             let (e, calc_busy, exchange_busy) = e?;
@@ -581,12 +597,14 @@ impl ParallelAggregate {
         self.calc.batches += n_tasks;
         // Step 2: fold into the local phases, or apply on the workers.
         if local_phase {
-            let tasks: Vec<(&mut LocalGroupAggregate, Evaluated)> =
+            let tasks: Vec<(&mut LocalGroupAggregate, Vec<Evaluated>)> =
                 self.locals.iter_mut().zip(evaluated_ok).collect();
-            let results = self.runtime.map(tasks, |(local, e)| -> Result<Duration> {
+            let results = self.runtime.map(tasks, |(local, es)| -> Result<Duration> {
                 let start = Instant::now();
-                if let Evaluated::Whole(cb, hashes) = e {
-                    local.push_evaluated(&cb, &hashes)?;
+                for e in es {
+                    if let Evaluated::Whole(cb, hashes) = e {
+                        local.push_evaluated(&cb, &hashes)?;
+                    }
                 }
                 Ok(start.elapsed())
             });
@@ -599,7 +617,7 @@ impl ParallelAggregate {
             return Ok(());
         }
         let mut per_worker: Vec<Vec<Routed>> = (0..p).map(|_| vec![]).collect();
-        for e in evaluated_ok {
+        for e in evaluated_ok.into_iter().flatten() {
             if let Evaluated::Routed(parts) = e {
                 for (w, part) in parts.into_iter().enumerate() {
                     if part.cb.num_rows > 0 {
@@ -736,8 +754,8 @@ impl ParallelAggregate {
                 operator: w.agg.metrics(),
             })
             .collect();
-        let total: u64 = workers.iter().map(|w| w.input_rows).sum();
-        let max = workers.iter().map(|w| w.input_rows).max().unwrap_or(0);
+        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
+        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
         let skew_ratio = if total == 0 {
             1.0
         } else {
@@ -806,6 +824,36 @@ pub fn split_rows(n: usize, p: usize) -> Vec<(usize, usize)> {
     out
 }
 
+/// Regroups consecutive slices into at most `p` tasks of consecutive rows, near-equal in size
+/// (each of at least `min_rows` rows when there are enough), cutting slices where needed
+/// (zero-copy). Task `j`'s rows all come before task `j + 1`'s.
+fn balance(slices: Vec<RecordBatch>, p: usize, min_rows: usize) -> Vec<Vec<RecordBatch>> {
+    let total: usize = slices.iter().map(RecordBatch::num_rows).sum();
+    if total == 0 {
+        return vec![];
+    }
+    let tasks = p.min(total / min_rows).max(1);
+    let mut out: Vec<Vec<RecordBatch>> = (0..tasks).map(|_| vec![]).collect();
+    let (mut task, mut pos) = (0, 0);
+    for s in slices {
+        let n = s.num_rows();
+        let mut off = 0;
+        while off < n {
+            let task_end = total * (task + 1) / tasks;
+            let take = (n - off).min(task_end - pos);
+            if take > 0 {
+                out[task].push(s.slice(off, take));
+            }
+            off += take;
+            pos += take;
+            if pos == task_end {
+                task += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Slices smaller than this are not worth a task of their own.
 pub const MIN_SLICE_ROWS: usize = 1024;
 
@@ -856,4 +904,76 @@ fn route_accumulators(f: Flushed, p: usize) -> Result<Vec<Flushed>> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    fn batch(from: i64, n: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let values: Vec<i64> = (from..from + n as i64).collect();
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))]).unwrap()
+    }
+
+    #[test]
+    fn balance_keeps_order_and_evens_out_tasks() {
+        for (sizes, p, min_rows) in [
+            (vec![10usize, 0, 3, 25, 1], 3, 1),
+            (vec![100], 4, 1),
+            (vec![5, 5], 4, 1),
+            (vec![2000, 10], 4, 1024),
+            (vec![0, 0], 2, 1),
+            (vec![7], 1, 1),
+        ] {
+            let mut from = 0;
+            let slices: Vec<RecordBatch> = sizes
+                .iter()
+                .map(|&n| {
+                    let b = batch(from, n);
+                    from += n as i64;
+                    b
+                })
+                .collect();
+            let total: usize = sizes.iter().sum();
+            let tasks = balance(slices, p, min_rows);
+            if total == 0 {
+                assert!(tasks.is_empty());
+                continue;
+            }
+            let want = p.min(total / min_rows).max(1);
+            assert_eq!(tasks.len(), want, "{sizes:?} p {p}");
+            let lens: Vec<usize> = tasks
+                .iter()
+                .map(|t| t.iter().map(RecordBatch::num_rows).sum())
+                .collect();
+            let (lo, hi) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{sizes:?} p {p}: {lens:?}");
+            let values: Vec<i64> = tasks
+                .iter()
+                .flatten()
+                .flat_map(|b| {
+                    let a = b.column(0).as_primitive::<Int64Type>();
+                    (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(values, (0..total as i64).collect::<Vec<_>>(), "{sizes:?}");
+        }
+    }
+
+    #[test]
+    fn split_rows_covers_the_batch() {
+        for (n, p) in [(0, 4), (100, 4), (5000, 4), (4096, 4), (1 << 20, 16)] {
+            let parts = split_rows(n, p);
+            assert!(parts.len() <= p.max(1));
+            let mut at = 0;
+            for (off, len) in parts {
+                assert_eq!(off, at);
+                at += len;
+            }
+            assert_eq!(at, n);
+        }
+    }
 }

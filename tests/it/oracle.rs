@@ -700,7 +700,7 @@ struct Parallel {
 
 /// The invariant for the parallel runtime: random streams pushed as random slices through P
 /// workers, one or two phases, adaptive local phase on or off, give the reference's result at
-/// every mini-batch boundary (mini-batches end after exactly `size` input rows, whatever P).
+/// every mini-batch boundary (mini-batches end after exactly `size` × P input rows).
 fn check_parallel(
     seed: u64,
     retractions: bool,
@@ -734,7 +734,9 @@ fn check_parallel(
         .config(cfg)
         .clock(Arc::new(tally::clock::ManualClock::new(0)))
         .build_parallel()
-        .unwrap();
+        .unwrap()
+        // Spread even these small batches over every worker and local phase.
+        .with_min_slice_rows(1);
     assert_eq!(agg.is_two_phase(), par.two_phase, "{ctx}");
     let mut view = Materialized::default();
     let mut pushed = 0;
@@ -759,9 +761,10 @@ fn check_parallel(
             .collect();
         view.apply(&agg.push_slices(slices).unwrap());
         pushed += n;
+        // A mini-batch is `size` rows per worker.
         let fired = match mini_batch {
             None => pushed,
-            Some(size) => pushed / size * size,
+            Some(size) => pushed / (size * par.workers) * (size * par.workers),
         };
         assert_eq!(
             view.rows(),
