@@ -909,7 +909,7 @@ fn route_accumulators(f: Flushed, p: usize) -> Result<Vec<Flushed>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Array, AsArray, Int64Array};
+    use arrow::array::{AsArray, Int64Array};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
     fn batch(from: i64, n: usize) -> RecordBatch {
