@@ -116,8 +116,9 @@ pub struct Config {
     /// `tally.exec.local-agg.adaptive.enabled` (default `true`): bypass a local phase that does
     /// not reduce its input (Flink has no such option).
     pub adaptive_local: bool,
-    /// `tally.exec.local-agg.adaptive.threshold` (default `0.8`): the local phase is bypassed when
-    /// its rows out / rows in stays above this.
+    /// `tally.exec.local-agg.adaptive.threshold` (default `0.2`): the local phase is bypassed when
+    /// its rows out / rows in is above this and no key holds more than 1 / P of its input.
+    /// BENCHMARKS.md ("Adaptive local phase") has the measurement behind the default.
     pub adaptive_threshold: f64,
     /// `tally.exec.local-agg.adaptive.min-rows` (default 100000): input rows the local phase
     /// measures before it decides.
@@ -141,7 +142,7 @@ impl Default for Config {
             strict: false,
             emit_update_before: true,
             adaptive_local: true,
-            adaptive_threshold: 0.8,
+            adaptive_threshold: 0.2,
             adaptive_min_rows: 100_000,
             adaptive_probe_interval: 1_000_000,
         }

@@ -46,6 +46,17 @@ impl Runtime {
         self.parallelism
     }
 
+    /// Runs `f` on a worker of the pool (inline without a pool). Work that calls
+    /// [`Runtime::map`] many times runs inside one `install`, so that its tasks are forked from a
+    /// worker (cheap work stealing) rather than injected from outside and waited for on a lock,
+    /// which costs a thread wake-up per call.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+
     /// Runs `f` on every item, one task each, and returns the results in item order.
     pub fn map<T, R, F>(&self, items: Vec<T>, f: F) -> Vec<R>
     where

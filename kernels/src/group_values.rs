@@ -54,6 +54,10 @@ pub trait GroupValues: Send + Sync + std::fmt::Debug {
     /// Bytes held, from capacity.
     fn size(&self) -> usize;
 
+    /// Forgets every group, keeping the allocations (a local phase reuses its table every
+    /// mini-batch).
+    fn clear(&mut self);
+
     /// The key columns of the given groups, one row per id, in the key types the table was made
     /// for.
     ///
@@ -159,6 +163,9 @@ impl GroupValues for NoKeyGroupValues {
     fn size(&self) -> usize {
         0
     }
+    fn clear(&mut self) {
+        self.seen = false;
+    }
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         if let Some(&g) = groups.iter().find(|&&g| g != 0) {
             return Err(out_of_range(g));
@@ -256,6 +263,13 @@ where
         self.map.capacity() * (std::mem::size_of::<u32>() + 1)
             + self.values.capacity() * std::mem::size_of::<T::Native>()
             + self.hashes.capacity() * 8
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.values.clear();
+        self.hashes.clear();
+        self.null_group = None;
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
@@ -490,6 +504,15 @@ impl GroupValues for BytesGroupValues {
             + self.dict_cache.capacity() * 4
     }
 
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.hashes.clear();
+        self.null_group = None;
+    }
+
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         let mut offsets = Vec::with_capacity(groups.len() + 1);
         offsets.push(0i32);
@@ -634,6 +657,12 @@ impl GroupValues for RowGroupValues {
             + self.rows.size()
             + self.hashes.capacity() * 8
             + self.converter.size()
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.rows.clear();
+        self.hashes.clear();
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {

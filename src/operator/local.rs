@@ -195,8 +195,7 @@ impl LocalGroupAggregate {
         cols.push(Arc::new(Int64Array::from(std::mem::take(&mut self.count1))));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
-        self.groups = new_group_values(&self.plan.key_types)
-            .map_err(|e| Error::internal(format!("group keys: {e}")))?;
+        self.groups.clear();
         self.state = AggState::try_new(&self.plan)?;
         self.rows_in = 0;
         Ok(Some(Flushed {

@@ -26,11 +26,13 @@
 //!
 //! # The adaptive local phase
 //!
-//! A local phase pays off when it folds many rows into few accumulator rows. It measures its
-//! reduction ratio (accumulator rows out / rows in) over at least
+//! A local phase pays off when it folds many rows into few accumulator rows, or when it folds a
+//! hot key that would otherwise pin one worker. It measures its reduction ratio (accumulator rows
+//! out / rows in) and the largest share of its input held by one key over at least
 //! `tally.exec.local-agg.adaptive.min-rows` input rows; when the ratio is above
-//! `tally.exec.local-agg.adaptive.threshold`, following rounds bypass it (rows go through the
-//! exchange to the global phase, which applies them as raw rows), and after
+//! `tally.exec.local-agg.adaptive.threshold` and no key holds more than 1 / P of the input,
+//! following rounds bypass it (rows go through the exchange to the global phase, which applies
+//! them as raw rows), and after
 //! `tally.exec.local-agg.adaptive.probe-interval` bypassed rows it is measured again. Decisions
 //! are taken between rounds, from row counts only, so a given input and configuration always
 //! takes the same decisions. Results do not depend on them: merging the fold of some rows equals
@@ -95,6 +97,9 @@ pub struct LocalPhaseMetrics {
     pub bypassed: bool,
     /// The last measured reduction ratio (rows out / rows in), once one was measured.
     pub last_ratio: Option<f64>,
+    /// The largest share of a local phase's input that one key held in the last measurement
+    /// (the share one worker would get from that key if the local phase were bypassed).
+    pub last_hot_share: Option<f64>,
     /// Input rows the local phase folded.
     pub rows_in: u64,
     /// Accumulator rows it emitted.
@@ -193,9 +198,12 @@ impl fmt::Display for AggregateMetrics {
             let ratio = l
                 .last_ratio
                 .map_or("not measured yet".to_string(), |r| format!("{r:.3}"));
+            let hot = l
+                .last_hot_share
+                .map_or("-".to_string(), |r| format!("{r:.3}"));
             writeln!(
                 f,
-                "  local phase: {} (adaptive {}), reduction ratio {ratio}, rows in {}, rows out {}, rows bypassed {}, bypass decisions {}, probes {}",
+                "  local phase: {} (adaptive {}), reduction ratio {ratio}, hottest key's share {hot}, rows in {}, rows out {}, rows bypassed {}, bypass decisions {}, probes {}",
                 if l.bypassed { "bypassed" } else { "active" },
                 if l.adaptive { "on" } else { "off" },
                 l.rows_in,
@@ -226,11 +234,13 @@ struct Adaptive {
     probe_interval: u64,
     window_in: u64,
     window_out: u64,
+    window_hot_share: f64,
     since_bypass: u64,
+    workers: usize,
 }
 
 impl Adaptive {
-    fn new(config: &Config) -> Self {
+    fn new(config: &Config, workers: usize) -> Self {
         Self {
             m: LocalPhaseMetrics {
                 adaptive: config.adaptive_local,
@@ -239,13 +249,19 @@ impl Adaptive {
             threshold: config.adaptive_threshold,
             min_rows: config.adaptive_min_rows,
             probe_interval: config.adaptive_probe_interval,
+            workers,
             ..Self::default()
         }
     }
 
-    /// Accounts for a finished round: `folded` input rows became `out` accumulator rows, and
-    /// `bypassed` rows went around the local phase.
-    fn after_round(&mut self, folded: u64, out: u64, bypassed: u64) {
+    /// Accounts for a finished round: `folded` input rows became `out` accumulator rows (the
+    /// hottest key held `hot_share` of a local phase's input), and `bypassed` rows went around
+    /// the local phase.
+    ///
+    /// The local phase is bypassed when its ratio is above the threshold and no key holds more
+    /// than a worker's fair share (1 / P) of its input: bypassing would send such a key's raw rows
+    /// to one worker, which is the skew the local phase exists to remove.
+    fn after_round(&mut self, folded: u64, out: u64, hot_share: f64, bypassed: u64) {
         self.m.rows_in += folded;
         self.m.rows_out += out;
         self.m.rows_bypassed += bypassed;
@@ -262,16 +278,19 @@ impl Adaptive {
         }
         self.window_in += folded;
         self.window_out += out;
+        self.window_hot_share = self.window_hot_share.max(hot_share);
         if self.window_in >= self.min_rows {
             let ratio = self.window_out as f64 / self.window_in as f64;
             self.m.last_ratio = Some(ratio);
-            if ratio > self.threshold {
+            self.m.last_hot_share = Some(self.window_hot_share);
+            if ratio > self.threshold && self.window_hot_share <= 1.0 / self.workers as f64 {
                 self.m.bypassed = true;
                 self.m.bypass_decisions += 1;
                 self.since_bypass = 0;
             }
             self.window_in = 0;
             self.window_out = 0;
+            self.window_hot_share = 0.0;
         }
     }
 }
@@ -390,7 +409,7 @@ impl ParallelAggregate {
         } else {
             vec![]
         };
-        let adaptive = Adaptive::new(&config);
+        let adaptive = Adaptive::new(&config, p);
         let stage = |name| StageMetrics {
             name,
             ..StageMetrics::default()
@@ -476,6 +495,11 @@ impl ParallelAggregate {
     /// A slice whose schema differs from the input schema, a bad changelog op, or an expression
     /// that fails on the data; a batch that fails so leaves the state as it was before it.
     pub fn push_slices(&mut self, slices: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let runtime = Arc::clone(&self.runtime);
+        runtime.install(|| self.push_slices_on_pool(slices))
+    }
+
+    fn push_slices_on_pool(&mut self, slices: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
         for s in &slices {
             self.plan.check_input(s)?;
         }
@@ -519,9 +543,12 @@ impl ParallelAggregate {
     /// # Errors
     /// As [`ParallelAggregate::push_slices`].
     pub fn poll(&mut self) -> Result<Vec<RecordBatch>> {
-        let mut out = vec![];
-        self.check_latency(&mut out)?;
-        Ok(out)
+        let runtime = Arc::clone(&self.runtime);
+        runtime.install(|| {
+            let mut out = vec![];
+            self.check_latency(&mut out)?;
+            Ok(out)
+        })
     }
 
     /// End of input: fires the pending mini-batch and returns its changes.
@@ -529,9 +556,12 @@ impl ParallelAggregate {
     /// # Errors
     /// As [`ParallelAggregate::push_slices`].
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
-        let mut out = vec![];
-        self.end_round(&mut out)?;
-        Ok(out)
+        let runtime = Arc::clone(&self.runtime);
+        runtime.install(|| {
+            let mut out = vec![];
+            self.end_round(&mut out)?;
+            Ok(out)
+        })
     }
 
     fn check_latency(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
@@ -671,23 +701,28 @@ impl ParallelAggregate {
     fn end_round(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
         let p = self.runtime.parallelism();
         let mut flushed_rows = 0u64;
+        let mut hot_share = 0.0f64;
+        let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
         if self.locals.iter().any(|l| l.keys() > 0) {
             let locals: Vec<&mut LocalGroupAggregate> = self.locals.iter_mut().collect();
             let flushed = self.runtime.map(
                 locals,
-                |local| -> Result<(Vec<Flushed>, Duration, Duration)> {
+                |local| -> Result<(Vec<Flushed>, f64, Duration, Duration)> {
                     let start = Instant::now();
                     let Some(f) = local.flush_parts()? else {
-                        return Ok((vec![], start.elapsed(), Duration::ZERO));
+                        return Ok((vec![], 0.0, start.elapsed(), Duration::ZERO));
                     };
+                    let top = f.rows.iter().copied().max().unwrap_or(0);
+                    let all: u64 = f.rows.iter().sum();
+                    let hot_share = top as f64 / all.max(1) as f64;
                     let routing = Instant::now();
                     let parts = route_accumulators(f, p)?;
-                    Ok((parts, routing - start, routing.elapsed()))
+                    Ok((parts, hot_share, routing - start, routing.elapsed()))
                 },
             );
-            let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
             for f in flushed {
-                let (parts, local_busy, exchange_busy) = f?;
+                let (parts, share, local_busy, exchange_busy) = f?;
+                hot_share = hot_share.max(share);
                 self.local.busy += local_busy;
                 self.exchange.busy += exchange_busy;
                 for (w, part) in parts.into_iter().enumerate() {
@@ -701,37 +736,34 @@ impl ParallelAggregate {
             self.exchange.rows_in += flushed_rows;
             self.exchange.rows_out += flushed_rows;
             self.exchange.batches += p as u64;
-            let tasks: Vec<(&mut Worker, Vec<Flushed>)> =
-                self.workers.iter_mut().zip(per_worker).collect();
-            let results = self.runtime.map(tasks, |(w, parts)| -> Result<()> {
-                if parts.is_empty() {
-                    return Ok(());
-                }
-                let start = Instant::now();
-                w.agg.merge_routed(&parts)?;
-                w.rows_received += parts.iter().map(|f| f.batch.num_rows() as u64).sum::<u64>();
-                w.input_rows += parts.iter().flat_map(|f| &f.rows).sum::<u64>();
-                w.busy += start.elapsed();
-                Ok(())
-            });
-            for r in results {
-                r?;
-            }
         }
-        let workers: Vec<&mut Worker> = self.workers.iter_mut().collect();
-        let results = self.runtime.map(workers, |w| -> Result<Vec<RecordBatch>> {
-            let start = Instant::now();
-            let changes = w.agg.finish()?;
-            w.busy += start.elapsed();
-            Ok(changes)
-        });
+        // Each worker merges what it received and emits its changes, in one task.
+        let tasks: Vec<(&mut Worker, Vec<Flushed>)> =
+            self.workers.iter_mut().zip(per_worker).collect();
+        let results = self
+            .runtime
+            .map(tasks, |(w, parts)| -> Result<Vec<RecordBatch>> {
+                let start = Instant::now();
+                if !parts.is_empty() {
+                    w.agg.merge_routed(&parts)?;
+                    w.rows_received += parts.iter().map(|f| f.batch.num_rows() as u64).sum::<u64>();
+                    w.input_rows += parts.iter().flat_map(|f| &f.rows).sum::<u64>();
+                }
+                let changes = w.agg.finish()?;
+                w.busy += start.elapsed();
+                Ok(changes)
+            });
         self.collect(results, out)?;
         if self.round_rows > 0 || self.round_folded > 0 || self.round_bypassed > 0 {
             self.rounds += 1;
         }
         if self.two_phase {
-            self.adaptive
-                .after_round(self.round_folded, flushed_rows, self.round_bypassed);
+            self.adaptive.after_round(
+                self.round_folded,
+                flushed_rows,
+                hot_share,
+                self.round_bypassed,
+            );
         }
         self.round_rows = 0;
         self.round_folded = 0;
@@ -961,6 +993,51 @@ mod tests {
                 .collect();
             assert_eq!(values, (0..total as i64).collect::<Vec<_>>(), "{sizes:?}");
         }
+    }
+
+    #[test]
+    fn adaptive_bypasses_without_a_hot_key_and_probes_again() {
+        let config = Config {
+            adaptive_threshold: 0.5,
+            adaptive_min_rows: 100,
+            adaptive_probe_interval: 1000,
+            ..Config::default()
+        };
+        let mut a = Adaptive::new(&config, 4);
+        // Not enough rows measured yet.
+        a.after_round(60, 59, 0.01, 0);
+        assert!(!a.m.bypassed && a.m.last_ratio.is_none());
+        // A hot key over 1/4 of the input keeps the local phase, whatever the ratio.
+        a.after_round(60, 59, 0.3, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_hot_share, Some(0.3));
+        // A low ratio keeps it too.
+        a.after_round(100, 40, 0.01, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_ratio, Some(0.4));
+        // High ratio, no hot key: bypassed, until the probe interval has gone around it.
+        a.after_round(100, 90, 0.01, 0);
+        assert!(a.m.bypassed);
+        assert_eq!(a.m.bypass_decisions, 1);
+        a.after_round(0, 0, 0.0, 999);
+        assert!(a.m.bypassed);
+        a.after_round(0, 0, 0.0, 1);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.probes, 1);
+        assert_eq!(
+            (a.m.rows_in, a.m.rows_out, a.m.rows_bypassed),
+            (320, 248, 1000)
+        );
+        // Off: never bypassed.
+        let mut off = Adaptive::new(
+            &Config {
+                adaptive_local: false,
+                ..config
+            },
+            4,
+        );
+        off.after_round(1000, 1000, 0.0, 0);
+        assert!(!off.m.bypassed && off.m.last_ratio.is_none());
     }
 
     #[test]

@@ -889,7 +889,7 @@ fn build_aggregate(
         note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them by key hash, each worker's GlobalGroupAggregate merges them.");
         if cfg.adaptive_local {
             note.push_str(&format!(
-                " Adaptive local phase: bypassed while its rows out / rows in stays above {} (measured over {} rows, probed again after {} bypassed rows).",
+                " Adaptive local phase: bypassed while its rows out / rows in is above {} and no key holds more than 1/{workers} of its input (measured over {} rows, probed again after {} bypassed rows).",
                 cfg.adaptive_threshold, cfg.adaptive_min_rows, cfg.adaptive_probe_interval
             ));
         } else {
