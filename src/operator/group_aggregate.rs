@@ -408,9 +408,12 @@ impl GroupAggregate {
                 self.touch(ids)?;
                 let sliced: Vec<ArrayRef> = states.iter().map(|c| c.slice(off, take)).collect();
                 self.state.merge(&sliced, ids, total)?;
+                let track = self.plan.has_retractions();
                 for (i, &g) in ids.iter().enumerate() {
                     let c = counts.value(off + i);
-                    self.count1[g as usize] += c;
+                    if track {
+                        self.count1[g as usize] += c;
+                    }
                     self.key_rows[g as usize] += c.unsigned_abs();
                 }
                 self.bundle.rows += take;
@@ -596,8 +599,12 @@ impl GroupAggregate {
                     .column(batch.num_columns() - 1)
                     .as_primitive_opt::<arrow::datatypes::Int64Type>()
                     .ok_or_else(|| Error::internal("count1 is not Int64"))?;
-                for ((&g, &c), &rows) in gids.iter().zip(counts.values()).zip(&part.rows) {
-                    self.count1[g as usize] += c;
+                if self.plan.has_retractions() {
+                    for (&g, &c) in gids.iter().zip(counts.values()) {
+                        self.count1[g as usize] += c;
+                    }
+                }
+                for (&g, &rows) in gids.iter().zip(&part.rows) {
                     self.key_rows[g as usize] += rows;
                 }
                 self.bundle.rows += n;
@@ -761,7 +768,7 @@ impl GroupAggregate {
             self.alive.resize(total, false);
             self.bundle.mark.resize(total, 0);
             self.bundle.seen_acc.resize(total, 0);
-            if self.plan.has_retractions() || self.accumulators.is_some() {
+            if self.plan.has_retractions() {
                 self.count1.resize(total, 0);
             }
             if self.ttl_ms > 0 {
@@ -830,13 +837,9 @@ impl GroupAggregate {
         let total = self.groups.len();
         // A global phase drops no retraction (it takes raw rows when its local phase is bypassed).
         let global = self.accumulators.is_some();
+        // Over insert-only input no group is ever deleted, so no record count is kept (a merged
+        // local count is always positive), in the global phase as in the one-phase operator.
         let Some(retract) = cb.retract.as_ref() else {
-            if global {
-                // The global phase's record count decides deletion, whatever the input.
-                for &g in gids {
-                    self.count1[g as usize] += 1;
-                }
-            }
             return self.state.apply(cb, gids, None, None, total);
         };
         // Retraction input: drop leading retractions of stateless keys, count the rest.
@@ -911,7 +914,7 @@ impl GroupAggregate {
         let mut deleted = vec![];
         for (p, &g) in dirty.iter().enumerate() {
             let gi = g as usize;
-            let zero = (retractions || self.accumulators.is_some()) && self.count1[gi] == 0;
+            let zero = retractions && self.count1[gi] == 0;
             if !zero {
                 if !self.alive[gi] {
                     self.alive[gi] = true;
