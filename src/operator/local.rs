@@ -2,8 +2,8 @@
 //!
 //! It folds the rows of one mini-batch slice into one accumulator row per key and emits them as
 //! an insert-only Arrow batch, retractions included (counts may go negative), exactly as Flink's
-//! `MiniBatchLocalGroupAggFunction`. A [`GroupAggregate`] built with
-//! [`GroupAggregate::try_new_global`] merges such batches and emits the changelog.
+//! `MiniBatchLocalGroupAggFunction`. A [`GroupAggregate`](crate::GroupAggregate) built with
+//! [`GroupAggregate::try_new_global`](crate::GroupAggregate::try_new_global) merges such batches and emits the changelog.
 //!
 //! # The accumulator batch
 //! One row per key of the slice: the group key columns (as in the query), then each aggregate's
