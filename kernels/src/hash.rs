@@ -117,6 +117,32 @@ pub fn hash_columns(cols: &[ArrayRef], out: &mut Vec<u64>) -> Result<(), ArrowEr
     Ok(())
 }
 
+/// The split-distinct bucket of every row of `array`: `MOD(hash(x), buckets)` in `0..buckets`,
+/// NULL for a NULL value (which so lands in the NULL bucket). Equal values always share a bucket;
+/// the hash is the one group keys use, its high bits spread by a multiply so that the bucket does
+/// not follow the exchange's partition choice.
+///
+/// # Errors
+/// When the type cannot be hashed (not a group-key type), or `buckets` is 0.
+pub fn bucket_array(
+    array: &ArrayRef,
+    buckets: u32,
+) -> Result<PrimitiveArray<Int32Type>, ArrowError> {
+    if buckets == 0 {
+        return Err(ArrowError::InvalidArgumentError(
+            "the number of buckets must be positive".to_string(),
+        ));
+    }
+    let mut hashes = Vec::new();
+    hash_columns(std::slice::from_ref(array), &mut hashes)?;
+    let n = u64::from(buckets);
+    let values: Vec<i32> = hashes
+        .iter()
+        .map(|&h| (h.wrapping_mul(0x2545_f491_4f6c_dd1d) % n) as i32)
+        .collect();
+    Ok(PrimitiveArray::new(values.into(), array.logical_nulls()))
+}
+
 /// Hashes one array into `out`, either writing (`combine == false`) or folding into what is there.
 pub fn hash_array(
     array: &dyn Array,

@@ -1832,3 +1832,37 @@ fn distinct_merge_equals_single_accumulator() {
         check_distinct_merge(ty, arith, &kinds, combo_seed(63, i));
     }
 }
+
+#[test]
+fn buckets_are_in_range_equal_for_equal_values_and_null_for_null() {
+    use tally_kernels::hash::bucket_array;
+    let mut rng = StdRng::seed_from_u64(91);
+    for ty in [Ty::I64, Ty::Utf8, Ty::F64, Ty::Bool] {
+        let pool = ty.pool(false);
+        let vals = gen_vals(&pool, 500, 0.1, &mut rng);
+        let arr = build(ty, &vals, &mut rng);
+        for buckets in [1u32, 7, 1024] {
+            let b = bucket_array(&arr, buckets).unwrap();
+            assert_eq!(b.len(), vals.len());
+            let mut seen: BTreeMap<S, i32> = BTreeMap::new();
+            for (i, v) in vals.iter().enumerate() {
+                match v {
+                    None => assert!(b.is_null(i), "{ty:?}: NULL value, bucket {:?}", b.value(i)),
+                    Some(v) => {
+                        let x = b.value(i);
+                        assert!((0..buckets as i32).contains(&x), "{ty:?}: bucket {x}");
+                        assert_eq!(*seen.entry(v.clone()).or_insert(x), x, "{ty:?}: {v:?}");
+                    }
+                }
+            }
+            if buckets == 1024 && ty != Ty::Bool {
+                let distinct: BTreeSet<i32> = seen.values().copied().collect();
+                assert!(
+                    distinct.len() > seen.len().min(1024) / 4,
+                    "{ty:?}: buckets spread"
+                );
+            }
+        }
+    }
+    assert!(bucket_array(&(Arc::new(Int64Array::from(vec![1])) as ArrayRef), 0).is_err());
+}

@@ -25,6 +25,7 @@
 
 pub mod functions;
 pub mod planner;
+mod split;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;

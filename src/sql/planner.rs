@@ -27,7 +27,9 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
-use crate::pipeline::{AggregateStage, CalcStage, ChangeBatch, OP_FIELD, Pipeline, Stage};
+use crate::pipeline::{
+    AggregateStage, CalcStage, ChangeBatch, ExpandStage, OP_FIELD, Pipeline, Stage,
+};
 use crate::plan::AggregatePlan;
 use crate::runtime::Runtime;
 use crate::source::FileTable;
@@ -631,12 +633,177 @@ struct CallInfo {
     name: String,
 }
 
+/// An aggregate's part in a split-distinct rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Not split.
+    Whole,
+    /// The PARTIAL aggregate, grouped by the keys and the buckets.
+    Partial,
+    /// The FINAL aggregate, merging the partial results.
+    Final,
+}
+
 fn build_aggregate(
     ctx: &mut Ctx<'_>,
     agg: &datafusion_expr::logical_plan::Aggregate,
 ) -> Result<Built> {
     let aliases = std::mem::take(&mut ctx.pending);
-    let mut built = build(ctx, &agg.input)?;
+    let built = build(ctx, &agg.input)?;
+    if ctx.config.split_enabled
+        && let Some(split) = super::split::plan_split(agg, ctx.config.split_bucket_num)?
+    {
+        return build_split(ctx, agg, built, &aliases, split);
+    }
+    aggregate_on(ctx, agg, built, &aliases, Role::Whole)
+}
+
+/// Plans the split-distinct rewrite of `agg` over `built` (see [`super::split`]): Calc with the
+/// bucket columns, Expand when several arguments are bucketed, the PARTIAL aggregate, the FINAL
+/// aggregate, and a Calc back to the original columns.
+fn build_split(
+    ctx: &mut Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    mut built: Built,
+    aliases: &HashMap<String, String>,
+    split: super::split::Split,
+) -> Result<Built> {
+    let in_df = agg.input.schema();
+    // Calc: the input columns and the buckets.
+    built.stages.push(Box::new(CalcStage::try_new(
+        in_df,
+        None,
+        Some(&split.pre_exprs),
+        Arc::new(split.pre_schema.as_arrow().clone()),
+    )?));
+    let mode = built.mode();
+    let mut select: Vec<String> = field_names(in_df)
+        .into_iter()
+        .map(|n| built.names.get(&n).cloned().unwrap_or(n))
+        .collect();
+    for (arg, name) in &split.buckets {
+        select.push(format!(
+            "MOD(HASH_CODE({}), {}) AS {name}",
+            show(arg),
+            ctx.config.split_bucket_num
+        ));
+    }
+    built.nodes.push(Node {
+        name: "Calc",
+        attrs: vec![format!("select=[{}]", select.join(", "))],
+        mode: mode.clone(),
+        advice: vec![],
+        stage: None,
+    });
+    if let Some(expand) = &split.expand {
+        built.stages.push(Box::new(ExpandStage::new(
+            expand.sets.clone(),
+            Arc::new(split.partial_input.as_arrow().clone()),
+        )));
+        let names = field_names(&split.pre_schema);
+        let projects: Vec<String> = expand
+            .sets
+            .iter()
+            .map(|(nulls, id)| {
+                let mut cols: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        if nulls.contains(&i) {
+                            format!("null AS {n}")
+                        } else {
+                            n.clone()
+                        }
+                    })
+                    .collect();
+                cols.push(format!("{id} AS $e"));
+                format!("{{{}}}", cols.join(", "))
+            })
+            .collect();
+        built.nodes.push(Node {
+            name: "Expand",
+            attrs: vec![format!("projects=[{}]", projects.join(", "))],
+            mode,
+            advice: vec![],
+            stage: None,
+        });
+    }
+    let mut label_keys: Vec<String> = agg.group_expr.iter().map(show).collect();
+    let final_label = if label_keys.is_empty() {
+        "GroupAggregate".to_string()
+    } else {
+        format!("GroupAggregate(groupBy=[{}])", label_keys.join(", "))
+    };
+    label_keys.extend(split.buckets.iter().map(|b| b.1.clone()));
+    let sets = split.expand.as_ref().map_or(1, |e| e.sets.len());
+    ctx.strategy.push(format!(
+        "{final_label}: split-distinct applies ('{SPLIT_ENABLED}' = 'true', {} buckets): a PARTIAL aggregate grouped by [{}]{} computes the calls per bucket, a FINAL aggregate grouped by the keys merges them ($SUM0 for COUNT and AVG's parts, SUM, MIN, MAX), consuming the partial changelog with retraction.",
+        ctx.config.split_bucket_num,
+        label_keys.join(", "),
+        if sets > 1 {
+            format!(" over an Expand of {sets} group sets (one per bucketed argument, $e tells them apart)")
+        } else {
+            String::new()
+        }
+    ));
+    let built = aggregate_on(ctx, &split.partial, built, &HashMap::new(), Role::Partial)?;
+    let mut built = aggregate_on(ctx, &split.final_agg, built, &HashMap::new(), Role::Final)?;
+    // Calc: back to the original columns (AVG from its parts).
+    let final_df = split.final_agg.schema.as_ref();
+    built.stages.push(Box::new(CalcStage::try_new(
+        final_df,
+        None,
+        Some(&split.post_exprs),
+        Arc::new(agg.schema.as_arrow().clone()),
+    )?));
+    // EXPLAIN names of the original outputs.
+    let mut names = HashMap::new();
+    for (i, a) in agg.aggr_expr.iter().enumerate() {
+        if !matches!(a, Expr::Alias(_)) {
+            let field = agg.schema.field(agg.group_expr.len() + i).name().clone();
+            let name = aliases
+                .get(&field)
+                .cloned()
+                .unwrap_or_else(|| format!("EXPR${i}"));
+            names.insert(field, name);
+        }
+    }
+    {
+        let select: Vec<String> = split
+            .post_exprs
+            .iter()
+            .zip(agg.schema.fields())
+            .map(|(e, f)| {
+                let shown = show(e);
+                let name = names.get(f.name()).cloned().unwrap_or(f.name().clone());
+                if shown == name {
+                    shown
+                } else {
+                    format!("{shown} AS {name}")
+                }
+            })
+            .collect();
+        let mode = built.mode();
+        built.nodes.push(Node {
+            name: "Calc",
+            attrs: vec![format!("select=[{}]", select.join(", "))],
+            mode,
+            advice: vec![],
+            stage: None,
+        });
+    }
+    built.keys = Some((0..agg.group_expr.len()).collect());
+    built.names = names;
+    Ok(built)
+}
+
+fn aggregate_on(
+    ctx: &mut Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    mut built: Built,
+    aliases: &HashMap<String, String>,
+    role: Role,
+) -> Result<Built> {
     let agg_index = ctx.aggregates;
     ctx.aggregates += 1;
     let mut names: HashMap<String, String> = HashMap::new();
@@ -682,6 +849,10 @@ fn build_aggregate(
     let two_phase = mb && strategy != AggPhaseStrategy::OnePhase && !partitioned;
     let mut op_config = cfg.clone();
     op_config.split_enabled = false;
+    if role == Role::Partial {
+        // The final aggregate retracts what the partial emitted before: it needs the -U rows.
+        op_config.emit_update_before = true;
+    }
     let operator = ParallelAggregate::try_new(
         Arc::new(plan),
         op_config,
@@ -730,11 +901,16 @@ fn build_aggregate(
         let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
             return Err(Error::plan(format!("{inner} is not an aggregate call")));
         };
-        let fname = func.name().to_ascii_uppercase();
+        // Flink marks the functions of an aggregate that consumes retractions.
+        let fname = format!(
+            "{}{}",
+            func.name().to_ascii_uppercase(),
+            if changelog { "_RETRACT" } else { "" }
+        );
         let star = matches!(
             params.args.as_slice(),
             [] | [Expr::Literal(ScalarValue::Int64(Some(_)), _)]
-        ) && fname == "COUNT";
+        ) && fname.starts_with("COUNT");
         let args: Vec<String> = if star {
             vec![]
         } else {
@@ -775,8 +951,15 @@ fn build_aggregate(
             name,
         });
     }
-    // Filter columns follow the keys and arguments in the Calc, as `$f<position>`.
-    let base = calc.len();
+    // Filter columns follow the keys and arguments in the Calc, as `$f<position>` (after any
+    // `$f<n>` column already there, such as a split's buckets).
+    let base = calc
+        .iter()
+        .filter_map(|c| c.strip_prefix("$f").and_then(|n| n.parse::<usize>().ok()))
+        .map(|n| n + 1)
+        .chain([calc.len()])
+        .max()
+        .unwrap_or(0);
     let filter_of = |c: &CallInfo| {
         c.filter
             .map(|i| format!(" FILTER $f{}", base + i))
@@ -794,7 +977,7 @@ fn build_aggregate(
         let Some(accs) = acc_names.as_ref().and_then(|a| a.get(j)) else {
             continue;
         };
-        let minmax = matches!(c.fname.as_str(), "MIN" | "MAX");
+        let minmax = c.fname.starts_with("MIN") || c.fname.starts_with("MAX");
         if c.distinct && !minmax {
             // DISTINCT calls over one argument share its value set (`distinct$k`).
             let set = accs.join(", ");
@@ -829,8 +1012,14 @@ fn build_aggregate(
         stage: Some((agg_index, "Calc")),
     });
     let group_by = (!keys.is_empty()).then(|| format!("groupBy=[{}]", keys.join(", ")));
+    let partial_final = match role {
+        Role::Whole => None,
+        Role::Partial => Some("partialFinalType=[PARTIAL]".to_string()),
+        Role::Final => Some("partialFinalType=[FINAL]".to_string()),
+    };
     if two_phase {
         let mut attrs: Vec<String> = group_by.iter().cloned().collect();
+        attrs.extend(partial_final.clone());
         attrs.push(format!("select=[{}]", local_select.join(", ")));
         built.nodes.push(Node {
             name: "LocalGroupAggregate",
@@ -853,7 +1042,7 @@ fn build_aggregate(
         stage: Some((agg_index, "Exchange")),
     });
     let mut out_mode = vec!["I"];
-    if ctx.config.emit_update_before {
+    if ctx.config.emit_update_before || role == Role::Partial {
         out_mode.push("UB");
     }
     out_mode.push("UA");
@@ -866,6 +1055,7 @@ fn build_aggregate(
         "GroupAggregate"
     };
     let mut attrs: Vec<String> = group_by.iter().cloned().collect();
+    attrs.extend(partial_final);
     attrs.push(format!(
         "select=[{}]",
         if two_phase { &global_select } else { &select }.join(", ")
@@ -936,8 +1126,9 @@ fn build_aggregate(
         }
     }
     ctx.strategy.push(note);
-    // Split-distinct.
-    if cfg.split_enabled {
+    // Split-distinct (the parts of a split aggregate are not split again).
+    if role != Role::Whole {
+    } else if cfg.split_enabled {
         let key_args = distinct_args.iter().all(|a| keys.contains(a));
         let w = if !has_distinct {
             format!(
@@ -949,7 +1140,7 @@ fn build_aggregate(
             )
         } else {
             format!(
-                "'{SPLIT_ENABLED}' = 'true' has no effect yet on {label}: split-distinct aggregation is not implemented in this version (the aggregate runs without split, with the same results)"
+                "'{SPLIT_ENABLED}' = 'true' has no effect on {label}: only MIN/MAX arguments would be bucketed"
             )
         };
         ctx.strategy.push(format!(
@@ -1010,6 +1201,19 @@ fn show_in(e: &Expr, names: &HashMap<String, String>) -> String {
         Expr::Negative(x) => format!("-({})", show(x)),
         Expr::Cast(c) => format!("CAST({} AS {})", show(&c.expr), c.field.data_type()),
         Expr::TryCast(c) => format!("TRY_CAST({} AS {})", show(&c.expr), c.field.data_type()),
+        Expr::ScalarFunction(ScalarFunction { func, args })
+            if func.name() == crate::functions::BUCKET_FUNCTION =>
+        {
+            let n = crate::functions::bucket_count(func).unwrap_or(0);
+            let arg = args.first().map(&show).unwrap_or_default();
+            format!("MOD(HASH_CODE({arg}), {n})")
+        }
+        Expr::ScalarFunction(ScalarFunction { func, args })
+            if func.name() == crate::functions::AVG_FINAL_FUNCTION && args.len() == 2 =>
+        {
+            let (s, c) = (show(&args[0]), show(&args[1]));
+            format!("IF(({c} = 0), null, ({s} / {c}))")
+        }
         Expr::ScalarFunction(ScalarFunction { func, args }) => {
             let args: Vec<String> = args.iter().map(&show).collect();
             format!("{}({})", func.name().to_ascii_uppercase(), args.join(", "))
