@@ -225,3 +225,103 @@ impl OrdersGenerator {
         (0..n).map(|_| self.next_batch()).collect()
     }
 }
+
+/// The time of the first generated bid: 2023-11-14T22:13:20Z.
+pub const BID_BASE_TIME_MS: u64 = 1_700_000_000_000;
+
+/// The Nexmark bid stream, from the `nexmark` crate's generator (the one RisingWave uses, after
+/// the Beam/Flink Nexmark generator): `auction`, `bidder`, `price` (BIGINT), `channel`, `url`
+/// (STRING), `dateTime` (TIMESTAMP(3)), `extra` (STRING), in batches. Every event is derived
+/// from its number and the base time is fixed ([`BID_BASE_TIME_MS`]), so the stream is
+/// deterministic; `first_event` chooses where it starts (the n-th bid).
+///
+/// # Examples
+/// ```
+/// use tally::datagen::NexmarkBids;
+/// let mut bids = NexmarkBids::new(0, 1000);
+/// let batch = bids.next_batch();
+/// assert_eq!(batch.num_rows(), 1000);
+/// assert_eq!(batch.schema().field(5).name(), "dateTime");
+/// ```
+#[derive(Debug)]
+pub struct NexmarkBids {
+    events: nexmark::EventGenerator,
+    schema: SchemaRef,
+    batch_size: usize,
+}
+
+impl NexmarkBids {
+    /// Bids from event number `first_event` on, `batch_size` per batch.
+    pub fn new(first_event: u64, batch_size: usize) -> Self {
+        // `EventGenerator::new` (its `Default` does not advance), and a fixed base time instead
+        // of the wall clock, so that the stream is the same on every run.
+        let config = nexmark::config::NexmarkConfig {
+            base_time: BID_BASE_TIME_MS,
+            ..nexmark::config::NexmarkConfig::default()
+        };
+        let events = nexmark::EventGenerator::new(config)
+            .with_offset(first_event)
+            .with_type_filter(nexmark::event::EventType::Bid);
+        Self {
+            events,
+            schema: Self::bid_schema(),
+            batch_size: batch_size.max(1),
+        }
+    }
+
+    /// The schema of Nexmark's `bid` table.
+    pub fn bid_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("bidder", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("channel", DataType::Utf8, false),
+            Field::new("url", DataType::Utf8, false),
+            Field::new(
+                "dateTime",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+            Field::new("extra", DataType::Utf8, false),
+        ]))
+    }
+
+    /// The schema of the batches.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The next `batch_size` bids.
+    pub fn next_batch(&mut self) -> RecordBatch {
+        let n = self.batch_size;
+        let mut auction = Vec::with_capacity(n);
+        let mut bidder = Vec::with_capacity(n);
+        let mut price = Vec::with_capacity(n);
+        let mut channel = Vec::with_capacity(n);
+        let mut url = Vec::with_capacity(n);
+        let mut time = Vec::with_capacity(n);
+        let mut extra = Vec::with_capacity(n);
+        while auction.len() < n {
+            let Some(nexmark::event::Event::Bid(b)) = self.events.next() else {
+                continue;
+            };
+            auction.push(b.auction as i64);
+            bidder.push(b.bidder as i64);
+            price.push(b.price as i64);
+            channel.push(b.channel);
+            url.push(b.url);
+            time.push(b.date_time as i64);
+            extra.push(b.extra);
+        }
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(auction)),
+            Arc::new(Int64Array::from(bidder)),
+            Arc::new(Int64Array::from(price)),
+            Arc::new(StringArray::from(channel)),
+            Arc::new(StringArray::from(url)),
+            Arc::new(TimestampMillisecondArray::from(time)),
+            Arc::new(StringArray::from(extra)),
+        ];
+        RecordBatch::try_new(Arc::clone(&self.schema), cols).expect("bid schema")
+    }
+}

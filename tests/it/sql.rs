@@ -1019,3 +1019,110 @@ fn split_distinct_explain_shows_partial_and_final() {
         "{err}"
     );
 }
+
+/// Nexmark q15 and q16 over generated bids: the final tables are the same with split-distinct
+/// off and on (1 and 1024 buckets), one or two phases, 1 or 3 workers; q15's figures match
+/// a reference computed from the bids.
+#[test]
+fn nexmark_q15_q16_split_matches() {
+    use parquet::arrow::ArrowWriter;
+    let dir = scratch("nexmark");
+    let path = dir.join("bid.parquet");
+    let mut bids = tally::datagen::NexmarkBids::new(0, 6000);
+    let batches: Vec<_> = (0..2).map(|_| bids.next_batch()).collect();
+    {
+        let mut w =
+            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), bids.schema(), None)
+                .unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let table = format!(
+        "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, \
+         `dateTime` TIMESTAMP(3), extra STRING) WITH ('connector' = 'filesystem', 'path' = '{}', \
+         'format' = 'parquet');",
+        path.display()
+    );
+    let ranks = "COUNT(*) AS total_bids, COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids, \
+        COUNT(DISTINCT bidder) AS total_bidders, \
+        COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
+        COUNT(DISTINCT auction) AS total_auctions, \
+        COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions";
+    let q15 = format!(
+        "SELECT DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`, {ranks} FROM bid \
+         GROUP BY DATE_FORMAT(dateTime, 'yyyy-MM-dd');"
+    );
+    let q16 = format!(
+        "SELECT channel, DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`, \
+         MAX(DATE_FORMAT(dateTime, 'HH:mm')) AS `minute`, {ranks} FROM bid \
+         GROUP BY channel, DATE_FORMAT(dateTime, 'yyyy-MM-dd');"
+    );
+    // The reference for q15 (all bids fall on one day).
+    let mut bidders = BTreeSet::new();
+    let mut rank2 = BTreeSet::new();
+    let mut auctions = BTreeSet::new();
+    let mut rank3 = BTreeSet::new();
+    let (mut total, mut rank1) = (0, 0);
+    for b in &batches {
+        let cols: Vec<_> = (0..3)
+            .map(|i| b.column(i).as_primitive::<Int64Type>().clone())
+            .collect();
+        for r in 0..b.num_rows() {
+            let (auction, bidder, price) = (cols[0].value(r), cols[1].value(r), cols[2].value(r));
+            total += 1;
+            rank1 += i64::from(price < 10000);
+            bidders.insert(bidder);
+            if (10000..1000000).contains(&price) {
+                rank2.insert(bidder);
+            }
+            auctions.insert(auction);
+            if price >= 1000000 {
+                rank3.insert(auction);
+            }
+        }
+    }
+    let q15_expected = vec![format!(
+        "2023-11-14,{total},{rank1},{},{},{},{}",
+        bidders.len(),
+        rank2.len(),
+        auctions.len(),
+        rank3.len()
+    )];
+    for (name, query) in [("q15", &q15), ("q16", &q16)] {
+        let mut baseline: Option<Vec<String>> = None;
+        for workers in [1, 3] {
+            for phase in ["ONE_PHASE", "TWO_PHASE"] {
+                for split in ["false", "1", "1024"] {
+                    let split_settings = match split {
+                        "false" => String::new(),
+                        n => format!(
+                            "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+                             SET 'table.optimizer.distinct-agg.split.bucket-num' = '{n}';"
+                        ),
+                    };
+                    let script = format!(
+                        "SET 'table.exec.resource.default-parallelism' = '{workers}'; \
+                         SET 'table.exec.mini-batch.enabled' = 'true'; \
+                         SET 'table.exec.mini-batch.allow-latency' = '1 s'; \
+                         SET 'table.exec.mini-batch.size' = '500'; \
+                         SET 'table.optimizer.agg-phase-strategy' = '{phase}'; {split_settings} \
+                         {table} {query}"
+                    );
+                    let rows = csv_rows(&ok(&script, &["--emit", "final", "--format", "csv"]));
+                    if name == "q15" {
+                        assert_eq!(rows, q15_expected, "{name} {workers} {phase} split {split}");
+                    }
+                    match &baseline {
+                        None => baseline = Some(rows),
+                        Some(b) => {
+                            assert_eq!(&rows, b, "{name} {workers} {phase} split {split}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(baseline.is_some_and(|b| b.len() > 10 || name == "q15"));
+    }
+}
