@@ -122,10 +122,18 @@ impl GroupAggregateBuilder {
     /// Validates the configuration, resolves the query and builds the operator.
     ///
     /// # Errors
-    /// Configuration errors (Flink's messages) and plan errors (unknown column, unsupported
-    /// function or type).
+    /// Configuration errors (Flink's messages; `TWO_PHASE`, which needs
+    /// [`GroupAggregateBuilder::build_parallel`]; split-distinct, which the SQL planner applies)
+    /// and plan errors (unknown column, unsupported function or type).
     pub fn build(self) -> Result<GroupAggregate> {
         self.config.validate()?;
+        if self.config.agg_phase_strategy == AggPhaseStrategy::TwoPhase {
+            return Err(Error::config(
+                crate::config::AGG_PHASE_STRATEGY,
+                "TWO_PHASE needs the parallel operator: use build_parallel() (build() makes the one-phase operator)",
+            ));
+        }
+        check_no_split(&self.config)?;
         let plan = AggregatePlan::try_new(
             self.schema,
             &self.group_by,
@@ -149,6 +157,7 @@ impl GroupAggregateBuilder {
     /// As [`GroupAggregateBuilder::build`].
     pub fn build_parallel(self) -> Result<ParallelAggregate> {
         self.config.validate()?;
+        check_no_split(&self.config)?;
         let plan = AggregatePlan::try_new(
             self.schema,
             &self.group_by,
@@ -166,6 +175,19 @@ impl GroupAggregateBuilder {
             two_phase,
         )
     }
+}
+
+/// Split-distinct is a rewrite of the query into two aggregates, which the SQL planner does
+/// (`tally::sql`, feature `sql`); a single operator cannot honour it, so asking is an error rather
+/// than a silent no-op.
+fn check_no_split(config: &Config) -> Result<()> {
+    if config.split_enabled {
+        return Err(Error::config(
+            crate::config::SPLIT_ENABLED,
+            "split-distinct rewrites the query into a PARTIAL and a FINAL aggregate, which the SQL front end (tally::sql) plans; a single operator cannot apply it, so turn it off here",
+        ));
+    }
+    Ok(())
 }
 
 /// Per-mini-batch bookkeeping.

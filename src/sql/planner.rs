@@ -5,7 +5,8 @@
 //! (two-phase: mini-batch on, strategy not ONE_PHASE, every aggregate mergeable, input not
 //! already partitioned by the keys; split: enabled and at least one DISTINCT call). Every
 //! aggregate runs on `table.exec.resource.default-parallelism` workers, in one or two phases as
-//! decided; split-distinct is not executed yet. EXPLAIN says what runs and why, and a setting
+//! decided, split into PARTIAL and FINAL aggregates when split-distinct applies (`split.rs`).
+//! EXPLAIN says what runs and why, and a setting
 //! that was asked for explicitly but has no effect is a warning (an error with
 //! `tally.strict = true`). EXPLAIN ANALYZE runs the query and annotates the plan with each
 //! stage's figures.

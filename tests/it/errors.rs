@@ -254,3 +254,41 @@ fn failing_expressions_are_input_errors() {
     assert!(e.is_user_error(), "{e}");
     assert!(!e.to_string().contains('\n'));
 }
+
+/// Settings a library operator cannot honour are errors naming the key, not silent no-ops.
+#[test]
+fn library_refuses_settings_it_cannot_honour() {
+    use datafusion_expr::col;
+    use tally::functions::count_star;
+    let schema = crate::common::kv_schema(false);
+    let builder = || {
+        tally::GroupAggregate::builder(schema.clone())
+            .group_by([col("k")])
+            .aggregate([count_star()])
+    };
+    let e = builder()
+        .option("table.optimizer.agg-phase-strategy", "TWO_PHASE")
+        .unwrap()
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("table.optimizer.agg-phase-strategy") && e.contains("build_parallel"),
+        "{e}"
+    );
+    for parallel in [false, true] {
+        let b = builder()
+            .option("table.optimizer.distinct-agg.split.enabled", "true")
+            .unwrap();
+        let e = if parallel {
+            b.build_parallel().unwrap_err().to_string()
+        } else {
+            b.build().unwrap_err().to_string()
+        };
+        assert!(
+            e.contains("table.optimizer.distinct-agg.split.enabled"),
+            "{e}"
+        );
+        assert!(e.contains("tally::sql"), "{e}");
+    }
+}

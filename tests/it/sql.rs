@@ -938,7 +938,7 @@ const SPLIT_QUERY: &str = "SELECT k, COUNT(*) AS n, COUNT(DISTINCT u) AS users, 
 
 /// The split-distinct invariant: two DISTINCT arguments (an Expand of three group sets), FILTERs,
 /// AVG, MIN and MAX give the reference's final table with split on and off, bucket-num 1, 7 and
-/// 1024, mini-batch off, one and two phases, 1 and 3 workers, insert-only and changelog input.
+/// 1024, mini-batch off, one and two phases, 1, 2 and 4 workers, insert-only and changelog input.
 #[test]
 fn split_distinct_matches_the_reference() {
     let dir = scratch("split");
@@ -955,7 +955,7 @@ fn split_distinct_matches_the_reference() {
         ];
         for (i, phase) in phases.iter().enumerate() {
             let mb = if i == 0 { "" } else { MINI_BATCH };
-            for workers in [1, 3] {
+            for workers in [1, 2, 4] {
                 for split in ["false", "1", "7", "1024"] {
                     let split_settings = match split {
                         "false" => String::new(),
