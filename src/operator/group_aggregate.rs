@@ -133,13 +133,7 @@ impl GroupAggregateBuilder {
                 "TWO_PHASE needs the parallel operator: use build_parallel() (build() makes the one-phase operator)",
             ));
         }
-        check_no_split(&self.config)?;
-        let plan = AggregatePlan::try_new(
-            self.schema,
-            &self.group_by,
-            &self.aggregates,
-            self.changelog.as_deref(),
-        )?;
+        let plan = self.resolve()?;
         GroupAggregate::try_new(
             Arc::new(plan),
             self.config,
@@ -149,6 +143,17 @@ impl GroupAggregateBuilder {
 }
 
 impl GroupAggregateBuilder {
+    /// Checks what no single operator can honour and resolves the query.
+    fn resolve(&self) -> Result<AggregatePlan> {
+        check_no_split(&self.config)?;
+        AggregatePlan::try_new(
+            Arc::clone(&self.schema),
+            &self.group_by,
+            &self.aggregates,
+            self.changelog.as_deref(),
+        )
+    }
+
     /// Validates the configuration, resolves the query and builds a [`ParallelAggregate`] over
     /// `table.exec.resource.default-parallelism` workers, in two phases where Flink would use
     /// them (mini-batch on and `table.optimizer.agg-phase-strategy` not `ONE_PHASE`).
@@ -157,13 +162,7 @@ impl GroupAggregateBuilder {
     /// As [`GroupAggregateBuilder::build`].
     pub fn build_parallel(self) -> Result<ParallelAggregate> {
         self.config.validate()?;
-        check_no_split(&self.config)?;
-        let plan = AggregatePlan::try_new(
-            self.schema,
-            &self.group_by,
-            &self.aggregates,
-            self.changelog.as_deref(),
-        )?;
+        let plan = self.resolve()?;
         let two_phase = self.config.mini_batch_enabled
             && self.config.agg_phase_strategy != AggPhaseStrategy::OnePhase;
         let runtime = Runtime::new(self.config.parallelism)?;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::AsArray;
-use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion_common::tree_node::TreeNode;
 use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::expr::{AggregateFunction, Alias, ScalarFunction};
@@ -57,6 +57,19 @@ struct Node {
     advice: Vec<usize>,
     /// The aggregate (bottom-up index) and stage whose metrics EXPLAIN ANALYZE shows here.
     stage: Option<(usize, &'static str)>,
+}
+
+impl Node {
+    /// A node without advice or metrics.
+    fn plain(name: &'static str, attrs: Vec<String>, mode: Vec<&'static str>) -> Self {
+        Self {
+            name,
+            attrs,
+            mode,
+            advice: vec![],
+            stage: None,
+        }
+    }
 }
 
 /// Advice or a warning for PLAN_ADVICE.
@@ -298,6 +311,17 @@ struct Built {
 }
 
 impl Built {
+    /// Adds a Calc stage computing `exprs` over `input` into batches of `output`.
+    fn project(&mut self, input: &DFSchema, exprs: &[Expr], output: &Schema) -> Result<()> {
+        self.stages.push(Box::new(CalcStage::try_new(
+            input,
+            None,
+            Some(exprs),
+            Arc::new(output.clone()),
+        )?));
+        Ok(())
+    }
+
     /// The changelog mode of the subtree's top node.
     fn mode(&self) -> Vec<&'static str> {
         self.nodes
@@ -450,13 +474,11 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                         "ProcTime"
                     },
                 );
-                nodes.push(Node {
-                    name: "MiniBatchAssigner",
-                    attrs: vec![format!("interval=[{interval}ms]"), format!("mode=[{kind}]")],
+                nodes.push(Node::plain(
+                    "MiniBatchAssigner",
+                    vec![format!("interval=[{interval}ms]"), format!("mode=[{kind}]")],
                     mode,
-                    advice: vec![],
-                    stage: None,
-                });
+                ));
             }
             let mut stages: Vec<Box<dyn Stage>> = vec![];
             if let Some(projection) = &scan.projection {
@@ -558,12 +580,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
             if identity && p.schema.as_arrow().fields() == input.as_arrow().fields() {
                 return Ok(built);
             }
-            built.stages.push(Box::new(CalcStage::try_new(
-                input,
-                None,
-                Some(&p.expr),
-                Arc::new(p.schema.as_arrow().clone()),
-            )?));
+            built.project(input, &p.expr, p.schema.as_arrow())?;
             let mode = built.mode();
             let select: Vec<String> = p.expr.iter().map(|e| show_named(e, &built.names)).collect();
             let passthrough: Vec<String> = field_names(input)
@@ -584,13 +601,11 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                 last.attrs[0] = format!("select=[{}]", select.join(", "));
                 return Ok(built);
             }
-            built.nodes.push(Node {
-                name: "Calc",
-                attrs: vec![format!("select=[{}]", select.join(", "))],
+            built.nodes.push(Node::plain(
+                "Calc",
+                vec![format!("select=[{}]", select.join(", "))],
                 mode,
-                advice: vec![],
-                stage: None,
-            });
+            ));
             Ok(built)
         }
         LogicalPlan::Aggregate(agg) => build_aggregate(ctx, agg),
@@ -671,12 +686,7 @@ fn build_split(
 ) -> Result<Built> {
     let in_df = agg.input.schema();
     // Calc: the input columns and the buckets.
-    built.stages.push(Box::new(CalcStage::try_new(
-        in_df,
-        None,
-        Some(&split.pre_exprs),
-        Arc::new(split.pre_schema.as_arrow().clone()),
-    )?));
+    built.project(in_df, &split.pre_exprs, split.pre_schema.as_arrow())?;
     let mode = built.mode();
     let mut select: Vec<String> = field_names(in_df)
         .into_iter()
@@ -689,13 +699,11 @@ fn build_split(
             ctx.config.split_bucket_num
         ));
     }
-    built.nodes.push(Node {
-        name: "Calc",
-        attrs: vec![format!("select=[{}]", select.join(", "))],
-        mode: mode.clone(),
-        advice: vec![],
-        stage: None,
-    });
+    built.nodes.push(Node::plain(
+        "Calc",
+        vec![format!("select=[{}]", select.join(", "))],
+        mode.clone(),
+    ));
     if let Some(expand) = &split.expand {
         built.stages.push(Box::new(ExpandStage::new(
             expand.sets.clone(),
@@ -721,13 +729,11 @@ fn build_split(
                 format!("{{{}}}", cols.join(", "))
             })
             .collect();
-        built.nodes.push(Node {
-            name: "Expand",
-            attrs: vec![format!("projects=[{}]", projects.join(", "))],
+        built.nodes.push(Node::plain(
+            "Expand",
+            vec![format!("projects=[{}]", projects.join(", "))],
             mode,
-            advice: vec![],
-            stage: None,
-        });
+        ));
     }
     let mut label_keys: Vec<String> = agg.group_expr.iter().map(show).collect();
     let final_label = if label_keys.is_empty() {
@@ -750,13 +756,11 @@ fn build_split(
     let built = aggregate_on(ctx, &split.partial, built, &HashMap::new(), Role::Partial)?;
     let mut built = aggregate_on(ctx, &split.final_agg, built, &HashMap::new(), Role::Final)?;
     // Calc: back to the original columns (AVG from its parts).
-    let final_df = split.final_agg.schema.as_ref();
-    built.stages.push(Box::new(CalcStage::try_new(
-        final_df,
-        None,
-        Some(&split.post_exprs),
-        Arc::new(agg.schema.as_arrow().clone()),
-    )?));
+    built.project(
+        split.final_agg.schema.as_ref(),
+        &split.post_exprs,
+        agg.schema.as_arrow(),
+    )?;
     // EXPLAIN names of the original outputs.
     let mut names = HashMap::new();
     for (i, a) in agg.aggr_expr.iter().enumerate() {
@@ -785,13 +789,11 @@ fn build_split(
             })
             .collect();
         let mode = built.mode();
-        built.nodes.push(Node {
-            name: "Calc",
-            attrs: vec![format!("select=[{}]", select.join(", "))],
+        built.nodes.push(Node::plain(
+            "Calc",
+            vec![format!("select=[{}]", select.join(", "))],
             mode,
-            advice: vec![],
-            stage: None,
-        });
+        ));
     }
     built.keys = Some((0..agg.group_expr.len()).collect());
     built.names = names;

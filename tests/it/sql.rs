@@ -133,8 +133,8 @@ fn write_csv(path: &Path, rows: &[CsvRow]) {
     std::fs::write(path, s).unwrap();
 }
 
-/// Reference: per key over the live rows, (count, sum(v) filter paid, count distinct u).
-fn csv_reference(rows: &[CsvRow]) -> Vec<String> {
+/// The rows a changelog leaves: inserts minus what `-D`/`-U` rows retract.
+fn live_rows(rows: &[CsvRow]) -> Vec<&CsvRow> {
     let mut live: Vec<&CsvRow> = vec![];
     for r in rows {
         if r.0 == "-D" || r.0 == "-U" {
@@ -147,6 +147,12 @@ fn csv_reference(rows: &[CsvRow]) -> Vec<String> {
             live.push(r);
         }
     }
+    live
+}
+
+/// Reference: per key over the live rows, (count, sum(v) filter paid, count distinct u).
+fn csv_reference(rows: &[CsvRow]) -> Vec<String> {
+    let live = live_rows(rows);
     let mut groups: BTreeMap<&str, Vec<&CsvRow>> = BTreeMap::new();
     for r in live {
         groups.entry(r.1.as_str()).or_default().push(r);
@@ -889,18 +895,7 @@ fn explain_analyze_and_metrics_show_each_stage() {
 
 /// Reference for [`SPLIT_QUERY`] over the live rows of `rows`.
 fn split_reference(rows: &[CsvRow]) -> Vec<String> {
-    let mut live: Vec<&CsvRow> = vec![];
-    for r in rows {
-        if r.0 == "-D" || r.0 == "-U" {
-            let i = live
-                .iter()
-                .position(|l| (&l.1, l.2, l.3, l.4) == (&r.1, r.2, r.3, r.4))
-                .unwrap();
-            live.swap_remove(i);
-        } else {
-            live.push(r);
-        }
-    }
+    let live = live_rows(rows);
     let mut groups: BTreeMap<&str, Vec<&CsvRow>> = BTreeMap::new();
     for r in &live {
         groups.entry(r.1.as_str()).or_default().push(r);
