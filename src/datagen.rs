@@ -325,3 +325,85 @@ impl NexmarkBids {
         RecordBatch::try_new(Arc::clone(&self.schema), cols).expect("bid schema")
     }
 }
+
+/// Rows per Parquet row group in files this module writes.
+pub const ROW_GROUP_ROWS: usize = 1 << 20;
+
+/// Writes `batches` (of `schema`) to `path`, as Parquet (`.parquet`) or an Arrow IPC file
+/// (`.arrow`, `.ipc`, `.feather`), batch by batch so that memory stays bounded; `on_batch` gets the
+/// rows written so far after each batch. The file appears whole or not at all: it is written
+/// under a temporary name, synced and renamed. Parquet gets Snappy compression, statistics and
+/// row groups of [`ROW_GROUP_ROWS`] rows. Returns the rows written.
+///
+/// # Errors
+/// An unknown extension, and I/O errors (naming the path).
+pub fn write_file(
+    path: &std::path::Path,
+    schema: SchemaRef,
+    batches: impl IntoIterator<Item = RecordBatch>,
+    mut on_batch: impl FnMut(u64),
+) -> crate::Result<u64> {
+    use crate::Error;
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
+    enum Sink {
+        Parquet(parquet::arrow::ArrowWriter<std::fs::File>),
+        Arrow(arrow::ipc::writer::FileWriter<std::io::BufWriter<std::fs::File>>),
+    }
+    let tmp = path.with_extension(format!("{ext}.tmp"));
+    let file = std::fs::File::create(&tmp).map_err(|e| io(&e))?;
+    let mut sink = match ext.as_str() {
+        "parquet" => {
+            let props = parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::SNAPPY)
+                .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+                .build();
+            Sink::Parquet(
+                parquet::arrow::ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))
+                    .map_err(|e| io(&e))?,
+            )
+        }
+        "arrow" | "ipc" | "feather" => Sink::Arrow(
+            arrow::ipc::writer::FileWriter::try_new(std::io::BufWriter::new(file), &schema)
+                .map_err(|e| io(&e))?,
+        ),
+        other => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::invalid_input(format!(
+                "{}: unknown extension '{other}' (use .parquet or .arrow)",
+                path.display()
+            )));
+        }
+    };
+    let mut rows = 0u64;
+    let result = (|| -> crate::Result<()> {
+        for b in batches {
+            match &mut sink {
+                Sink::Parquet(w) => w.write(&b).map_err(|e| io(&e))?,
+                Sink::Arrow(w) => w.write(&b).map_err(|e| io(&e))?,
+            }
+            rows += b.num_rows() as u64;
+            on_batch(rows);
+        }
+        let file = match sink {
+            Sink::Parquet(w) => w.into_inner().map_err(|e| io(&e))?,
+            Sink::Arrow(mut w) => {
+                w.finish().map_err(|e| io(&e))?;
+                w.into_inner()
+                    .map_err(|e| io(&e))?
+                    .into_inner()
+                    .map_err(|e| io(&e))?
+            }
+        };
+        file.sync_all().map_err(|e| io(&e))?;
+        std::fs::rename(&tmp, path).map_err(|e| io(&e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map(|()| rows)
+}

@@ -3,6 +3,8 @@
 //! ```text
 //! tally sql -f SCRIPT.sql [--emit changelog|final] [--output PATH|-] [--format csv|parquet|arrow|table]
 //! tally sql -e "STATEMENTS" (same flags)
+//! tally gen orders --rows N [--keys K] [--skew S] [--hot-share H] [--users U] [--updates F] [--seed X] --out PATH
+//! tally gen nexmark --events N [--first-event E] --out PATH
 //! ```
 
 use std::fs::File;
@@ -40,6 +42,150 @@ struct Cli {
 enum Command {
     /// Run a Flink-style SQL script (SET, RESET, CREATE TABLE, EXPLAIN, SELECT).
     Sql(SqlArgs),
+    /// Generate a seeded input file (Parquet or Arrow, by the extension of --out).
+    #[command(subcommand)]
+    Gen(GenWhat),
+}
+
+#[derive(Subcommand, Debug)]
+enum GenWhat {
+    /// Orders for a skewed GROUP BY: order_id, shop (Zipf-like, with one hot shop), user_id,
+    /// amount, status, ts; with --updates, a changelog with an `op` column.
+    Orders {
+        /// Rows to write (a changelog's -U/+U and -D rows included).
+        #[arg(long)]
+        rows: u64,
+        /// Distinct shops.
+        #[arg(long, default_value_t = 200)]
+        keys: usize,
+        /// Zipf exponent of the shops other than the hot one (0 = uniform).
+        #[arg(long, default_value_t = 1.1)]
+        skew: f64,
+        /// Share of rows on the hot shop `shop-0000`, 0 to 1.
+        #[arg(long, default_value_t = 0.5)]
+        hot_share: f64,
+        /// Distinct user ids (the high-cardinality column).
+        #[arg(long, default_value_t = 1_000_000)]
+        users: i64,
+        /// Share of orders later deleted or updated (-D, -U/+U), 0 to 1; 0 = insert-only.
+        #[arg(long, default_value_t = 0.0)]
+        updates: f64,
+        /// Seed: the same seed and options give the same file.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// The file to write (.parquet or .arrow).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// The Nexmark bid stream (auction, bidder, price, channel, url, dateTime, extra).
+    Nexmark {
+        /// Bid events to write.
+        #[arg(long)]
+        events: u64,
+        /// The number of the first bid (the stream is a function of it).
+        #[arg(long, default_value_t = 0)]
+        first_event: u64,
+        /// The file to write (.parquet or .arrow).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Rows per generated batch.
+const GEN_BATCH: usize = 65_536;
+
+fn run_gen(what: &GenWhat) -> Result<()> {
+    use tally::datagen::{NexmarkBids, OrdersConfig, OrdersGenerator, write_file};
+    let started = Instant::now();
+    let (out, total) = match what {
+        GenWhat::Orders { out, rows, .. } => (out, *rows),
+        GenWhat::Nexmark { out, events, .. } => (out, *events),
+    };
+    if total == 0 {
+        return Err(Error::invalid_input(
+            "the number of rows to generate must be positive",
+        ));
+    }
+    let bar = progress_bar(Some(total));
+    let progress = |rows: u64| {
+        if let Some(b) = &bar {
+            b.set_position(rows);
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
+        }
+    };
+    // Batches of GEN_BATCH rows, the last one cut to the total.
+    fn take(
+        total: u64,
+        mut next: impl FnMut() -> RecordBatch,
+    ) -> impl Iterator<Item = RecordBatch> {
+        let mut left = total;
+        std::iter::from_fn(move || {
+            (left > 0).then(|| {
+                let b = next();
+                let n = (b.num_rows() as u64).min(left);
+                left -= n;
+                b.slice(0, n as usize)
+            })
+        })
+    }
+    let written = match what {
+        GenWhat::Orders {
+            keys,
+            skew,
+            hot_share,
+            users,
+            updates,
+            seed,
+            ..
+        } => {
+            let checks = [
+                (*keys >= 1, "--keys must be at least 1"),
+                (
+                    skew.is_finite() && *skew >= 0.0,
+                    "--skew must be a number >= 0",
+                ),
+                (
+                    (0.0..=1.0).contains(hot_share),
+                    "--hot-share must be between 0 and 1",
+                ),
+                (*users >= 1, "--users must be at least 1"),
+                (
+                    (0.0..=1.0).contains(updates),
+                    "--updates must be between 0 and 1",
+                ),
+            ];
+            if let Some((_, msg)) = checks.iter().find(|c| !c.0) {
+                return Err(Error::invalid_input(*msg));
+            }
+            let mut g = OrdersGenerator::new(OrdersConfig {
+                seed: *seed,
+                keys: *keys,
+                hot_share: *hot_share,
+                zipf: *skew,
+                users: *users,
+                updates: *updates,
+                batch_size: GEN_BATCH,
+                ..OrdersConfig::default()
+            });
+            let schema = g.schema();
+            write_file(out, schema, take(total, || g.next_batch()), progress)?
+        }
+        GenWhat::Nexmark { first_event, .. } => {
+            let mut g = NexmarkBids::new(*first_event, GEN_BATCH);
+            let schema = g.schema();
+            write_file(out, schema, take(total, || g.next_batch()), progress)?
+        }
+    };
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    eprintln!(
+        "[INFO] wrote {written} rows to {} in {:.1} s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -114,6 +260,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Sql(args) => run_sql(&args),
+        Command::Gen(what) => run_gen(&what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,8 @@
 mod common;
 mod emission;
 mod errors;
+#[cfg(feature = "cli")]
+mod generate;
 mod oracle;
 #[cfg(feature = "cli")]
 mod sql;
