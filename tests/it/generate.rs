@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use arrow::array::{Array, AsArray, RecordBatchReader};
+use arrow::array::AsArray;
 use arrow::datatypes::Int8Type;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
