@@ -1121,3 +1121,40 @@ fn nexmark_q15_q16_split_matches() {
         assert!(baseline.is_some_and(|b| b.len() > 10 || name == "q15"));
     }
 }
+
+/// The bundled recording (`data/replay.arrow`, driven by its recorded time): two replays give the
+/// same changelog byte for byte, and the final table is `data/replay_expected.csv` (computed row by
+/// row by `examples/gen_data.rs`) whatever the workers and phases.
+#[test]
+fn bundled_recording_replays_identically_and_matches_expected() {
+    let expected = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/replay_expected.csv"),
+    )
+    .unwrap();
+    let first = ok_file("data/replay.sql", &["--format", "csv"]);
+    let second = ok_file("data/replay.sql", &["--format", "csv"]);
+    assert!(first.lines().count() > 100, "{first}");
+    assert_eq!(first, second, "two replays differ");
+    assert_eq!(
+        ok_file("data/replay.sql", &["--emit", "final", "--format", "csv"]),
+        expected
+    );
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/replay.sql"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+    for settings in [
+        "SET 'table.exec.resource.default-parallelism' = '3';",
+        "SET 'table.exec.resource.default-parallelism' = '2'; SET 'table.optimizer.agg-phase-strategy' = 'ONE_PHASE';",
+        "SET 'table.exec.mini-batch.enabled' = 'false';",
+    ] {
+        let out = ok(
+            &format!("{settings} {script}"),
+            &["--emit", "final", "--format", "csv"],
+        );
+        assert_eq!(out, expected, "{settings}");
+    }
+}
