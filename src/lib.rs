@@ -62,6 +62,7 @@ pub mod functions;
 pub mod operator;
 pub mod pipeline;
 pub mod plan;
+pub mod replay;
 pub mod runtime;
 pub mod sink;
 pub mod source;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! tally sql -f SCRIPT.sql [--emit changelog|final] [--output PATH|-] [--format csv|parquet|arrow|table]
-//! tally sql -e "STATEMENTS" (same flags)
+//! tally sql -e "STATEMENTS" (same flags; --replay-speed X|max replays a recorded stream)
 //! tally gen orders --rows N [--keys K] [--skew S] [--hot-share H] [--users U] [--updates F] [--seed X] --out PATH
 //! tally gen nexmark --events N [--first-event E] --out PATH
 //! ```
@@ -89,6 +89,38 @@ enum GenWhat {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// A replay speed: `max` (None) or a positive factor.
+#[derive(Debug, Clone, Copy)]
+struct Speed(Option<f64>);
+
+fn parse_speed(s: &str) -> std::result::Result<Speed, String> {
+    if s.eq_ignore_ascii_case("max") {
+        return Ok(Speed(None));
+    }
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(Speed(Some(x))),
+        _ => Err(format!("'{s}' is not 'max' or a positive number")),
+    }
+}
+
+/// Runs the query, or replays it when `--replay-speed` is given (its figures go to `replay`).
+fn run_or_replay(
+    query: &mut PlannedQuery,
+    args: &SqlArgs,
+    on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+    progress: impl FnMut(u64, Option<u64>),
+    replay: &mut Option<tally::replay::ReplayStats>,
+) -> Result<tally::sql::planner::RunStats> {
+    match args.replay_speed {
+        None => query.run(args.batch_size, on_output, progress),
+        Some(Speed(speed)) => {
+            let (stats, r) = query.replay(args.batch_size, speed, on_output, progress)?;
+            *replay = Some(r);
+            Ok(stats)
+        }
+    }
 }
 
 /// Rows per generated batch.
@@ -217,6 +249,11 @@ struct SqlArgs {
     /// Print each statement's status on standard error.
     #[arg(long, short = 'v')]
     verbose: bool,
+    /// Replay the query's recorded stream (a table with a 'time-column') at this many times its
+    /// recorded speed, or `max` (as fast as possible), and report throughput and end-to-end latency
+    /// percentiles on standard error.
+    #[arg(long, value_parser = parse_speed)]
+    replay_speed: Option<Speed>,
     /// After each query, print its metrics on standard error: rows in and out and busy time per
     /// stage, rows and busy time per worker, the skew ratio, state keys and bytes, the local
     /// phase's reduction ratio and decision, the hot keys.
@@ -498,6 +535,7 @@ fn run_query(
             b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
         }
     };
+    let mut replay = None;
     let stats = match args.emit {
         Emit::Changelog => {
             let op_type = if text { DataType::Utf8 } else { DataType::Int8 };
@@ -511,17 +549,19 @@ fn run_query(
             );
             let schema: SchemaRef = Arc::new(Schema::new(fields));
             let mut writer = Writer::new(format, &args.output, &schema, stdout)?;
-            let stats = query.run(
-                args.batch_size,
+            let stats = run_or_replay(
+                query,
+                args,
                 |b| writer.write(&with_op(b, text)?),
                 progress,
+                &mut replay,
             )?;
             writer.finish()?;
             stats
         }
         Emit::Final => {
             let mut table = FinalResult::new(query)?;
-            let stats = query.run(args.batch_size, |b| table.apply(b), progress)?;
+            let stats = run_or_replay(query, args, |b| table.apply(b), progress, &mut replay)?;
             let result = table.finish()?;
             let mut writer = Writer::new(format, &args.output, &result.schema(), stdout)?;
             writer.write(&result)?;
@@ -539,6 +579,9 @@ fn run_query(
             stats.rows_out,
             started.elapsed().as_secs_f64()
         );
+    }
+    if let Some(r) = replay {
+        eprintln!("[INFO] {r}");
     }
     if args.metrics {
         for (i, m) in stats.aggregates.iter().enumerate() {

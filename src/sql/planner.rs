@@ -32,6 +32,7 @@ use crate::pipeline::{
     AggregateStage, CalcStage, ChangeBatch, ExpandStage, OP_FIELD, Pipeline, Stage,
 };
 use crate::plan::AggregatePlan;
+use crate::replay::{ReplayStats, Replayer};
 use crate::runtime::Runtime;
 use crate::source::FileTable;
 
@@ -228,9 +229,48 @@ impl PlannedQuery {
     pub fn run(
         &mut self,
         batch_size: usize,
+        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+        on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<RunStats> {
+        self.run_with(batch_size, None, on_output, on_progress)
+            .map(|(stats, _)| stats)
+    }
+
+    /// Replays a recorded stream (a table with a `time-column`) at `speed` times its recorded
+    /// speed (None: as fast as possible), as [`PlannedQuery::run`] does, and measures the
+    /// end-to-end latency of its rows ([`crate::replay`]).
+    ///
+    /// # Errors
+    /// A table without a time column, and as [`PlannedQuery::run`].
+    pub fn replay(
+        &mut self,
+        batch_size: usize,
+        speed: Option<f64>,
+        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+        on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<(RunStats, ReplayStats)> {
+        if self.table.time_column.is_none() {
+            return Err(Error::invalid_input(format!(
+                "a replay needs a table with a 'time-column'; table '{}' has none",
+                self.table.name
+            )));
+        }
+        let (stats, replay) = self.run_with(
+            batch_size,
+            Some(Replayer::new(speed)),
+            on_output,
+            on_progress,
+        )?;
+        Ok((stats, replay.unwrap_or_default()))
+    }
+
+    fn run_with(
+        &mut self,
+        batch_size: usize,
+        mut replayer: Option<Replayer>,
         mut on_output: impl FnMut(&ChangeBatch) -> Result<()>,
         mut on_progress: impl FnMut(u64, Option<u64>),
-    ) -> Result<RunStats> {
+    ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
         let reader = self.table.open(batch_size)?;
         let total_rows = reader.total_rows;
@@ -239,35 +279,48 @@ impl PlannedQuery {
             .time_column
             .as_ref()
             .and_then(|t| self.table.schema.index_of(t).ok());
-        let mut emit = |batches: Vec<ChangeBatch>, stats: &mut RunStats| -> Result<()> {
+        let mut emit = |batches: Vec<ChangeBatch>, stats: &mut RunStats| -> Result<usize> {
+            let mut rows = 0;
             for b in batches {
-                stats.rows_out += b.num_rows() as u64;
+                rows += b.num_rows();
                 on_output(&b)?;
             }
-            Ok(())
+            stats.rows_out += rows as u64;
+            Ok(rows)
         };
         for batch in reader {
             let batch = batch?;
             stats.rows_in += batch.num_rows() as u64;
-            if let (Some(clock), Some(i)) = (&self.clock, time_index) {
-                // Replay: the recorded time drives the latency trigger.
+            if let Some(i) = time_index {
+                // Replay: the recorded time drives the latency trigger (and the pacing).
                 let t = arrow::compute::cast(
                     batch.data.column(i),
                     &DataType::Timestamp(TimeUnit::Millisecond, None),
                 )?;
                 let t = arrow::compute::cast(&t, &DataType::Int64)?;
-                if let Some(max) = arrow::compute::max(t.as_primitive::<Int64Type>()) {
+                let t = t.as_primitive::<Int64Type>();
+                if let Some(r) = &mut replayer {
+                    r.before_push(t.values());
+                }
+                if let (Some(clock), Some(max)) = (&self.clock, arrow::compute::max(t)) {
                     clock.set_ms(max);
                 }
             }
             let out = self.pipeline.push(batch)?;
-            emit(out, &mut stats)?;
+            let rows = emit(out, &mut stats)?;
+            if let Some(r) = &mut replayer {
+                r.after_push(rows);
+            }
             on_progress(stats.rows_in, total_rows);
         }
         let out = self.pipeline.finish()?;
-        emit(out, &mut stats)?;
+        let rows = emit(out, &mut stats)?;
+        if let Some(r) = &mut replayer {
+            // Whatever is still pending is emitted by the end of input (or never changes output).
+            r.after_push(rows.max(1));
+        }
         stats.aggregates = self.pipeline.metrics()?;
-        Ok(stats)
+        Ok((stats, replayer.map(Replayer::finish)))
     }
 }
 

@@ -1135,6 +1135,31 @@ fn bundled_recording_replays_identically_and_matches_expected() {
     let second = ok_file("data/replay.sql", &["--format", "csv"]);
     assert!(first.lines().count() > 100, "{first}");
     assert_eq!(first, second, "two replays differ");
+    // Paced at 100x its recorded speed (about 0.14 s here): the same changelog, since recorded
+    // time drives the mini-batches, plus throughput and latency on standard error.
+    let out = Command::new(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "sql",
+            "-f",
+            "data/replay.sql",
+            "--format",
+            "csv",
+            "--replay-speed",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), first);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("replay at 100x recorded speed: 20000 rows") && err.contains("latency p50"),
+        "{err}"
+    );
+    let (code, _, err) = tally("SELECT 1;", &["--replay-speed", "0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not 'max' or a positive number"), "{err}");
     assert_eq!(
         ok_file("data/replay.sql", &["--emit", "final", "--format", "csv"]),
         expected
