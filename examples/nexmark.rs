@@ -21,37 +21,6 @@ use tally::sql::{Session, StatementResult, split_statements};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The thirteen counts q15 and q16 share.
-const RANKS: &str = "COUNT(*) AS total_bids,
-    COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,
-    COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
-    COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
-    COUNT(DISTINCT bidder) AS total_bidders,
-    COUNT(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
-    COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
-    COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
-    COUNT(DISTINCT auction) AS total_auctions,
-    COUNT(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
-    COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
-    COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions";
-
-/// Nexmark q15: bids, bidders and auctions per day by price range.
-fn q15() -> String {
-    format!(
-        "SELECT DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`, {RANKS}
-         FROM bid GROUP BY DATE_FORMAT(dateTime, 'yyyy-MM-dd')"
-    )
-}
-
-/// Nexmark q16: the same per channel and day, with the last minute seen.
-fn q16() -> String {
-    format!(
-        "SELECT channel, DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`,
-         MAX(DATE_FORMAT(dateTime, 'HH:mm')) AS `minute`, {RANKS}
-         FROM bid GROUP BY channel, DATE_FORMAT(dateTime, 'yyyy-MM-dd')"
-    )
-}
-
 fn write_bids(path: &Path, events: usize) -> Result<(), Box<dyn std::error::Error>> {
     if path.exists() {
         return Ok(());
@@ -116,7 +85,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "| query | split | workers | M events/s | vs no split | final keys | state MB (all aggregates) | skew ratio (partial or only aggregate) |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|");
-    for (name, query) in [("q15", q15()), ("q16", q16())] {
+    for name in ["q15", "q16"] {
+        let query = tally::sql::queries::builtin(name)
+            .ok_or("no such query")?
+            .sql;
         for &p in &workers {
             let mut base = None;
             for split in [false, true] {

@@ -5,6 +5,8 @@
 //! tally sql -e "STATEMENTS" (same flags; --replay-speed X|max replays a recorded stream)
 //! tally gen orders --rows N [--keys K] [--skew S] [--hot-share H] [--users U] [--updates F] [--seed X] --out PATH
 //! tally gen nexmark --events N [--first-event E] --out PATH
+//! tally bench --query NAME|SELECT --input FILE [--set k=v]... [--matrix off,one-phase,two-phase,split]
+//!             [--workers 1,2] [--repeat 3] [--json OUT]
 //! ```
 
 use std::fs::File;
@@ -23,6 +25,9 @@ use tally::pipeline::ChangeBatch;
 use tally::sink::{FinalTable, MultisetTable};
 use tally::sql::{PlannedQuery, Session, StatementResult, split_statements};
 use tally::{Error, Result};
+
+#[path = "cli/bench.rs"]
+mod bench;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -45,6 +50,8 @@ enum Command {
     /// Generate a seeded input file (Parquet or Arrow, by the extension of --out).
     #[command(subcommand)]
     Gen(GenWhat),
+    /// Benchmark a query over a file under several strategies and worker counts.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -298,6 +305,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sql(args) => run_sql(&args),
         Command::Gen(what) => run_gen(&what),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -191,3 +191,74 @@ fn bad_gen_options_are_one_line_errors() {
     // Nothing half-written is left behind.
     assert!(std::fs::read_dir(&d).unwrap().next().is_none());
 }
+
+#[test]
+fn bench_runs_a_matrix_and_writes_json() {
+    let d = dir("bench");
+    let json = d.join("out.json");
+    let out = Command::new(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "bench",
+            "--query",
+            "orders-distinct",
+            "--input",
+            "data/orders.parquet",
+            "--matrix",
+            "one-phase,split",
+            "--workers",
+            "1,2",
+            "--repeat",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| one-phase") || l.starts_with("| split"))
+            .count(),
+        4,
+        "{table}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    for r in results {
+        assert_eq!(r["rows_in"], 100_000);
+        assert!(r["rows_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    // Split runs a PARTIAL and a FINAL aggregate.
+    assert_eq!(results[2]["aggregates"].as_array().unwrap().len(), 2);
+    assert_eq!(results[0]["aggregates"].as_array().unwrap().len(), 1);
+    // A bad strategy or query is a one-line error.
+    for (args, want) in [
+        (
+            vec!["--query", "orders-count", "--matrix", "fast"],
+            "unknown strategy 'fast'",
+        ),
+        (vec!["--query", "nope"], "neither a built-in query"),
+    ] {
+        let out = Command::new(BIN)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["bench", "--input", "data/orders.parquet"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
