@@ -627,6 +627,34 @@ impl ContextProvider for Provider {
     }
 }
 
+/// The SQL type that `CREATE TABLE` maps to `dt` (for writing DDL from a file's schema), if any.
+pub fn sql_type_name(dt: &DataType) -> Option<String> {
+    Some(match dt {
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".into(),
+        DataType::Dictionary(_, v) if matches!(v.as_ref(), DataType::Utf8) => "STRING".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Time32(TimeUnit::Millisecond) => "TIME".into(),
+        DataType::Timestamp(unit, None) => format!(
+            "TIMESTAMP({})",
+            match unit {
+                TimeUnit::Second => 0,
+                TimeUnit::Millisecond => 3,
+                TimeUnit::Microsecond => 6,
+                TimeUnit::Nanosecond => 9,
+            }
+        ),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,32 +753,4 @@ mod tests {
             .to_string();
         assert!(e.contains("tally.strict"), "{e}");
     }
-}
-
-/// The SQL type that `CREATE TABLE` maps to `dt` (for writing DDL from a file's schema), if any.
-pub fn sql_type_name(dt: &DataType) -> Option<String> {
-    Some(match dt {
-        DataType::Int8 => "TINYINT".into(),
-        DataType::Int16 => "SMALLINT".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Float32 => "FLOAT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".into(),
-        DataType::Dictionary(_, v) if matches!(v.as_ref(), DataType::Utf8) => "STRING".into(),
-        DataType::Date32 => "DATE".into(),
-        DataType::Time32(TimeUnit::Millisecond) => "TIME".into(),
-        DataType::Timestamp(unit, None) => format!(
-            "TIMESTAMP({})",
-            match unit {
-                TimeUnit::Second => 0,
-                TimeUnit::Millisecond => 3,
-                TimeUnit::Microsecond => 6,
-                TimeUnit::Nanosecond => 9,
-            }
-        ),
-        _ => return None,
-    })
 }
