@@ -201,10 +201,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let repeat = args.repeat.max(1);
     let ddl = create_table(&table, &args.input)?;
     println!(
-        "{} over {} ({} batches of {} rows), median of {repeat}\n",
+        "{} over {} (input batches of {} rows), median of {repeat}\n",
         args.query,
         args.input.display(),
-        "input",
         args.batch_size
     );
     println!(
