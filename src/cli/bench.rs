@@ -44,6 +44,42 @@ pub struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also run the same built-in query over the same file in DuckDB (with as many threads as
+    /// workers) through `scripts/duckdb_baseline.py` (install it with
+    /// `scripts/install-duckdb.sh`), and report Tally's best rate / DuckDB's.
+    #[arg(long)]
+    duckdb: bool,
+}
+
+/// DuckDB's rows/s for `query` over `input` with `threads` threads, from the baseline script.
+fn duckdb_rate(query: &str, input: &Path, threads: usize, repeat: usize) -> Result<f64> {
+    let script = std::env::var_os("TALLY_DUCKDB_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("scripts/duckdb_baseline.py"));
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(query)
+        .arg(input)
+        .args([
+            "--repeat",
+            &repeat.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ])
+        .output()
+        .map_err(|e| Error::io(format!("python3 {}: {e}", script.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::invalid_input(format!(
+            "DuckDB baseline failed: {}",
+            err.lines().last().unwrap_or("no output")
+        )));
+    }
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("rows_per_sec="))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::internal(format!("unexpected baseline output: {text}")))
 }
 
 fn strategy_settings(name: &str, mini_batch: u64) -> Result<Vec<(String, String)>> {
@@ -289,6 +325,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }));
         }
     }
+    let mut baseline = vec![];
+    if args.duckdb {
+        if builtin(&args.query).is_none() {
+            return Err(Error::invalid_input(
+                "--duckdb compares built-in queries only (the script holds their DuckDB SQL)",
+            ));
+        }
+        println!();
+        for &p in &workers {
+            let duck = duckdb_rate(&args.query, &args.input, p, repeat)?;
+            let best = results
+                .iter()
+                .filter(|r| r["workers"] == p)
+                .filter_map(|r| r["rows_per_sec"].as_f64())
+                .fold(0.0f64, f64::max);
+            println!(
+                "DuckDB, {p} thread(s): {:.2} M rows/s; Tally's best at {p} worker(s) / DuckDB = {:.2}",
+                duck / 1e6,
+                best / duck
+            );
+            baseline.push(
+                json!({"threads": p, "rows_per_sec": duck, "tally_best_over_duckdb": best / duck}),
+            );
+        }
+    }
     if let Some(path) = &args.json {
         let doc = json!({
             "query": args.query,
@@ -298,6 +359,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "batch_size": args.batch_size,
             "mini_batch_per_worker": args.mini_batch,
             "results": results,
+            "duckdb": baseline,
         });
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| Error::internal(format!("JSON: {e}")))?;
