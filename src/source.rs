@@ -82,6 +82,36 @@ impl Iterator for SourceReader {
     }
 }
 
+impl SourceReader {
+    /// Reads and decodes on a thread of its own, up to `depth` batches ahead, so that decoding
+    /// overlaps the aggregation; batches (and the first error) arrive in file order. The thread
+    /// stops when the reader is dropped.
+    pub fn prefetch(self, depth: usize) -> SourceReader {
+        let (tx, rx) = std::sync::mpsc::sync_channel(depth.max(1));
+        let mut inner = self.inner;
+        let spawned = std::thread::Builder::new()
+            .name("tally-source".into())
+            .spawn(move || {
+                for item in inner.by_ref() {
+                    let stop = item.is_err();
+                    if tx.send(item).is_err() || stop {
+                        break;
+                    }
+                }
+            });
+        let inner: Box<dyn Iterator<Item = Result<ChangeBatch>> + Send> = match spawned {
+            Ok(_) => Box::new(rx.into_iter()),
+            Err(e) => Box::new(std::iter::once(Err(Error::internal(format!(
+                "cannot start the source thread: {e}"
+            ))))),
+        };
+        SourceReader {
+            inner,
+            total_rows: self.total_rows,
+        }
+    }
+}
+
 fn open(path: &Path) -> Result<File> {
     File::open(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))
 }

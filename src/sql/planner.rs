@@ -272,7 +272,8 @@ impl PlannedQuery {
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
-        let reader = self.table.open(batch_size)?;
+        // Decoding runs ahead on its own thread (a source task, as in Flink).
+        let reader = self.table.open(batch_size)?.prefetch(4);
         let total_rows = reader.total_rows;
         let time_index = self
             .table
