@@ -16,7 +16,6 @@ use std::time::Instant;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 use tally::datagen::NexmarkBids;
-use tally::sql::{Session, StatementResult, split_statements};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -104,14 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut times = vec![];
                 let mut stats = None;
                 for _ in 0..repeat {
-                    let mut session = Session::new();
-                    let mut planned = None;
-                    for stmt in split_statements(&script)? {
-                        if let StatementResult::Query(q) = session.execute(&stmt)? {
-                            planned = Some(q);
-                        }
-                    }
-                    let mut q = planned.ok_or("no query")?;
+                    let mut q = tally::sql::plan_script(&script)?;
                     let start = Instant::now();
                     let s = q.run(65_536, |_| Ok(()), |_, _| {})?;
                     times.push(start.elapsed().as_secs_f64());

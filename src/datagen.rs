@@ -326,6 +326,14 @@ impl NexmarkBids {
     }
 }
 
+/// The lower-case extension of `path` ("" without one).
+pub fn extension(path: &std::path::Path) -> String {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default()
+}
+
 /// Rows per Parquet row group in files this module writes.
 pub const ROW_GROUP_ROWS: usize = 1 << 20;
 
@@ -344,11 +352,7 @@ pub fn write_file(
     mut on_batch: impl FnMut(u64),
 ) -> crate::Result<u64> {
     use crate::Error;
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_default();
+    let ext = extension(path);
     let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
     enum Sink {
         Parquet(parquet::arrow::ArrowWriter<std::fs::File>),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use tally::sql::queries::{BUILTINS, builtin};
-use tally::sql::{Session, StatementResult, split_statements, sql_type_name};
+use tally::sql::{plan_script, sql_type_name};
 use tally::{Error, Result};
 
 /// Options of `tally bench`.
@@ -128,11 +128,7 @@ fn strategy_settings(name: &str, mini_batch: u64) -> Result<Vec<(String, String)
 /// `CREATE TABLE name (...)` for the columns of `path` (Parquet or Arrow IPC file); a column
 /// named `op` makes it a changelog.
 fn create_table(name: &str, path: &Path) -> Result<String> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_default();
+    let ext = tally::datagen::extension(path);
     let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(|e| io(&e))?;
     let (schema, format) = match ext.as_str() {
@@ -266,15 +262,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let mut times = vec![];
             let mut last = None;
             for _ in 0..repeat {
-                let mut session = Session::new();
-                let mut query = None;
-                for stmt in split_statements(&script)? {
-                    if let StatementResult::Query(q) = session.execute(&stmt)? {
-                        query = Some(q);
-                    }
-                }
-                let mut q =
-                    query.ok_or_else(|| Error::invalid_input("--query must be a SELECT"))?;
+                let mut q = plan_script(&script)?;
                 let start = Instant::now();
                 let stats = q.run(args.batch_size, |_| Ok(()), |_, _| {})?;
                 times.push(start.elapsed().as_secs_f64());

@@ -627,6 +627,24 @@ impl ContextProvider for Provider {
     }
 }
 
+/// Runs a script's statements in a fresh session and returns its last query, planned (for
+/// harnesses that run one query under settings given as `SET` statements).
+///
+/// # Errors
+/// As [`Session::execute`]; a script without a query.
+pub fn plan_script(script: &str) -> Result<PlannedQuery> {
+    let mut session = Session::new();
+    let mut query = None;
+    for stmt in split_statements(script)? {
+        if let StatementResult::Query(q) = session.execute(&stmt)? {
+            query = Some(q);
+        }
+    }
+    query
+        .map(|q| *q)
+        .ok_or_else(|| Error::invalid_input("the script has no SELECT"))
+}
+
 /// The SQL type that `CREATE TABLE` maps to `dt` (for writing DDL from a file's schema), if any.
 pub fn sql_type_name(dt: &DataType) -> Option<String> {
     Some(match dt {
