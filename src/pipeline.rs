@@ -332,6 +332,11 @@ impl Pipeline {
         Self { stages, runtime }
     }
 
+    /// The number of workers it runs on.
+    pub fn parallelism(&self) -> usize {
+        self.runtime.parallelism()
+    }
+
     /// The stages.
     pub fn stages(&self) -> &[Box<dyn Stage>] {
         &self.stages

@@ -272,8 +272,10 @@ impl PlannedQuery {
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
-        // Decoding runs ahead on its own thread (a source task, as in Flink).
-        let reader = self.table.open(batch_size)?.prefetch(4);
+        // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
+        // groups on up to P decoders, in file order.
+        let decoders = self.pipeline.parallelism();
+        let reader = self.table.open_with(batch_size, decoders)?.prefetch(4);
         let total_rows = reader.total_rows;
         let time_index = self
             .table

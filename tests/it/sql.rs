@@ -1183,3 +1183,51 @@ fn bundled_recording_replays_identically_and_matches_expected() {
         assert_eq!(out, expected, "{settings}");
     }
 }
+
+/// Parquet row groups decoded on several threads come back in file order: the same batches as
+/// one reader's, for a changelog file with several row groups.
+#[test]
+fn parallel_parquet_decoding_keeps_file_order() {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use tally::source::{FileTable, Format};
+    let table = FileTable {
+        name: "orders".into(),
+        schema: std::sync::Arc::new(Schema::new(vec![
+            Field::new("order_id", DataType::Int64, true),
+            Field::new("shop", DataType::Utf8, true),
+            Field::new("amount", DataType::Int64, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ])),
+        path: Path::new(env!("CARGO_MANIFEST_DIR")).join("data/orders_changelog.parquet"),
+        format: Format::Parquet,
+        changelog_column: Some("op".into()),
+        time_column: None,
+    };
+    let read = |decoders: usize, batch: usize| -> Vec<String> {
+        table
+            .open_with(batch, decoders)
+            .unwrap()
+            .prefetch(2)
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let rows =
+                    arrow::util::pretty::pretty_format_batches(&[b.with_op_column().unwrap()])
+                        .unwrap()
+                        .to_string();
+                rows.lines()
+                    .skip(3)
+                    .filter(|l| !l.starts_with('+'))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let one = read(1, 7000);
+    assert_eq!(one.len(), 100_000);
+    for decoders in [2, 3, 8] {
+        assert!(
+            read(decoders, 7000) == one,
+            "{decoders} decoders changed the order"
+        );
+    }
+}
