@@ -35,6 +35,7 @@ use crate::plan::AggregatePlan;
 use crate::replay::{ReplayStats, Replayer};
 use crate::runtime::Runtime;
 use crate::source::FileTable;
+use tally_kernels::accumulator::AggregateKind;
 
 use super::Session;
 
@@ -699,6 +700,8 @@ struct CallInfo {
     fname: String,
     args: Vec<String>,
     distinct: bool,
+    /// MIN or MAX (planned without its DISTINCT).
+    minmax: bool,
     /// Index into the filter columns.
     filter: Option<usize>,
     /// The output name.
@@ -883,6 +886,8 @@ fn aggregate_on(
         &agg.aggr_expr,
         changelog.then_some(OP_FIELD),
     )?;
+    // The resolved kind of each call (COUNT(*) or COUNT(x), MIN/MAX, …), for EXPLAIN.
+    let kinds: Vec<AggregateKind> = plan.calls.iter().map(|c| c.kind).collect();
 
     // Is the input already partitioned by these keys (an aggregate grouped by the same columns
     // below)? Then a local phase cannot help (Flink's condition 4).
@@ -957,19 +962,13 @@ fn aggregate_on(
                 (other, name)
             }
         };
-        let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+        let Expr::AggregateFunction(AggregateFunction { params, .. }) = inner else {
             return Err(Error::plan(format!("{inner} is not an aggregate call")));
         };
+        let kind = kinds[i];
         // Flink marks the functions of an aggregate that consumes retractions.
-        let fname = format!(
-            "{}{}",
-            func.name().to_ascii_uppercase(),
-            if changelog { "_RETRACT" } else { "" }
-        );
-        let star = matches!(
-            params.args.as_slice(),
-            [] | [Expr::Literal(ScalarValue::Int64(Some(_)), _)]
-        ) && fname.starts_with("COUNT");
+        let fname = format!("{}{}", kind.name(), if changelog { "_RETRACT" } else { "" });
+        let star = kind == AggregateKind::CountStar;
         let args: Vec<String> = if star {
             vec![]
         } else {
@@ -1006,6 +1005,7 @@ fn aggregate_on(
             fname,
             args,
             distinct: params.distinct,
+            minmax: matches!(kind, AggregateKind::Min | AggregateKind::Max),
             filter,
             name,
         });
@@ -1036,7 +1036,7 @@ fn aggregate_on(
         let Some(accs) = acc_names.as_ref().and_then(|a| a.get(j)) else {
             continue;
         };
-        let minmax = c.fname.starts_with("MIN") || c.fname.starts_with("MAX");
+        let minmax = c.minmax;
         if c.distinct && !minmax {
             // DISTINCT calls over one argument share its value set (`distinct$k`).
             let set = accs.join(", ");
