@@ -58,6 +58,9 @@ pub trait GroupValues: Send + Sync + std::fmt::Debug {
     /// mini-batch).
     fn clear(&mut self);
 
+    /// Each group's hash, by group id: the row hash its key was first interned with.
+    fn hashes(&self) -> &[u64];
+
     /// The key columns of the given groups, one row per id, in the key types the table was made
     /// for.
     ///
@@ -166,6 +169,10 @@ impl GroupValues for NoKeyGroupValues {
     fn clear(&mut self) {
         self.seen = false;
     }
+    fn hashes(&self) -> &[u64] {
+        // Rows without keys all hash to 0 (see `hash_columns`).
+        if self.seen { &[0] } else { &[] }
+    }
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         if let Some(&g) = groups.iter().find(|&&g| g != 0) {
             return Err(out_of_range(g));
@@ -270,6 +277,10 @@ where
         self.values.clear();
         self.hashes.clear();
         self.null_group = None;
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
@@ -513,6 +524,10 @@ impl GroupValues for BytesGroupValues {
         self.null_group = None;
     }
 
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         let mut offsets = Vec::with_capacity(groups.len() + 1);
         offsets.push(0i32);
@@ -663,6 +678,10 @@ impl GroupValues for RowGroupValues {
         self.map.clear();
         self.rows.clear();
         self.hashes.clear();
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {

@@ -957,6 +957,18 @@ fn check_interning(tys: &[Ty], seed: u64) {
         hash_columns(&arrays, &mut hashes).unwrap();
         table.intern(&arrays, &hashes, &mut groups).unwrap();
         assert_eq!(groups.len(), n, "{ctx}: one id per row");
+        assert_eq!(
+            table.hashes().len(),
+            table.len(),
+            "{ctx}: one hash per group"
+        );
+        for (i, &g) in groups.iter().enumerate() {
+            assert_eq!(
+                table.hashes()[g as usize],
+                hashes[i],
+                "{ctx}: row {i}'s group hash"
+            );
+        }
         for (i, &g) in groups.iter().enumerate() {
             let key = row_key(&vals, i);
             let want = *ids.entry(key.clone()).or_insert_with(|| {

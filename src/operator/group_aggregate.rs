@@ -410,14 +410,7 @@ impl GroupAggregate {
             &mut self.hashes,
             &mut self.gids,
         )?;
-        let total = self.groups.len();
-        self.grow_groups(total);
-        let counts = batch
-            .column(batch.num_columns() - 1)
-            .as_primitive_opt::<arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?
-            .clone();
-        let states = &batch.columns()[k..batch.num_columns() - 1];
+        self.grow_groups(self.groups.len());
         let gids = std::mem::take(&mut self.gids);
         let size = usize::try_from(self.config.mini_batch_size)
             .map_err(|_| Error::internal("mini-batch size not validated"))?;
@@ -425,19 +418,7 @@ impl GroupAggregate {
         let result = (|| -> Result<()> {
             while off < n {
                 let take = (n - off).min(size - self.bundle.rows);
-                let ids = &gids[off..off + take];
-                self.touch(ids)?;
-                let sliced: Vec<ArrayRef> = states.iter().map(|c| c.slice(off, take)).collect();
-                self.state.merge(&sliced, ids, total)?;
-                let track = self.plan.has_retractions();
-                for (i, &g) in ids.iter().enumerate() {
-                    let c = counts.value(off + i);
-                    if track {
-                        self.count1[g as usize] += c;
-                    }
-                    self.key_rows[g as usize] += c.unsigned_abs();
-                }
-                self.bundle.rows += take;
+                self.merge_rows(&batch.slice(off, take), &gids[off..off + take], None)?;
                 off += take;
                 if self.bundle.rows >= size {
                     self.fire()?;
@@ -611,30 +592,53 @@ impl GroupAggregate {
                     &part.hashes,
                     &mut gids,
                 )?;
-                let total = self.groups.len();
-                self.grow_groups(total);
-                self.touch(&gids)?;
-                self.state
-                    .merge(&batch.columns()[k..batch.num_columns() - 1], &gids, total)?;
-                let counts = batch
-                    .column(batch.num_columns() - 1)
-                    .as_primitive_opt::<arrow::datatypes::Int64Type>()
-                    .ok_or_else(|| Error::internal("count1 is not Int64"))?;
-                if self.plan.has_retractions() {
-                    for (&g, &c) in gids.iter().zip(counts.values()) {
-                        self.count1[g as usize] += c;
-                    }
-                }
-                for (&g, &rows) in gids.iter().zip(&part.rows) {
-                    self.key_rows[g as usize] += rows;
-                }
-                self.bundle.rows += n;
+                self.grow_groups(self.groups.len());
+                self.merge_rows(batch, &gids, Some(&part.rows))?;
                 self.metrics.rows_in += n as u64;
             }
             Ok(())
         })();
         self.gids = gids;
         result
+    }
+
+    /// Merges accumulator rows (interned as `gids`) into the pending mini-batch: snapshots the
+    /// groups on first touch, merges the states, adds the record counts, and counts the input
+    /// rows each stands for (`rows`, or the absolute record count when not given).
+    fn merge_rows(
+        &mut self,
+        batch: &RecordBatch,
+        gids: &[u32],
+        rows: Option<&[u64]>,
+    ) -> Result<()> {
+        let k = self.plan.key_types.len();
+        let last = batch.num_columns() - 1;
+        let counts = batch
+            .column(last)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?;
+        self.touch(gids)?;
+        self.state
+            .merge(&batch.columns()[k..last], gids, self.groups.len())?;
+        if self.plan.has_retractions() {
+            for (&g, &c) in gids.iter().zip(counts.values()) {
+                self.count1[g as usize] += c;
+            }
+        }
+        match rows {
+            Some(rows) => {
+                for (&g, &r) in gids.iter().zip(rows) {
+                    self.key_rows[g as usize] += r;
+                }
+            }
+            None => {
+                for (&g, &c) in gids.iter().zip(counts.values()) {
+                    self.key_rows[g as usize] += c.unsigned_abs();
+                }
+            }
+        }
+        self.bundle.rows += gids.len();
+        Ok(())
     }
 
     /// The `k` keys that received the most input rows, hottest first, with their row counts;

@@ -49,8 +49,7 @@ pub struct LocalGroupAggregate {
     schema: SchemaRef,
     hashes: Vec<u64>,
     gids: Vec<u32>,
-    /// Per group: its key's hash and the input rows it received since the last flush.
-    group_hashes: Vec<u64>,
+    /// Per group: the input rows it received since the last flush.
     group_rows: Vec<u64>,
     rows_in: u64,
 }
@@ -81,7 +80,6 @@ impl LocalGroupAggregate {
             schema,
             hashes: vec![],
             gids: vec![],
-            group_hashes: vec![],
             group_rows: vec![],
             rows_in: 0,
         })
@@ -129,22 +127,13 @@ impl LocalGroupAggregate {
         }
         intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)?;
         let total = self.groups.len();
-        // Group ids are dense and handed out in row order: a new group's first row is here.
-        for (r, &g) in self.gids.iter().enumerate() {
-            if g as usize == self.group_hashes.len() {
-                self.group_hashes.push(hashes[r]);
-            }
-        }
-        debug_assert_eq!(self.group_hashes.len(), total);
         self.count1.resize(total, 0);
         self.group_rows.resize(total, 0);
-        for &g in &self.gids {
-            self.group_rows[g as usize] += 1;
-        }
         match &cb.retract {
             Some(retract) if retract.count_set_bits() > 0 => {
                 for (r, &g) in self.gids.iter().enumerate() {
                     self.count1[g as usize] += if retract.value(r) { -1 } else { 1 };
+                    self.group_rows[g as usize] += 1;
                 }
                 let acc = !retract;
                 self.state
@@ -153,6 +142,7 @@ impl LocalGroupAggregate {
             _ => {
                 for &g in &self.gids {
                     self.count1[g as usize] += 1;
+                    self.group_rows[g as usize] += 1;
                 }
                 self.state.apply(cb, &self.gids, None, None, total)?;
             }
@@ -170,8 +160,7 @@ impl LocalGroupAggregate {
     pub fn size(&self) -> usize {
         self.groups.size()
             + self.state.size()
-            + (self.count1.capacity() + self.group_hashes.capacity() + self.group_rows.capacity())
-                * 8
+            + (self.count1.capacity() + self.group_rows.capacity()) * 8
     }
 
     /// Emits one accumulator row per key folded since the last flush (None if there was none)
@@ -195,12 +184,13 @@ impl LocalGroupAggregate {
         cols.push(Arc::new(Int64Array::from(std::mem::take(&mut self.count1))));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let hashes = self.groups.hashes().to_vec();
         self.groups.clear();
         self.state = AggState::try_new(&self.plan)?;
         self.rows_in = 0;
         Ok(Some(Flushed {
             batch,
-            hashes: std::mem::take(&mut self.group_hashes),
+            hashes,
             rows: std::mem::take(&mut self.group_rows),
         }))
     }
