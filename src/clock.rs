@@ -59,3 +59,17 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// The mini-batch latency trigger: whether `now_ms` lies in a later interval of `latency` than
+/// the one recorded in `last` (which it then records). A mini-batch fires once per interval
+/// boundary the clock crosses.
+pub(crate) fn crossed_interval(last: &mut i64, now_ms: i64, latency: std::time::Duration) -> bool {
+    let interval = (latency.as_millis() as i64).max(1);
+    let current = now_ms - now_ms.rem_euclid(interval);
+    if current > *last {
+        *last = current;
+        true
+    } else {
+        false
+    }
+}

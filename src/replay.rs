@@ -115,8 +115,8 @@ pub struct Replayer {
     start: Instant,
     first_ms: Option<i64>,
     last_ms: i64,
-    /// Pushed batches whose output has not been seen: their rows' release times.
-    pending: Vec<Vec<Instant>>,
+    /// Rows pushed whose output has not been seen: release times and how many rows share each.
+    pending: Vec<(Instant, u64)>,
     stats: ReplayStats,
 }
 
@@ -147,24 +147,35 @@ impl Replayer {
             .first_ms
             .get_or_insert(times_ms.iter().copied().min().unwrap_or(last));
         self.last_ms = self.last_ms.max(last);
-        let due = |t: i64| -> Instant {
-            match self.speed {
-                // Released when read.
-                None => now,
-                Some(x) => {
-                    let offset = ((t - first).max(0) as f64 / x / 1e3).max(0.0);
-                    self.start + Duration::from_secs_f64(offset)
-                }
-            }
+        self.stats.rows += times_ms.len() as u64;
+        let Some(x) = self.speed else {
+            // As fast as possible: the whole batch is released when read.
+            self.pending.push((now, times_ms.len() as u64));
+            return;
         };
+        let start = self.start;
+        let due = |t: i64| start + Duration::from_secs_f64((t - first).max(0) as f64 / x / 1e3);
         let wait_until = due(last);
         let now = Instant::now();
         if wait_until > now {
             std::thread::sleep(wait_until - now);
         }
-        self.stats.rows += times_ms.len() as u64;
-        self.pending
-            .push(times_ms.iter().map(|&t| due(t)).collect());
+        // Rows that arrived in the same millisecond share a release time.
+        let mut run: Option<(i64, u64)> = None;
+        for &t in times_ms {
+            match &mut run {
+                Some((rt, n)) if *rt == t => *n += 1,
+                _ => {
+                    if let Some((rt, n)) = run {
+                        self.pending.push((due(rt), n));
+                    }
+                    run = Some((t, 1));
+                }
+            }
+        }
+        if let Some((rt, n)) = run {
+            self.pending.push((due(rt), n));
+        }
     }
 
     /// After a push (or the end of input) that emitted `output_rows` changelog rows: the rows
@@ -174,11 +185,9 @@ impl Replayer {
             return;
         }
         let now = Instant::now();
-        for batch in self.pending.drain(..) {
-            for due in batch {
-                let us = now.saturating_duration_since(due).as_micros() as u64;
-                self.stats.latency.record(us, 1);
-            }
+        for (due, rows) in self.pending.drain(..) {
+            let us = now.saturating_duration_since(due).as_micros() as u64;
+            self.stats.latency.record(us, rows);
         }
     }
 

@@ -682,11 +682,8 @@ impl GroupAggregate {
         if !self.config.mini_batch_enabled || self.driven {
             return Ok(());
         }
-        let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
-        let now = self.now;
-        let current = now - now.rem_euclid(interval);
-        if current > self.last_interval {
-            self.last_interval = current;
+        let latency = self.config.mini_batch_allow_latency;
+        if crate::clock::crossed_interval(&mut self.last_interval, self.now, latency) {
             self.fire()?;
             self.emit(out)?;
         }

@@ -568,11 +568,8 @@ impl ParallelAggregate {
         if !self.config.mini_batch_enabled {
             return Ok(());
         }
-        let interval = (self.config.mini_batch_allow_latency.as_millis() as i64).max(1);
-        let now = self.clock.now_ms();
-        let current = now - now.rem_euclid(interval);
-        if current > self.last_interval {
-            self.last_interval = current;
+        let (now, latency) = (self.clock.now_ms(), self.config.mini_batch_allow_latency);
+        if crate::clock::crossed_interval(&mut self.last_interval, now, latency) {
             self.end_round(out)?;
         }
         Ok(())
@@ -754,7 +751,7 @@ impl ParallelAggregate {
                 Ok(changes)
             });
         self.collect(results, out)?;
-        if self.round_rows > 0 || self.round_folded > 0 || self.round_bypassed > 0 {
+        if self.round_rows > 0 {
             self.rounds += 1;
         }
         if self.two_phase {
