@@ -13,9 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use parquet::arrow::ArrowWriter;
-use parquet::file::properties::WriterProperties;
-use tally::datagen::NexmarkBids;
+use tally::datagen::{NexmarkBids, first_rows, write_file};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,21 +23,14 @@ fn write_bids(path: &Path, events: usize) -> Result<(), Box<dyn std::error::Erro
         return Ok(());
     }
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
-    let tmp = path.with_extension("tmp");
     let mut bids = NexmarkBids::new(0, 65_536);
-    let props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(1 << 20))
-        .build();
-    let mut w = ArrowWriter::try_new(std::fs::File::create(&tmp)?, bids.schema(), Some(props))?;
-    let mut left = events;
-    while left > 0 {
-        let b = bids.next_batch();
-        let b = b.slice(0, left.min(b.num_rows()));
-        left -= b.num_rows();
-        w.write(&b)?;
-    }
-    w.close()?;
-    std::fs::rename(tmp, path)?;
+    let schema = bids.schema();
+    write_file(
+        path,
+        schema,
+        first_rows(events as u64, || bids.next_batch()),
+        |_| {},
+    )?;
     Ok(())
 }
 

@@ -326,6 +326,22 @@ impl NexmarkBids {
     }
 }
 
+/// The first `total` rows of the batches `next` produces, the last batch cut to fit.
+pub fn first_rows(
+    total: u64,
+    mut next: impl FnMut() -> RecordBatch,
+) -> impl Iterator<Item = RecordBatch> {
+    let mut left = total;
+    std::iter::from_fn(move || {
+        (left > 0).then(|| {
+            let b = next();
+            let n = (b.num_rows() as u64).min(left);
+            left -= n;
+            b.slice(0, n as usize)
+        })
+    })
+}
+
 /// The lower-case extension of `path` ("" without one).
 pub fn extension(path: &std::path::Path) -> String {
     path.extension()

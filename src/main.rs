@@ -134,7 +134,7 @@ fn run_or_replay(
 const GEN_BATCH: usize = 65_536;
 
 fn run_gen(what: &GenWhat) -> Result<()> {
-    use tally::datagen::{NexmarkBids, OrdersConfig, OrdersGenerator, write_file};
+    use tally::datagen::{NexmarkBids, OrdersConfig, OrdersGenerator, first_rows, write_file};
     let started = Instant::now();
     let (out, total) = match what {
         GenWhat::Orders { out, rows, .. } => (out, *rows),
@@ -153,21 +153,6 @@ fn run_gen(what: &GenWhat) -> Result<()> {
             b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
         }
     };
-    // Batches of GEN_BATCH rows, the last one cut to the total.
-    fn take(
-        total: u64,
-        mut next: impl FnMut() -> RecordBatch,
-    ) -> impl Iterator<Item = RecordBatch> {
-        let mut left = total;
-        std::iter::from_fn(move || {
-            (left > 0).then(|| {
-                let b = next();
-                let n = (b.num_rows() as u64).min(left);
-                left -= n;
-                b.slice(0, n as usize)
-            })
-        })
-    }
     let written = match what {
         GenWhat::Orders {
             keys,
@@ -208,12 +193,12 @@ fn run_gen(what: &GenWhat) -> Result<()> {
                 ..OrdersConfig::default()
             });
             let schema = g.schema();
-            write_file(out, schema, take(total, || g.next_batch()), progress)?
+            write_file(out, schema, first_rows(total, || g.next_batch()), progress)?
         }
         GenWhat::Nexmark { first_event, .. } => {
             let mut g = NexmarkBids::new(*first_event, GEN_BATCH);
             let schema = g.schema();
-            write_file(out, schema, take(total, || g.next_batch()), progress)?
+            write_file(out, schema, first_rows(total, || g.next_batch()), progress)?
         }
     };
     if let Some(b) = bar {

@@ -125,6 +125,14 @@ fn csv_stream(changelog: bool) -> Vec<CsvRow> {
     rows
 }
 
+/// The generated stream of [`csv_stream`] written to `DIR/t<changelog>.csv`.
+fn csv_file(dir: &Path, changelog: bool) -> (Vec<CsvRow>, PathBuf) {
+    let rows = csv_stream(changelog);
+    let path = dir.join(format!("t{changelog}.csv"));
+    write_csv(&path, &rows);
+    (rows, path)
+}
+
 fn write_csv(path: &Path, rows: &[CsvRow]) {
     let mut s = String::from("s,op,k,v,u\n");
     for (op, k, v, u, st) in rows {
@@ -196,9 +204,7 @@ const MINI_BATCH: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
 fn csv_insert_only_and_changelog_match_the_reference() {
     let dir = scratch("csv");
     for changelog in [false, true] {
-        let rows = csv_stream(changelog);
-        let path = dir.join(format!("t{changelog}.csv"));
-        write_csv(&path, &rows);
+        let (rows, path) = csv_file(&dir, changelog);
         let expected = csv_reference(&rows);
         for settings in ["", MINI_BATCH] {
             for batch in ["1", "13", "8192"] {
@@ -938,9 +944,7 @@ const SPLIT_QUERY: &str = "SELECT k, COUNT(*) AS n, COUNT(DISTINCT u) AS users, 
 fn split_distinct_matches_the_reference() {
     let dir = scratch("split");
     for changelog in [false, true] {
-        let rows = csv_stream(changelog);
-        let path = dir.join(format!("t{changelog}.csv"));
-        write_csv(&path, &rows);
+        let (rows, path) = csv_file(&dir, changelog);
         let expected = split_reference(&rows);
         let table = csv_table(&path, changelog);
         let phases = [
@@ -1020,20 +1024,11 @@ fn split_distinct_explain_shows_partial_and_final() {
 /// a reference computed from the bids.
 #[test]
 fn nexmark_q15_q16_split_matches() {
-    use parquet::arrow::ArrowWriter;
     let dir = scratch("nexmark");
     let path = dir.join("bid.parquet");
     let mut bids = tally::datagen::NexmarkBids::new(0, 6000);
     let batches: Vec<_> = (0..2).map(|_| bids.next_batch()).collect();
-    {
-        let mut w =
-            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), bids.schema(), None)
-                .unwrap();
-        for b in &batches {
-            w.write(b).unwrap();
-        }
-        w.close().unwrap();
-    }
+    tally::datagen::write_file(&path, bids.schema(), batches.clone(), |_| {}).unwrap();
     let table = format!(
         "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, \
          `dateTime` TIMESTAMP(3), extra STRING) WITH ('connector' = 'filesystem', 'path' = '{}', \
