@@ -617,7 +617,7 @@ impl GroupAggregate {
             .column(last)
             .as_primitive_opt::<arrow::datatypes::Int64Type>()
             .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?;
-        self.touch(gids)?;
+        self.touch(gids, false)?;
         self.state
             .merge(&batch.columns()[k..last], gids, self.groups.len())?;
         if self.plan.has_retractions() {
@@ -802,13 +802,17 @@ impl GroupAggregate {
 
     /// Marks the groups of `gids` dirty in the current unit of work; on first touch, expires a
     /// group whose TTL passed and snapshots the results of the newly dirty groups before they
-    /// change.
-    fn touch(&mut self, gids: &[u32]) -> Result<()> {
+    /// change. With `raw_rows`, each id is one input row and counts towards its key's rows.
+    fn touch(&mut self, gids: &[u32], raw_rows: bool) -> Result<()> {
         let bundle = &mut self.bundle;
         let first_new = bundle.dirty.len();
         let mut expired = vec![];
         for &g in gids {
             let gi = g as usize;
+            if raw_rows {
+                // Each raw row counts for the hot keys (in the pass that marks the group).
+                self.key_rows[gi] += 1;
+            }
             if bundle.mark[gi] != bundle.id {
                 bundle.mark[gi] = bundle.id;
                 bundle.dirty.push(g);
@@ -851,10 +855,7 @@ impl GroupAggregate {
             sliced = cb.slice(off, len);
             &sliced
         };
-        self.touch(gids)?;
-        for &g in gids {
-            self.key_rows[g as usize] += 1;
-        }
+        self.touch(gids, true)?;
         let bundle = &mut self.bundle;
         let total = self.groups.len();
         // A global phase drops no retraction (it takes raw rows when its local phase is bypassed).
