@@ -239,7 +239,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         args.batch_size
     );
     println!(
-        "| strategy | workers | M rows/s | wall s (median) | state MB (end) | skew ratio | rows through each stage |"
+        "| strategy | workers | M rows/s | wall s (median) | peak state MB | skew ratio | rows through each stage |"
     );
     println!("|---|---:|---:|---:|---:|---:|---|");
     let mut results = vec![];
@@ -273,6 +273,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let stats = last.ok_or_else(|| Error::internal("no run"))?;
             let rate = stats.rows_in as f64 / wall;
             let state: u64 = stats.aggregates.iter().map(|m| m.state_bytes).sum();
+            let peak: u64 = stats.aggregates.iter().map(|m| m.peak_state_bytes).sum();
             let skew = stats.aggregates.first().map_or(1.0, |m| m.skew_ratio);
             let stages: Vec<String> = stats
                 .aggregates
@@ -282,7 +283,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             println!(
                 "| {strategy} | {p} | {:.2} | {wall:.3} | {:.1} | {skew:.2} | {} |",
                 rate / 1e6,
-                state as f64 / 1e6,
+                peak as f64 / 1e6,
                 stages.join(", ")
             );
             results.push(json!({
@@ -294,6 +295,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "wall_secs_median": wall,
                 "wall_secs": times,
                 "state_bytes_at_end": state,
+                "peak_state_bytes": peak,
                 "skew_ratio": skew,
                 "aggregates": stats.aggregates.iter().map(|m| json!({
                     "two_phase": m.two_phase,
@@ -301,6 +303,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "rows_out": m.rows_out,
                     "keys_in_state": m.keys_in_state,
                     "state_bytes": m.state_bytes,
+                    "peak_state_bytes": m.peak_state_bytes,
+                    "compactions": m.compactions,
+                    "dropped_retractions": m.dropped_retractions,
                     "skew_ratio": m.skew_ratio,
                     "stages": m.stages.iter().map(|s| json!({
                         "name": s.name,

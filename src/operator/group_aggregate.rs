@@ -25,17 +25,24 @@
 //! of work, and because no key appears twice in it, its output is exactly Flink's per-record
 //! output (`GroupAggFunction`), in input order.
 //!
-//! Group ids are never reused: a deleted group keeps its id, its accumulators are reset, and it
-//! comes back as a new group (`+I`) when its key returns.
+//! A deleted or expired group keeps its id until the next compaction: its accumulators are reset,
+//! and it comes back as a new group (`+I`) if its key returns first. When at least half the
+//! groups (and at least [`COMPACT_MIN_DEAD`]) are dead, the table is rebuilt between mini-batches
+//! with only the live groups (their keys, accumulators, record counts and TTL timestamps), so the
+//! memory of expired keys is returned; the cost is amortized over the deletions that made it due.
+//!
+//! [`GroupAggregate::snapshot`] exports the live groups as one Arrow batch (keys, accumulator
+//! columns, record counts, last write times, input rows) and [`GroupAggregate::restore`] takes it
+//! back; compaction is the same export and import into fresh tables.
 
 use std::sync::Arc;
 
 use arrow::array::BooleanBufferBuilder;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt64Array};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::{concat, interleave, or};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_expr::Expr;
 use tally_kernels::group_values::{GroupValues, new_group_values};
 
@@ -48,6 +55,13 @@ use crate::operator::local::Flushed;
 use crate::operator::state::{AggState, intern_hashed, intern_keys};
 use crate::plan::{AggregatePlan, CalcBatch};
 use crate::runtime::Runtime;
+
+/// The fewest dead (deleted or expired) groups that make a compaction due; it also needs at
+/// least as many dead groups as live ones.
+pub const COMPACT_MIN_DEAD: usize = 1024;
+
+/// Groups exported per step by compactions and snapshots (bounds the transient copy).
+const EXPORT_CHUNK: usize = 1 << 16;
 
 /// Counters of a running aggregation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,6 +80,14 @@ pub struct Metrics {
     pub keys_in_state: u64,
     /// Bytes of keyed state (key table, accumulators, record counts), from capacity.
     pub state_bytes: u64,
+    /// The largest `state_bytes` seen: measured before each compaction and now (between
+    /// compactions state only grows, so this is the peak).
+    pub peak_state_bytes: u64,
+    /// Retractions dropped because their key had no state (Flink drops them silently; a
+    /// retraction of a row never inserted, or arriving after its key's state expired).
+    pub dropped_retractions: u64,
+    /// Times the group table was rebuilt without its deleted and expired groups.
+    pub compactions: u64,
 }
 
 /// Builds a [`GroupAggregate`]. Created by [`GroupAggregate::builder`].
@@ -452,14 +474,21 @@ impl GroupAggregate {
     pub fn metrics(&self) -> Metrics {
         let mut m = self.metrics.clone();
         m.keys_in_state = self.live_keys;
-        m.state_bytes = (self.groups.size()
+        m.state_bytes = self.state_bytes();
+        m.peak_state_bytes = m.peak_state_bytes.max(m.state_bytes);
+        m
+    }
+
+    /// Bytes of keyed state, from capacity.
+    fn state_bytes(&self) -> u64 {
+        (self.groups.size()
             + self.state.size()
             + self.alive.capacity()
             + self.count1.capacity() * 8
             + (self.bundle.mark.capacity() + self.bundle.seen_acc.capacity()) * 4
             + self.run_mark.capacity() * 4
-            + self.last_write.capacity() * 8) as u64;
-        m
+            + self.last_write.capacity() * 8
+            + self.key_rows.capacity() * 8) as u64
     }
 
     /// Consumes one input batch and returns the changelog batches that became due: with mini-batch
@@ -475,7 +504,7 @@ impl GroupAggregate {
         let mut out = vec![];
         self.now = self.clock.now_ms();
         self.check_latency(&mut out)?;
-        self.sweep_expired();
+        self.sweep_expired()?;
         let n = batch.num_rows();
         self.metrics.batches_in += 1;
         if n == 0 {
@@ -512,7 +541,7 @@ impl GroupAggregate {
         let mut out = vec![];
         self.now = self.clock.now_ms();
         self.check_latency(&mut out)?;
-        self.sweep_expired();
+        self.sweep_expired()?;
         Ok(out)
     }
 
@@ -539,7 +568,7 @@ impl GroupAggregate {
     pub(crate) fn push_routed(&mut self, parts: &[Routed]) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
         self.now = self.clock.now_ms();
-        self.sweep_expired();
+        self.sweep_expired()?;
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
             for part in parts {
@@ -575,7 +604,7 @@ impl GroupAggregate {
             return Err(Error::internal("merge_routed needs a global phase"));
         }
         self.now = self.clock.now_ms();
-        self.sweep_expired();
+        self.sweep_expired()?;
         let k = self.plan.key_types.len();
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
@@ -693,9 +722,9 @@ impl GroupAggregate {
     /// Drops the state of groups idle for longer than the TTL (at most once per TTL period).
     /// Expiry is also checked when a group is touched, so sweeping only frees memory early; it
     /// never changes output. Groups touched by the pending mini-batch are left alone.
-    fn sweep_expired(&mut self) {
+    fn sweep_expired(&mut self) -> Result<()> {
         if self.ttl_ms <= 0 || self.now < self.next_sweep {
-            return;
+            return Ok(());
         }
         self.next_sweep = self.now.saturating_add(self.ttl_ms);
         let mut expired = vec![];
@@ -713,6 +742,7 @@ impl GroupAggregate {
         }
         self.live_keys -= expired.len() as u64;
         self.state.reset(&expired);
+        self.maybe_compact()
     }
 
     fn push_mini_batch(
@@ -892,7 +922,11 @@ impl GroupAggregate {
         }
         let acc_mask = !retract;
         let ret_mask = match dropped {
-            Some(mut d) => retract & &!&d.finish(),
+            Some(mut d) => {
+                let d = d.finish();
+                self.metrics.dropped_retractions += d.count_set_bits() as u64;
+                retract & &!&d
+            }
             None => retract.clone(),
         };
         self.state
@@ -984,7 +1018,7 @@ impl GroupAggregate {
     /// Emits the transitions collected since the last call as one changelog batch.
     fn emit(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
         let Some(pending) = self.pending.take() else {
-            return Ok(());
+            return self.maybe_compact();
         };
         let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
         columns.push(op_array(&pending.kinds));
@@ -998,8 +1032,226 @@ impl GroupAggregate {
         self.metrics.rows_out += batch.num_rows() as u64;
         self.metrics.batches_out += 1;
         out.push(batch);
+        self.maybe_compact()
+    }
+}
+
+/// Snapshots and compaction: the live groups exported as Arrow columns and imported into fresh
+/// tables.
+impl GroupAggregate {
+    /// The schema of [`GroupAggregate::snapshot`]: the group keys, the accumulator columns (as
+    /// the local phase names them), `count1` (the record count, 0 over insert-only input),
+    /// `$last_write_ms` (the TTL clock of the group's last write, 0 without a TTL) and
+    /// `$input_rows` (input rows the group received, for the hot keys).
+    pub fn snapshot_schema(&self) -> SchemaRef {
+        let acc = crate::operator::local::accumulator_schema(&self.plan, &self.state);
+        let mut fields: Vec<Field> = acc.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("$last_write_ms", DataType::Int64, false));
+        fields.push(Field::new("$input_rows", DataType::UInt64, false));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Whether a mini-batch (or a run) is in progress: rows applied but not yet fired and
+    /// emitted.
+    pub fn has_pending(&self) -> bool {
+        !self.bundle.dirty.is_empty() || !self.pending.kinds.is_empty()
+    }
+
+    /// The state of every live group as batches of [`GroupAggregate::snapshot_schema`] (at most
+    /// 65536 groups each). Like Flink's checkpoint of a mini-batch operator, it needs the
+    /// pending mini-batch fired first ([`GroupAggregate::finish`], whose changes are delivered
+    /// before the snapshot is taken, so that none is lost or emitted twice on restore).
+    ///
+    /// # Errors
+    /// A mini-batch still pending.
+    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        if self.has_pending() {
+            return Err(Error::invalid_input(
+                "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
+            ));
+        }
+        let live: Vec<u32> = (0..self.alive.len() as u32)
+            .filter(|&g| self.alive[g as usize])
+            .collect();
+        let schema = self.snapshot_schema();
+        live.chunks(EXPORT_CHUNK)
+            .map(|chunk| self.export(chunk, &schema))
+            .collect()
+    }
+
+    /// Loads batches made by [`GroupAggregate::snapshot`] (of an operator of the same query;
+    /// the parallelism and options may differ) into this operator, which must hold no state.
+    ///
+    /// # Errors
+    /// An operator with state, a batch of another schema (another query), or a key present
+    /// twice.
+    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        if !self.groups.is_empty() || self.has_pending() {
+            return Err(Error::invalid_input(
+                "restore needs an operator without state",
+            ));
+        }
+        let schema = self.snapshot_schema();
+        let mut hashes = vec![];
+        for b in batches {
+            check_snapshot_schema(&schema, b)?;
+            let k = self.plan.key_types.len();
+            crate::operator::state::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            self.import(b, &hashes)?;
+        }
         Ok(())
     }
+
+    /// The snapshot rows of groups `ids` (all live).
+    fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
+        let mut cols = self.groups.keys(ids)?;
+        cols.extend(self.state.state(ids)?);
+        let gather = |v: &[i64]| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|&g| v.get(g as usize).copied().unwrap_or(0)),
+            ))
+        };
+        cols.push(gather(&self.count1));
+        cols.push(gather(&self.last_write));
+        cols.push(Arc::new(UInt64Array::from_iter_values(
+            ids.iter().map(|&g| self.key_rows[g as usize]),
+        )));
+        RecordBatch::try_new(Arc::clone(schema), cols)
+            .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
+    }
+
+    /// Interns the groups of a snapshot batch (with their key hashes) as new live groups.
+    fn import(&mut self, batch: &RecordBatch, hashes: &[u64]) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let k = self.plan.key_types.len();
+        let width = batch.num_columns();
+        let before = self.groups.len();
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            intern_hashed(
+                self.groups.as_mut(),
+                &batch.columns()[..k],
+                hashes,
+                &mut gids,
+            )?;
+            if self.groups.len() != before + n {
+                return Err(Error::invalid_input(
+                    "snapshot holds a group key twice (or a key this operator already has)",
+                ));
+            }
+            let total = self.groups.len();
+            self.grow_groups(total);
+            self.state
+                .merge(&batch.columns()[k..width - 3], &gids, total)?;
+            let int64 = |i: usize| -> Result<&Int64Array> {
+                batch.column(i).as_primitive_opt().ok_or_else(|| {
+                    Error::invalid_input(format!("snapshot column {i} is not Int64"))
+                })
+            };
+            let count1 = int64(width - 3)?;
+            let last_write = int64(width - 2)?;
+            let rows: &UInt64Array = batch
+                .column(width - 1)
+                .as_primitive_opt()
+                .ok_or_else(|| Error::invalid_input("snapshot column $input_rows is not UInt64"))?;
+            for (i, &g) in gids.iter().enumerate() {
+                let g = g as usize;
+                self.alive[g] = true;
+                if let Some(c) = self.count1.get_mut(g) {
+                    *c = count1.value(i);
+                }
+                if let Some(t) = self.last_write.get_mut(g) {
+                    *t = last_write.value(i);
+                }
+                self.key_rows[g] = rows.value(i);
+            }
+            self.live_keys += n as u64;
+            Ok(())
+        })();
+        self.gids = gids;
+        result
+    }
+
+    /// Compacts when at least half the groups, and at least [`COMPACT_MIN_DEAD`], are dead and
+    /// no mini-batch is in progress.
+    fn maybe_compact(&mut self) -> Result<()> {
+        let dead = self.groups.len() - self.live_keys as usize;
+        if dead < COMPACT_MIN_DEAD || dead < self.live_keys as usize || self.has_pending() {
+            return Ok(());
+        }
+        self.compact()
+    }
+
+    /// Rebuilds the group table and the accumulators with only the live groups, in id order
+    /// (live group ids stay in their relative order), and shrinks the per-group vectors.
+    fn compact(&mut self) -> Result<()> {
+        let peak = self.state_bytes();
+        self.metrics.peak_state_bytes = self.metrics.peak_state_bytes.max(peak);
+        let live: Vec<u32> = (0..self.alive.len() as u32)
+            .filter(|&g| self.alive[g as usize])
+            .collect();
+        let schema = self.snapshot_schema();
+        let old_groups = std::mem::replace(
+            &mut self.groups,
+            new_group_values(&self.plan.key_types)
+                .map_err(|e| Error::plan(format!("group keys: {e}")))?,
+        );
+        let old_state = std::mem::replace(&mut self.state, AggState::try_new(&self.plan)?);
+        let old = GroupAggregate {
+            groups: old_groups,
+            state: old_state,
+            alive: std::mem::take(&mut self.alive),
+            count1: std::mem::take(&mut self.count1),
+            last_write: std::mem::take(&mut self.last_write),
+            key_rows: std::mem::take(&mut self.key_rows),
+            ..Self::try_new(
+                Arc::clone(&self.plan),
+                self.config.clone(),
+                Arc::clone(&self.clock),
+            )?
+        };
+        self.bundle.mark = vec![];
+        self.bundle.seen_acc = vec![];
+        self.run_mark = vec![];
+        self.live_keys = 0;
+        let all_hashes = old.groups.hashes();
+        for chunk in live.chunks(EXPORT_CHUNK) {
+            let batch = old.export(chunk, &schema)?;
+            let hashes: Vec<u64> = chunk.iter().map(|&g| all_hashes[g as usize]).collect();
+            self.import(&batch, &hashes)?;
+        }
+        self.metrics.compactions += 1;
+        Ok(())
+    }
+}
+
+/// Checks that a snapshot batch was made for this operator's query.
+fn check_snapshot_schema(expected: &SchemaRef, batch: &RecordBatch) -> Result<()> {
+    let got = batch.schema();
+    let same = got.fields().len() == expected.fields().len()
+        && got
+            .fields()
+            .iter()
+            .zip(expected.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if !same {
+        let names = |s: &Schema| -> String {
+            s.fields()
+                .iter()
+                .map(|f| format!("{} {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::invalid_input(format!(
+            "the snapshot was taken for another query: its state columns are ({}), this query's are ({})",
+            names(&got),
+            names(expected)
+        )));
+    }
+    Ok(())
 }
 
 /// Transitions waiting to be emitted: row kinds, groups, and for each output column the arrays

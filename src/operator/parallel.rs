@@ -137,6 +137,13 @@ pub struct AggregateMetrics {
     pub keys_in_state: u64,
     /// Bytes of keyed state over all workers (plus the local phases' buffers).
     pub state_bytes: u64,
+    /// The sum of the workers' peak state bytes (an upper bound of the peak of the whole; see
+    /// [`Metrics::peak_state_bytes`]), plus the local phases' buffers.
+    pub peak_state_bytes: u64,
+    /// Retractions dropped, over all workers, because their key had no state.
+    pub dropped_retractions: u64,
+    /// Compactions of the workers' group tables.
+    pub compactions: u64,
     /// The keys that received the most input rows, hottest first.
     pub hot_keys: Vec<(String, u64)>,
     /// The local phase (two-phase only).
@@ -191,8 +198,12 @@ impl fmt::Display for AggregateMetrics {
         )?;
         writeln!(
             f,
-            "  state: {} keys, {} bytes",
-            self.keys_in_state, self.state_bytes
+            "  state: {} keys, {} bytes (peak {} bytes), compactions {}, dropped retractions {}",
+            self.keys_in_state,
+            self.state_bytes,
+            self.peak_state_bytes,
+            self.compactions,
+            self.dropped_retractions
         )?;
         if let Some(l) = &self.local {
             let ratio = l
@@ -768,6 +779,68 @@ impl ParallelAggregate {
         Ok(())
     }
 
+    /// The schema of [`ParallelAggregate::snapshot`] (that of [`GroupAggregate::snapshot`]).
+    pub fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
+        self.workers[0].agg.snapshot_schema()
+    }
+
+    /// The keyed state of every worker, as [`GroupAggregate::snapshot`] batches. The round in
+    /// progress must be finished first ([`ParallelAggregate::finish`], whose changes are
+    /// delivered before the snapshot is kept), as Flink fires its mini-batch before a
+    /// checkpoint barrier; the local phases then hold nothing.
+    ///
+    /// # Errors
+    /// A round in progress.
+    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        if self.round_rows > 0
+            || self.locals.iter().any(|l| l.keys() > 0)
+            || self.workers.iter().any(|w| w.agg.has_pending())
+        {
+            return Err(Error::invalid_input(
+                "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
+            ));
+        }
+        let mut out = vec![];
+        for w in &self.workers {
+            out.extend(w.agg.snapshot()?);
+        }
+        Ok(out)
+    }
+
+    /// Loads a snapshot (of any parallelism) into this aggregate, which must hold no state: each
+    /// group goes to the worker its key hashes to.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::restore`].
+    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        let p = self.workers.len();
+        let k = self.plan.key_types.len();
+        let mut parts: Vec<Vec<RecordBatch>> = (0..p).map(|_| vec![]).collect();
+        let mut hashes = vec![];
+        for b in batches {
+            if p == 1 {
+                parts[0].push(b.clone());
+                continue;
+            }
+            if b.num_columns() < k {
+                return Err(Error::invalid_input(
+                    "the snapshot was taken for another query: too few columns",
+                ));
+            }
+            crate::operator::state::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            for (w, rows) in partition(&hashes, p).into_iter().enumerate() {
+                if !rows.is_empty() {
+                    let idx = arrow::array::UInt32Array::from(rows);
+                    parts[w].push(arrow::compute::take_record_batch(b, &idx)?);
+                }
+            }
+        }
+        let tasks: Vec<(&mut Worker, Vec<RecordBatch>)> =
+            self.workers.iter_mut().zip(parts).collect();
+        let results = self.runtime.map(tasks, |(w, parts)| w.agg.restore(&parts));
+        results.into_iter().collect()
+    }
+
     /// The metrics so far.
     ///
     /// # Errors
@@ -817,6 +890,13 @@ impl ParallelAggregate {
             keys_in_state: workers.iter().map(|w| w.operator.keys_in_state).sum(),
             state_bytes: workers.iter().map(|w| w.operator.state_bytes).sum::<u64>()
                 + local_bytes as u64,
+            peak_state_bytes: workers
+                .iter()
+                .map(|w| w.operator.peak_state_bytes)
+                .sum::<u64>()
+                + local_bytes as u64,
+            dropped_retractions: workers.iter().map(|w| w.operator.dropped_retractions).sum(),
+            compactions: workers.iter().map(|w| w.operator.compactions).sum(),
             workers,
             skew_ratio,
             hot_keys,

@@ -549,6 +549,8 @@ fn expired_state_restarts_the_group() {
             vec![vec![], v(&["+I[a, 1, 2]", "-U[b, 2, 2]", "+U[b, 3, 5]"])],
             "{mb:?}"
         );
+        // The late retraction of the expired key was dropped, and counted.
+        assert_eq!(agg.metrics().dropped_retractions, 1, "{mb:?}");
         // An idle key is swept without output once its TTL has passed.
         clock.advance_ms(100);
         assert!(agg.poll().unwrap().is_empty());

@@ -861,3 +861,210 @@ fn adaptive_local_phase_bypasses_and_probes_again() {
         (300, 0, 0)
     );
 }
+
+/// Checkpoint round trip: a random stream is pushed through a parallel aggregate; at a random
+/// point its round is finished (the changes delivered) and its state snapshotted, and a fresh
+/// aggregate with another parallelism and strategy restored from the snapshot takes the rest.
+/// The changelog of both, applied in order, must equal the reference over the whole stream
+/// (every accumulator kind: COUNT, SUM, AVG, MIN/MAX multisets under retraction, FILTERs and
+/// DISTINCT value sets, record counts for retractions after the restore).
+#[test]
+fn snapshot_and_restore_resume_the_aggregation() {
+    let mut seed = 5000;
+    for retractions in [false, true] {
+        for (keys, key_type) in [
+            (Keys::One, KeyType::Utf8),
+            (Keys::Two, KeyType::Int64),
+            (Keys::One, KeyType::Dictionary),
+            (Keys::Global, KeyType::Utf8),
+        ] {
+            for (before, after) in [
+                ((1, Some(7), false), (3, Some(5), true)),
+                ((2, None, false), (1, Some(100_000), true)),
+                ((3, Some(4), true), (2, None, false)),
+            ] {
+                seed += 1;
+                let ctx = format!(
+                    "seed {seed} retractions {retractions} {keys:?} {key_type:?} {before:?} -> {after:?}"
+                );
+                let mut rng = StdRng::seed_from_u64(seed);
+                let stream = random_stream(&mut rng, 400, retractions, 40);
+                let schema = schema(key_type, retractions);
+                let make = |(workers, mini_batch, two_phase): (usize, Option<usize>, bool)| {
+                    let mut cfg = config(mini_batch, true);
+                    cfg.parallelism = workers;
+                    if !two_phase {
+                        cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
+                    }
+                    tally::GroupAggregate::builder(schema.clone())
+                        .group_by(key_exprs(keys))
+                        .aggregate(aggregates())
+                        .config(cfg)
+                        .clock(Arc::new(tally::clock::ManualClock::new(0)))
+                        .build_parallel()
+                        .unwrap()
+                        .with_min_slice_rows(1)
+                };
+                let cut = rng.random_range(0..=stream.len());
+                let mut view = Materialized::default();
+                let mut first = make(before);
+                let batch = to_batch(&schema, key_type, &stream[..cut], false);
+                view.apply(&first.push(&batch).unwrap());
+                if cut > 0 && before.1.is_some_and(|s| s > 1) {
+                    // A mini-batch may be pending: a snapshot must refuse it.
+                    let pending = first.snapshot();
+                    if let Err(e) = &pending {
+                        assert!(e.to_string().contains("finish()"), "{ctx}: {e}");
+                    }
+                }
+                view.apply(&first.finish().unwrap());
+                let snapshot = first.snapshot().unwrap();
+                let live: usize = snapshot.iter().map(|b| b.num_rows()).sum();
+                assert_eq!(
+                    live as u64,
+                    first.metrics().unwrap().keys_in_state,
+                    "{ctx}: snapshot rows"
+                );
+                drop(first);
+                let mut second = make(after);
+                second.restore(&snapshot).unwrap();
+                assert_eq!(
+                    second.metrics().unwrap().keys_in_state,
+                    live as u64,
+                    "{ctx}: restored keys"
+                );
+                // A second restore into an operator with state is refused.
+                assert!(second.restore(&snapshot).is_err(), "{ctx}");
+                let rest = to_batch(&schema, key_type, &stream[cut..], true);
+                view.apply(&second.push(&rest).unwrap());
+                view.apply(&second.finish().unwrap());
+                assert_eq!(view.rows(), reference(&stream, keys), "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_of_another_query_is_refused() {
+    let schema = schema(KeyType::Utf8, false);
+    let mut a = tally::GroupAggregate::builder(schema.clone())
+        .group_by([col("k")])
+        .aggregate([count_star(), sum(col("v"))])
+        .build()
+        .unwrap();
+    a.push(&to_batch(
+        &schema,
+        KeyType::Utf8,
+        &random_stream(&mut StdRng::seed_from_u64(1), 20, false, 5),
+        false,
+    ))
+    .unwrap();
+    let snap = a.snapshot().unwrap();
+    let mut b = tally::GroupAggregate::builder(schema.clone())
+        .group_by([col("k")])
+        .aggregate([count_star(), max(col("v"))])
+        .build()
+        .unwrap();
+    let e = b.restore(&snap).unwrap_err().to_string();
+    assert!(e.contains("another query") && e.contains("max$"), "{e}");
+}
+
+/// TTL with a key space that churns: each key lives for a short while, then goes idle. The
+/// result must equal a row-at-a-time reference with Flink's TTL rule (a key idle for at least
+/// the TTL restarts, with `+I`, from its next row), under one and several workers, and expired
+/// groups must leave memory: the group table is compacted and holds about the live keys, and
+/// state bytes stay far below a run without TTL.
+#[test]
+fn ttl_expires_churning_keys_and_compaction_returns_memory() {
+    const TTL: i64 = 50;
+    let mut rng = StdRng::seed_from_u64(77);
+    // (time, key, v): 40 rows per ms; keys drift so that about 200 are live at a time.
+    let mut rows = vec![];
+    for i in 0..100_000i64 {
+        let key = i / 40 * 4 + rng.random_range(0..200i64);
+        rows.push((i / 40, key, rng.random_range(-5..10i64)));
+    }
+    // The reference: per key, (last write time, count, sum) of its current life.
+    let mut reference: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for &(t, k, v) in &rows {
+        let e = reference.entry(k).or_insert((t, 0, 0));
+        if t - e.0 >= TTL {
+            *e = (t, 0, 0);
+        }
+        *e = (t, e.1 + 1, e.2 + v);
+    }
+    let expected: Vec<String> = {
+        let mut v: Vec<String> = reference
+            .iter()
+            .map(|(k, (_, c, s))| format!("[{k}, {c}, {s}]"))
+            .collect();
+        v.sort();
+        v
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+    ]));
+    let mut bytes_without_ttl = 0;
+    for (workers, ttl) in [(1, "0 ms"), (1, "50 ms"), (3, "50 ms")] {
+        let mut cfg = config(None, false);
+        cfg.parallelism = workers;
+        cfg.set("table.exec.state.ttl", ttl).unwrap();
+        let clock = tally::clock::ManualClock::new(0);
+        let mut agg = tally::GroupAggregate::builder(schema.clone())
+            .group_by([col("k")])
+            .aggregate([count_star(), sum(col("v"))])
+            .config(cfg)
+            .clock(Arc::new(clock.clone()))
+            .build_parallel()
+            .unwrap()
+            .with_min_slice_rows(1);
+        let mut view = Upserted::default();
+        let mut max_keys = 0;
+        // The largest state in the first and in the second half of the stream.
+        let mut halves = [0u64; 2];
+        for (i, chunk) in rows.chunks(40).enumerate() {
+            clock.set_ms(chunk[0].0);
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|r| r.1))),
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|r| r.2))),
+                ],
+            )
+            .unwrap();
+            view.apply(&agg.push(&batch).unwrap(), 1);
+            let m = agg.metrics().unwrap();
+            max_keys = max_keys.max(m.keys_in_state);
+            let half = usize::from(i * 40 >= rows.len() / 2);
+            halves[half] = halves[half].max(m.state_bytes);
+        }
+        view.apply(&agg.finish().unwrap(), 1);
+        let m = agg.metrics().unwrap();
+        let ctx = format!("workers {workers} ttl {ttl}\n{m}");
+        let compactions: u64 = m.workers.iter().map(|w| w.operator.compactions).sum();
+        if ttl == "0 ms" {
+            assert_eq!(m.keys_in_state, reference.len() as u64, "{ctx}");
+            assert_eq!(compactions, 0, "{ctx}");
+            // Without TTL state grows with the key space.
+            assert!(halves[1] > halves[0] * 3 / 2, "{ctx}: {halves:?}");
+            bytes_without_ttl = m.state_bytes;
+            continue;
+        }
+        assert_eq!(view.rows(), expected, "{ctx}");
+        // About 200 keys are live at a time (idle ones are swept once per TTL period).
+        assert!(max_keys < 1_000, "{ctx}: {max_keys} keys at most");
+        assert!(compactions >= 2, "{ctx}");
+        // With it, memory is flat: the second half peaks no higher than the first.
+        assert!(halves[1] <= halves[0] * 5 / 4, "{ctx}: {halves:?}");
+        assert!(
+            m.state_bytes * 3 < bytes_without_ttl,
+            "{ctx}: {bytes_without_ttl} without TTL"
+        );
+        let peak: u64 = m.workers.iter().map(|w| w.operator.peak_state_bytes).sum();
+        assert!(
+            peak >= m.state_bytes && peak >= halves[0].min(halves[1]),
+            "{ctx}: peak {peak}"
+        );
+    }
+}
