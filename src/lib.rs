@@ -54,6 +54,7 @@
 #![warn(missing_docs)]
 
 pub mod changelog;
+pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod datagen;

@@ -21,6 +21,7 @@ use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tally::changelog::RowKind;
+use tally::checkpoint::{Checkpoint, CheckpointDir};
 use tally::pipeline::ChangeBatch;
 use tally::sink::{FinalTable, MultisetTable};
 use tally::sql::{PlannedQuery, Session, StatementResult, split_statements};
@@ -112,22 +113,25 @@ fn parse_speed(s: &str) -> std::result::Result<Speed, String> {
     }
 }
 
-/// Runs the query, or replays it when `--replay-speed` is given (its figures go to `replay`).
+/// Runs the query, or replays it when `--replay-speed` is given (its figures go to `replay`),
+/// writing checkpoints when asked (`on_checkpoint` makes the sink durable and says where it
+/// stands).
 fn run_or_replay(
     query: &mut PlannedQuery,
     args: &SqlArgs,
     on_output: impl FnMut(&ChangeBatch) -> Result<()>,
     progress: impl FnMut(u64, Option<u64>),
+    on_checkpoint: impl FnMut() -> Result<Checkpoint>,
     replay: &mut Option<tally::replay::ReplayStats>,
 ) -> Result<tally::sql::planner::RunStats> {
-    match args.replay_speed {
-        None => query.run(args.batch_size, on_output, progress),
-        Some(Speed(speed)) => {
-            let (stats, r) = query.replay(args.batch_size, speed, on_output, progress)?;
-            *replay = Some(r);
-            Ok(stats)
-        }
+    if let Some(dir) = &args.checkpoint_dir {
+        query.checkpoint_every(CheckpointDir::new(dir), args.checkpoint_every)?;
     }
+    let speed = args.replay_speed.map(|s| s.0);
+    let (stats, r) =
+        query.run_checkpointed(args.batch_size, speed, on_output, progress, on_checkpoint)?;
+    *replay = r;
+    Ok(stats)
 }
 
 /// Rows per generated batch.
@@ -251,6 +255,19 @@ struct SqlArgs {
     /// phase's reduction ratio and decision, the hot keys.
     #[arg(long)]
     metrics: bool,
+    /// Write checkpoints of the query's state here (Arrow IPC files and a manifest per
+    /// checkpoint, written atomically; the two newest are kept). With --emit changelog the
+    /// output must be a CSV file, which a resumed run truncates to the checkpoint and appends to.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Source rows between checkpoints.
+    #[arg(long, default_value_t = 1_000_000, requires = "checkpoint_dir")]
+    checkpoint_every: u64,
+    /// Resume from a checkpoint: a checkpoint directory (its newest checkpoint) or one
+    /// checkpoint folder in it. The script, input and output must be those of the run that
+    /// wrote it (options such as the parallelism may change).
+    #[arg(long)]
+    restore: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +367,11 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
     if queries > 1 && args.output != "-" {
         return Err(Error::invalid_input(format!(
             "the script has {queries} queries but --output names one file; write to standard output or run one query"
+        )));
+    }
+    if (args.checkpoint_dir.is_some() || args.restore.is_some()) && queries != 1 {
+        return Err(Error::invalid_input(format!(
+            "--checkpoint-dir and --restore need a script with one query (this one has {queries})"
         )));
     }
     let mut session = Session::new();
@@ -477,7 +499,7 @@ impl<'a> Writer<'a> {
 
     fn finish(self) -> Result<()> {
         match self {
-            Writer::Csv(w) => drop(w.into_inner()),
+            Writer::Csv(w) => w.into_inner().flush()?,
             Writer::Parquet(w) => {
                 w.close()?;
             }
@@ -529,6 +551,11 @@ fn run_query(
         }
     };
     let mut replay = None;
+    let checkpointing = args.checkpoint_dir.is_some() || args.restore.is_some();
+    let restored = match &args.restore {
+        Some(path) => Some(query.restore(path)?),
+        None => None,
+    };
     let stats = match args.emit {
         Emit::Changelog => {
             let op_type = if text { DataType::Utf8 } else { DataType::Int8 };
@@ -541,27 +568,95 @@ fn run_query(
                     .map(|f| f.as_ref().clone()),
             );
             let schema: SchemaRef = Arc::new(Schema::new(fields));
-            let mut writer = Writer::new(format, &args.output, &schema, stdout)?;
+            if !checkpointing {
+                let mut writer = Writer::new(format, &args.output, &schema, stdout)?;
+                let stats = run_or_replay(
+                    query,
+                    args,
+                    |b| writer.write(&with_op(b, text)?),
+                    progress,
+                    || Ok(Checkpoint::default()),
+                    &mut replay,
+                )?;
+                writer.finish()?;
+                stats
+            } else {
+                if format != OutFormat::Csv || args.output == "-" {
+                    return Err(Error::invalid_input(
+                        "--checkpoint-dir and --restore with --emit changelog need --output FILE in CSV (a resumed run truncates it to the checkpoint and appends); use --emit final for other outputs",
+                    ));
+                }
+                let resume_at = match &restored {
+                    Some(chk) => Some(chk.meta("sink.bytes").map_err(|_| {
+                        Error::invalid_input(
+                            "the checkpoint was written with --emit final; resume with --emit final",
+                        )
+                    })?.parse::<u64>().map_err(|_| Error::invalid_input("checkpoint: bad sink.bytes"))?),
+                    None => None,
+                };
+                let file = TrackedFile::open(&args.output, resume_at)?;
+                let header = resume_at.unwrap_or(0) == 0;
+                let mut writer = Writer::Csv(
+                    arrow::csv::WriterBuilder::new()
+                        .with_header(header)
+                        .build(Box::new(file.clone())),
+                );
+                let stats = run_or_replay(
+                    query,
+                    args,
+                    |b| writer.write(&with_op(b, text)?),
+                    progress,
+                    || {
+                        let mut chk = Checkpoint::default();
+                        chk.meta
+                            .insert("sink.bytes".into(), file.sync()?.to_string());
+                        Ok(chk)
+                    },
+                    &mut replay,
+                )?;
+                writer.finish()?;
+                file.sync()?;
+                stats
+            }
+        }
+        Emit::Final => {
+            let table = std::cell::RefCell::new(FinalResult::new(query)?);
+            if let Some(chk) = &restored {
+                let rows = chk.entry("sink").map_err(|_| {
+                    Error::invalid_input(
+                        "the checkpoint was written with --emit changelog; resume with --emit changelog and the same --output",
+                    )
+                })?;
+                table.borrow_mut().restore(rows)?;
+            }
             let stats = run_or_replay(
                 query,
                 args,
-                |b| writer.write(&with_op(b, text)?),
+                |b| table.borrow_mut().apply(b),
                 progress,
+                || {
+                    let current = table.borrow().current()?;
+                    let mut chk = Checkpoint::default();
+                    chk.entries
+                        .push(("sink".into(), current.schema(), vec![current]));
+                    Ok(chk)
+                },
                 &mut replay,
             )?;
-            writer.finish()?;
-            stats
-        }
-        Emit::Final => {
-            let mut table = FinalResult::new(query)?;
-            let stats = run_or_replay(query, args, |b| table.apply(b), progress, &mut replay)?;
-            let result = table.finish()?;
+            let result = table.into_inner().current()?;
             let mut writer = Writer::new(format, &args.output, &result.schema(), stdout)?;
             writer.write(&result)?;
             writer.finish()?;
             stats
         }
     };
+    if let Some(chk) = &restored {
+        eprintln!(
+            "[INFO] resumed from checkpoint {} at source row {}",
+            chk.id,
+            chk.meta("source.rows").unwrap_or("?")
+        );
+    }
     if let Some(Some(b)) = bar {
         b.finish_and_clear();
     }
@@ -633,7 +728,19 @@ impl FinalResult {
         }
     }
 
-    fn finish(self) -> Result<RecordBatch> {
+    /// Loads a table saved by [`FinalResult::current`] (a checkpoint's sink).
+    fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        for b in batches {
+            self.apply(&ChangeBatch {
+                op: None,
+                data: b.clone(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The table so far, in the output's column order.
+    fn current(&self) -> Result<RecordBatch> {
         match self {
             FinalResult::Multiset(t) => t.to_batch(),
             FinalResult::Upsert {
@@ -646,8 +753,72 @@ impl FinalResult {
                 for (pos, &i) in order.iter().enumerate() {
                     cols[i] = Arc::clone(sorted.column(pos));
                 }
-                Ok(RecordBatch::try_new(schema, cols)?)
+                Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
             }
         }
+    }
+}
+
+/// An output file that counts the bytes written and can be made durable mid-run (a checkpoint
+/// records its length; a resumed run truncates it back to that length and appends).
+#[derive(Clone)]
+struct TrackedFile(Arc<std::sync::Mutex<(std::io::BufWriter<File>, u64)>>);
+
+impl TrackedFile {
+    /// Creates `path`, or with `resume_at` opens it truncated to that many bytes.
+    fn open(path: &str, resume_at: Option<u64>) -> Result<Self> {
+        let err = |e: std::io::Error| Error::io(format!("{path}: {e}"));
+        let file = match resume_at {
+            None => File::create(path).map_err(err)?,
+            Some(len) => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(err)?;
+                let now = f.metadata().map_err(err)?.len();
+                if now < len {
+                    return Err(Error::invalid_input(format!(
+                        "the output {path} has {now} bytes, fewer than the {len} it had at the checkpoint: it was changed since"
+                    )));
+                }
+                f.set_len(len).map_err(err)?;
+                std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(err)?;
+                f
+            }
+        };
+        Ok(Self(Arc::new(std::sync::Mutex::new((
+            std::io::BufWriter::new(file),
+            resume_at.unwrap_or(0),
+        )))))
+    }
+
+    /// Flushes and fsyncs; returns the bytes written so far.
+    fn sync(&self) -> Result<u64> {
+        let mut g = self
+            .0
+            .lock()
+            .map_err(|_| Error::internal("output lock poisoned"))?;
+        g.0.flush()?;
+        g.0.get_ref().sync_data()?;
+        Ok(g.1)
+    }
+}
+
+impl Write for TrackedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut g = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("output lock poisoned"))?;
+        let n = g.0.write(buf)?;
+        g.1 += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("output lock poisoned"))?
+            .0
+            .flush()
     }
 }

@@ -86,6 +86,23 @@ pub trait Stage: Send + std::fmt::Debug {
     fn metrics(&self) -> Result<Option<AggregateMetrics>> {
         Ok(None)
     }
+
+    /// The stage's keyed state (an aggregate's), as snapshot batches and their schema; `None`
+    /// for a stateless stage. Taken after [`Stage::finish`], when nothing is buffered.
+    ///
+    /// # Errors
+    /// A mini-batch still pending.
+    fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        Ok(None)
+    }
+
+    /// Loads state made by [`Stage::snapshot`] into this (fresh) stage.
+    ///
+    /// # Errors
+    /// A stateless stage, and state of another query.
+    fn restore(&mut self, _batches: &[RecordBatch]) -> Result<()> {
+        Err(Error::invalid_input("this stage keeps no state to restore"))
+    }
 }
 
 /// Plans `expr` against `schema` into a physical expression.
@@ -317,6 +334,14 @@ impl Stage for AggregateStage {
     fn metrics(&self) -> Result<Option<AggregateMetrics>> {
         self.agg.metrics().map(Some)
     }
+
+    fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        Ok(Some((self.agg.snapshot_schema(), self.agg.snapshot()?)))
+    }
+
+    fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        self.agg.restore(batches)
+    }
 }
 
 /// Stages chained in order, on a [`Runtime`].
@@ -378,6 +403,53 @@ impl Pipeline {
             })
             .collect();
         self.run_from(0, slices)
+    }
+
+    /// The state of every aggregate stage, named `stage-<i>` by the stage's position, for a
+    /// [`crate::checkpoint::Checkpoint`]. Call [`Pipeline::finish`] first (and deliver its
+    /// output): a checkpoint holds no pending mini-batch.
+    ///
+    /// # Errors
+    /// A mini-batch still pending.
+    pub fn snapshot(&self) -> Result<Vec<(String, SchemaRef, Vec<RecordBatch>)>> {
+        let mut out = vec![];
+        for (i, s) in self.stages.iter().enumerate() {
+            if let Some((schema, batches)) = s.snapshot()? {
+                out.push((format!("stage-{i}"), schema, batches));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Loads the stage states of `chk` (from [`Pipeline::snapshot`] of the same query; the
+    /// parallelism may differ) into this fresh pipeline.
+    ///
+    /// # Errors
+    /// A checkpoint of another query (other stages or state columns).
+    pub fn restore(&mut self, chk: &crate::checkpoint::Checkpoint) -> Result<()> {
+        let stateful: Vec<usize> = (0..self.stages.len())
+            .filter(|&i| matches!(self.stages[i].snapshot(), Ok(Some(_))))
+            .collect();
+        let held = chk
+            .entries
+            .iter()
+            .filter(|e| e.0.starts_with("stage-"))
+            .count();
+        if held != stateful.len() {
+            return Err(Error::invalid_input(format!(
+                "the checkpoint holds {held} aggregate states and this query has {}: it was taken for another query",
+                stateful.len()
+            )));
+        }
+        for i in stateful {
+            let batches = chk.entry(&format!("stage-{i}")).map_err(|_| {
+                Error::invalid_input(format!(
+                    "the checkpoint has no state for stage {i}: it was taken for another query"
+                ))
+            })?;
+            self.stages[i].restore(batches)?;
+        }
+        Ok(())
     }
 
     /// End of input: finishes each stage in order, pushing what it flushes through the rest.

@@ -96,6 +96,20 @@ pub struct PlannedQuery {
     keys: Option<Vec<usize>>,
     clock: Option<ManualClock>,
     update_before: bool,
+    /// Where and how often to checkpoint while running.
+    checkpoints: Option<CheckpointPolicy>,
+    /// Source rows to skip: the position of the checkpoint restored.
+    resume_rows: u64,
+}
+
+/// When and where [`PlannedQuery::run`] writes checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointPolicy {
+    /// The checkpoint directory.
+    pub dir: crate::checkpoint::CheckpointDir,
+    /// A checkpoint is taken after the source batch that brings the rows read since the last
+    /// one to at least this many.
+    pub every_rows: u64,
 }
 
 impl std::fmt::Debug for PlannedQuery {
@@ -110,10 +124,13 @@ impl std::fmt::Debug for PlannedQuery {
 /// What running a query did.
 #[derive(Debug, Clone, Default)]
 pub struct RunStats {
-    /// Rows read from the source.
+    /// Rows read from the source (by this run: a restored run starts after the checkpoint's
+    /// position).
     pub rows_in: u64,
     /// Output rows (changelog rows, or rows of the insert-only result).
     pub rows_out: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
     /// Per aggregate (bottom-up): its metrics.
     pub aggregates: Vec<AggregateMetrics>,
 }
@@ -233,8 +250,95 @@ impl PlannedQuery {
         on_output: impl FnMut(&ChangeBatch) -> Result<()>,
         on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<RunStats> {
-        self.run_with(batch_size, None, on_output, on_progress)
-            .map(|(stats, _)| stats)
+        self.run_with(batch_size, None, on_output, on_progress, || {
+            Ok(crate::checkpoint::Checkpoint::default())
+        })
+        .map(|(stats, _)| stats)
+    }
+
+    /// Writes a checkpoint to `dir` every `every_rows` source rows while running (see
+    /// [`PlannedQuery::run_checkpointed`]).
+    ///
+    /// # Errors
+    /// `every_rows` of 0.
+    pub fn checkpoint_every(
+        &mut self,
+        dir: crate::checkpoint::CheckpointDir,
+        every_rows: u64,
+    ) -> Result<()> {
+        if every_rows == 0 {
+            return Err(Error::invalid_input(
+                "the checkpoint interval must be at least 1 row",
+            ));
+        }
+        self.checkpoints = Some(CheckpointPolicy { dir, every_rows });
+        Ok(())
+    }
+
+    /// Restores the state of a checkpoint written by a run of the same query (the newest
+    /// under `path`, or the one `path` names) into this freshly planned query: the aggregate
+    /// states (redistributed over this run's workers) and the source position, so that the
+    /// next run starts with the row after it. Returns the checkpoint, whose metadata tells the
+    /// caller where its sink stood (`output.rows`, and what `on_checkpoint` added).
+    ///
+    /// # Errors
+    /// A missing, corrupt or unsupported checkpoint; one of another query; an input file that
+    /// changed since (another size); a query that has already run.
+    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
+        let chk = crate::checkpoint::CheckpointDir::read(path)?;
+        let rows: u64 = chk
+            .meta("source.rows")?
+            .parse()
+            .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
+        if let Ok(bytes) = chk.meta("source.bytes") {
+            let now = std::fs::metadata(&self.table.path)
+                .map_err(|e| Error::io(format!("{}: {e}", self.table.path.display())))?
+                .len();
+            if bytes != now.to_string() {
+                return Err(Error::invalid_input(format!(
+                    "the input {} has changed since the checkpoint was taken ({bytes} bytes then, {now} now)",
+                    self.table.path.display()
+                )));
+            }
+        }
+        self.pipeline.restore(&chk)?;
+        self.resume_rows = rows;
+        Ok(chk)
+    }
+
+    /// [`PlannedQuery::run`] (or, with `speed`, [`PlannedQuery::replay`]) that writes
+    /// checkpoints as set by [`PlannedQuery::checkpoint_every`]. At each checkpoint, as Flink
+    /// does before a barrier, every pending mini-batch is fired and its changes handed to
+    /// `on_output`; then `on_checkpoint` makes the sink durable and returns what records where
+    /// it stands: metadata, and entries of its own (named other than `stage-<i>`), to which the
+    /// run adds `source.rows`, `source.bytes`, `source.path`, `output.rows` and the aggregate
+    /// states before the checkpoint is written. A run restored from that checkpoint resumes
+    /// from exactly there: the rows before it are not read again and the changes before it
+    /// not emitted again.
+    ///
+    /// # Errors
+    /// As [`PlannedQuery::run`], checkpoint I/O errors, and those of `on_checkpoint`.
+    pub fn run_checkpointed(
+        &mut self,
+        batch_size: usize,
+        speed: Option<Option<f64>>,
+        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+        on_progress: impl FnMut(u64, Option<u64>),
+        on_checkpoint: impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
+    ) -> Result<(RunStats, Option<ReplayStats>)> {
+        if speed.is_some() && self.table.time_column.is_none() {
+            return Err(Error::invalid_input(format!(
+                "a replay needs a table with a 'time-column'; table '{}' has none",
+                self.table.name
+            )));
+        }
+        self.run_with(
+            batch_size,
+            speed.map(Replayer::new),
+            on_output,
+            on_progress,
+            on_checkpoint,
+        )
     }
 
     /// Replays a recorded stream (a table with a `time-column`) at `speed` times its recorded
@@ -261,6 +365,7 @@ impl PlannedQuery {
             Some(Replayer::new(speed)),
             on_output,
             on_progress,
+            || Ok(crate::checkpoint::Checkpoint::default()),
         )?;
         Ok((stats, replay.unwrap_or_default()))
     }
@@ -271,6 +376,7 @@ impl PlannedQuery {
         mut replayer: Option<Replayer>,
         mut on_output: impl FnMut(&ChangeBatch) -> Result<()>,
         mut on_progress: impl FnMut(u64, Option<u64>),
+        mut on_checkpoint: impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
         // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
@@ -292,9 +398,30 @@ impl PlannedQuery {
             stats.rows_out += rows as u64;
             Ok(rows)
         };
+        // The source position (rows read, counting those before a restored checkpoint).
+        let mut position = 0u64;
+        let mut skip = std::mem::take(&mut self.resume_rows);
+        let mut since_checkpoint = 0u64;
+        let source_bytes = std::fs::metadata(&self.table.path).map(|m| m.len()).ok();
         for batch in reader {
-            let batch = batch?;
+            let mut batch = batch?;
+            if skip > 0 {
+                let n = batch.num_rows() as u64;
+                let drop = skip.min(n);
+                skip -= drop;
+                position += drop;
+                if drop == n {
+                    continue;
+                }
+                let (off, len) = (drop as usize, (n - drop) as usize);
+                batch = ChangeBatch {
+                    op: batch.op.as_ref().map(|o| o.slice(off, len)),
+                    data: batch.data.slice(off, len),
+                };
+            }
             stats.rows_in += batch.num_rows() as u64;
+            position += batch.num_rows() as u64;
+            since_checkpoint += batch.num_rows() as u64;
             if let Some(i) = time_index {
                 // Replay: the recorded time drives the latency trigger (and the pacing).
                 let t = arrow::compute::cast(
@@ -311,11 +438,44 @@ impl PlannedQuery {
                 }
             }
             let out = self.pipeline.push(batch)?;
-            let rows = emit(out, &mut stats)?;
+            let mut rows = emit(out, &mut stats)?;
+            if let Some(policy) = &self.checkpoints
+                && since_checkpoint >= policy.every_rows
+            {
+                since_checkpoint = 0;
+                // As before a checkpoint barrier: fire every pending mini-batch and deliver.
+                let out = self.pipeline.finish()?;
+                rows += emit(out, &mut stats)?;
+                let mut chk = on_checkpoint()?;
+                let meta = &mut chk.meta;
+                meta.insert("source.rows".into(), position.to_string());
+                if let Some(b) = source_bytes {
+                    meta.insert("source.bytes".into(), b.to_string());
+                }
+                meta.insert(
+                    "source.path".into(),
+                    self.table
+                        .path
+                        .display()
+                        .to_string()
+                        .replace(['\n', '\r'], " "),
+                );
+                meta.insert("output.rows".into(), stats.rows_out.to_string());
+                chk.id = policy.dir.next_id()?;
+                chk.entries.extend(self.pipeline.snapshot()?);
+                policy.dir.write(&chk)?;
+                stats.checkpoints += 1;
+            }
             if let Some(r) = &mut replayer {
                 r.after_push(rows);
             }
             on_progress(stats.rows_in, total_rows);
+        }
+        if skip > 0 {
+            return Err(Error::invalid_input(format!(
+                "the checkpoint's source position ({position} + {skip} rows) is past the end of {}: it was taken over another input",
+                self.table.path.display()
+            )));
         }
         let out = self.pipeline.finish()?;
         let rows = emit(out, &mut stats)?;
@@ -465,6 +625,8 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         keys: built.keys,
         clock: ctx.manual,
         update_before,
+        checkpoints: None,
+        resume_rows: 0,
     })
 }
 

@@ -80,7 +80,12 @@ pub struct Materialized(pub BTreeMap<String, i64>);
 
 impl Materialized {
     pub fn apply(&mut self, batches: &[RecordBatch]) {
-        for line in format_changes(batches) {
+        self.apply_lines(&format_changes(batches));
+    }
+
+    /// Applies changelog lines as [`format_changes`] writes them.
+    pub fn apply_lines(&mut self, lines: &[String]) {
+        for line in lines {
             let (kind, row) = line.split_at(2);
             let row = row.to_string();
             match kind {

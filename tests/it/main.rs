@@ -1,5 +1,7 @@
 //! Integration tests of the `tally` crate, one module per area.
 
+#[cfg(feature = "cli")]
+mod checkpoint;
 mod common;
 mod emission;
 mod errors;

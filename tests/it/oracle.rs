@@ -893,6 +893,10 @@ fn snapshot_and_restore_resume_the_aggregation() {
                 let make = |(workers, mini_batch, two_phase): (usize, Option<usize>, bool)| {
                     let mut cfg = config(mini_batch, true);
                     cfg.parallelism = workers;
+                    if retractions {
+                        // TTL timestamps travel in the snapshot too (the clock stands still).
+                        cfg.set("table.exec.state.ttl", "1 h").unwrap();
+                    }
                     if !two_phase {
                         cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
                     }
