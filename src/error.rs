@@ -37,6 +37,19 @@ pub enum ErrorKind {
 }
 
 impl Error {
+    /// The same error with `note` appended to its message (in parentheses).
+    pub fn with_note(mut self, note: impl fmt::Display) -> Self {
+        let message = match self.0.as_mut() {
+            ErrorKind::Config { message, .. }
+            | ErrorKind::Plan(message)
+            | ErrorKind::InvalidInput(message)
+            | ErrorKind::Io(message)
+            | ErrorKind::Internal(message) => message,
+        };
+        message.push_str(&format!(" ({note})"));
+        self
+    }
+
     /// The kind of error.
     pub fn kind(&self) -> &ErrorKind {
         &self.0

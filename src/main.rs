@@ -553,7 +553,18 @@ fn run_query(
     let mut replay = None;
     let checkpointing = args.checkpoint_dir.is_some() || args.restore.is_some();
     let restored = match &args.restore {
-        Some(path) => Some(query.restore(path)?),
+        Some(path) => {
+            let chk = query.restore(path)?;
+            if let (Ok(then), Some(now)) = (chk.meta("source.bytes"), query.input_bytes())
+                && then != now.to_string()
+            {
+                eprintln!(
+                    "warning: the input has changed since the checkpoint ({then} bytes then, {now} now); resuming after its first {} rows",
+                    chk.meta("source.rows").unwrap_or("?")
+                );
+            }
+            Some(chk)
+        }
         None => None,
     };
     let stats = match args.emit {

@@ -162,7 +162,12 @@ impl FileTable {
             cols.push(if c.data_type() == f.data_type() {
                 Arc::clone(c)
             } else {
-                arrow::compute::cast(c, f.data_type()).map_err(|e| {
+                // Not the safe cast, which would turn values it cannot read into NULLs.
+                let strict = arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                arrow::compute::cast_with_options(c, f.data_type(), &strict).map_err(|e| {
                     Error::invalid_input(format!(
                         "{}: column '{}' holds {} that cannot be read as {}: {e}",
                         self.ctx(),

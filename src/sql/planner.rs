@@ -256,6 +256,11 @@ impl PlannedQuery {
         .map(|(stats, _)| stats)
     }
 
+    /// The size of the input file in bytes (None when it cannot be read).
+    pub fn input_bytes(&self) -> Option<u64> {
+        std::fs::metadata(&self.table.path).map(|m| m.len()).ok()
+    }
+
     /// Writes a checkpoint to `dir` every `every_rows` source rows while running (see
     /// [`PlannedQuery::run_checkpointed`]).
     ///
@@ -281,26 +286,18 @@ impl PlannedQuery {
     /// next run starts with the row after it. Returns the checkpoint, whose metadata tells the
     /// caller where its sink stood (`output.rows`, and what `on_checkpoint` added).
     ///
+    /// The input is not checked beyond its length (a run that finds fewer rows than the
+    /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
+    /// checkpoint was taken, for the caller to compare (a file fixed after bad input may differ).
+    ///
     /// # Errors
-    /// A missing, corrupt or unsupported checkpoint; one of another query; an input file that
-    /// changed since (another size); a query that has already run.
+    /// A missing, corrupt or unsupported checkpoint; one of another query; a query with state.
     pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
         let chk = crate::checkpoint::CheckpointDir::read(path)?;
         let rows: u64 = chk
             .meta("source.rows")?
             .parse()
             .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
-        if let Ok(bytes) = chk.meta("source.bytes") {
-            let now = std::fs::metadata(&self.table.path)
-                .map_err(|e| Error::io(format!("{}: {e}", self.table.path.display())))?
-                .len();
-            if bytes != now.to_string() {
-                return Err(Error::invalid_input(format!(
-                    "the input {} has changed since the checkpoint was taken ({bytes} bytes then, {now} now)",
-                    self.table.path.display()
-                )));
-            }
-        }
         self.pipeline.restore(&chk)?;
         self.resume_rows = rows;
         Ok(chk)
@@ -398,13 +395,39 @@ impl PlannedQuery {
             stats.rows_out += rows as u64;
             Ok(rows)
         };
+        let source_bytes = std::fs::metadata(&self.table.path).map(|m| m.len()).ok();
         // The source position (rows read, counting those before a restored checkpoint).
         let mut position = 0u64;
         let mut skip = std::mem::take(&mut self.resume_rows);
         let mut since_checkpoint = 0u64;
-        let source_bytes = std::fs::metadata(&self.table.path).map(|m| m.len()).ok();
         for batch in reader {
-            let mut batch = batch?;
+            let mut batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    // Bad input (a corrupt or malformed file): the rows before it are in the
+                    // state, which a checkpoint keeps, so that nothing accepted is lost.
+                    let Some(policy) = self.checkpoints.clone() else {
+                        return Err(e);
+                    };
+                    let saved = self
+                        .take_checkpoint(
+                            &policy,
+                            position,
+                            source_bytes,
+                            &mut stats,
+                            &mut emit,
+                            &mut on_checkpoint,
+                        )
+                        .map(|_| policy.dir.latest());
+                    return Err(match saved {
+                        Ok(Ok(Some(p))) => e.with_note(format!(
+                            "the state after the {position} rows before it is saved in checkpoint {}; resume from it with --restore once the input is fixed",
+                            p.display()
+                        )),
+                        _ => e,
+                    });
+                }
+            };
             if skip > 0 {
                 let n = batch.num_rows() as u64;
                 let drop = skip.min(n);
@@ -443,28 +466,15 @@ impl PlannedQuery {
                 && since_checkpoint >= policy.every_rows
             {
                 since_checkpoint = 0;
-                // As before a checkpoint barrier: fire every pending mini-batch and deliver.
-                let out = self.pipeline.finish()?;
-                rows += emit(out, &mut stats)?;
-                let mut chk = on_checkpoint()?;
-                let meta = &mut chk.meta;
-                meta.insert("source.rows".into(), position.to_string());
-                if let Some(b) = source_bytes {
-                    meta.insert("source.bytes".into(), b.to_string());
-                }
-                meta.insert(
-                    "source.path".into(),
-                    self.table
-                        .path
-                        .display()
-                        .to_string()
-                        .replace(['\n', '\r'], " "),
-                );
-                meta.insert("output.rows".into(), stats.rows_out.to_string());
-                chk.id = policy.dir.next_id()?;
-                chk.entries.extend(self.pipeline.snapshot()?);
-                policy.dir.write(&chk)?;
-                stats.checkpoints += 1;
+                let policy = policy.clone();
+                rows += self.take_checkpoint(
+                    &policy,
+                    position,
+                    source_bytes,
+                    &mut stats,
+                    &mut emit,
+                    &mut on_checkpoint,
+                )?;
             }
             if let Some(r) = &mut replayer {
                 r.after_push(rows);
@@ -485,6 +495,44 @@ impl PlannedQuery {
         }
         stats.aggregates = self.pipeline.metrics()?;
         Ok((stats, replayer.map(Replayer::finish)))
+    }
+}
+
+impl PlannedQuery {
+    /// Takes a checkpoint at source row `position`: as before a checkpoint barrier, fires every
+    /// pending mini-batch and delivers its changes (through `emit`), has the sink say where it
+    /// stands, then writes the state. Returns the rows emitted.
+    fn take_checkpoint(
+        &mut self,
+        policy: &CheckpointPolicy,
+        position: u64,
+        source_bytes: Option<u64>,
+        stats: &mut RunStats,
+        emit: &mut impl FnMut(Vec<ChangeBatch>, &mut RunStats) -> Result<usize>,
+        on_checkpoint: &mut impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
+    ) -> Result<usize> {
+        let out = self.pipeline.finish()?;
+        let rows = emit(out, stats)?;
+        let mut chk = on_checkpoint()?;
+        let meta = &mut chk.meta;
+        meta.insert("source.rows".into(), position.to_string());
+        if let Some(b) = source_bytes {
+            meta.insert("source.bytes".into(), b.to_string());
+        }
+        meta.insert(
+            "source.path".into(),
+            self.table
+                .path
+                .display()
+                .to_string()
+                .replace(['\n', '\r'], " "),
+        );
+        meta.insert("output.rows".into(), stats.rows_out.to_string());
+        chk.id = policy.dir.next_id()?;
+        chk.entries.extend(self.pipeline.snapshot()?);
+        policy.dir.write(&chk)?;
+        stats.checkpoints += 1;
+        Ok(rows)
     }
 }
 

@@ -413,6 +413,12 @@ fn user_errors_exit_nonzero_with_one_line() {
             "'zzz'",
         ),
         (
+            // The file's shop is a string: no silent NULLs from a cast that cannot read it.
+            "CREATE TABLE x (order_id BIGINT, shop BIGINT) WITH ('connector' = 'filesystem', 'path' = 'data/orders.parquet', 'format' = 'parquet'); \
+             SELECT shop, COUNT(*) FROM x GROUP BY shop;".into(),
+            "column 'shop' holds Utf8 that cannot be read as Int64",
+        ),
+        (
             format!("{table} SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'; SET 'tally.strict' = 'true'; {CSV_QUERY}"),
             "TWO_PHASE",
         ),
