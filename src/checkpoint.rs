@@ -3,15 +3,16 @@
 //!
 //! # Layout
 //! A checkpoint directory holds one folder per checkpoint, `chk-00000001`, `chk-00000002`, …
-//! Each holds one Arrow IPC file per entry (`entry-0.arrow`, …) and a `MANIFEST`, a text file:
+//! Each holds one Arrow IPC stream per entry (`entry-0.arrows`, …) and a `MANIFEST`, a text
+//! file:
 //!
 //! ```text
 //! tally-checkpoint 1
 //! id 2
 //! created-unix-ms 1764470000000
 //! meta source.rows 120000
-//! entry stage-0 entry-0.arrow rows=5000 bytes=204800 xxh32=8c1a2f0e9b3d4c5a
-//! manifest-xxh32 0123456789abcdef
+//! entry stage-0 entry-0.arrows rows=5000 bytes=204800 xxh32=8c1a2f0e
+//! manifest-xxh32 01234567
 //! ```
 //!
 //! The first line names the format and its version; `meta` lines carry the caller's key/value
@@ -38,8 +39,8 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::FileWriter;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
 use twox_hash::XxHash32;
 
 use crate::error::{Error, Result};
@@ -232,7 +233,7 @@ impl CheckpointDir {
             if name.is_empty() || name.contains(char::is_whitespace) {
                 return Err(checkpoint_error(format!("bad entry name '{name}'")));
             }
-            let file = format!("entry-{i}.arrow");
+            let file = format!("entry-{i}.arrows");
             let path = tmp.join(&file);
             let (bytes, hash) = write_ipc(&path, schema, batches)?;
             let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -289,10 +290,12 @@ impl CheckpointDir {
     }
 }
 
-/// Writes `batches` as an Arrow IPC file, fsynced; returns its size and XXH32.
+/// Writes `batches` as an Arrow IPC stream, fsynced; returns its size and XXH32.
 fn write_ipc(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(u64, u64)> {
     let file = File::create(path).map_err(|e| io_error(path, e))?;
-    let mut w = FileWriter::try_new(BufWriter::new(file), schema)?;
+    // The stream format, which (unlike the file format) lets each batch bring its own
+    // dictionaries: workers' snapshots of a dictionary key have different ones.
+    let mut w = StreamWriter::try_new(BufWriter::new(file), schema)?;
     for b in batches {
         w.write(b)?;
     }
@@ -390,7 +393,7 @@ fn read_folder(folder: &Path) -> Result<Checkpoint> {
                 if u64::from(XxHash32::oneshot(0, &data)) != hash {
                     return Err(bad(format!("{file} fails its checksum")));
                 }
-                let reader = FileReader::try_new(std::io::Cursor::new(data), None)
+                let reader = StreamReader::try_new(std::io::Cursor::new(data), None)
                     .map_err(|e| bad(format!("{file}: {e}")))?;
                 let schema = reader.schema();
                 let batches = reader
@@ -482,7 +485,7 @@ mod tests {
             (
                 "truncated",
                 Box::new(|p: &Path| {
-                    let f = p.join("entry-0.arrow");
+                    let f = p.join("entry-0.arrows");
                     let len = std::fs::metadata(&f).unwrap().len();
                     let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
                     file.set_len(len / 2).unwrap();
@@ -491,7 +494,7 @@ mod tests {
             (
                 "fails its checksum",
                 Box::new(|p: &Path| {
-                    let f = p.join("entry-0.arrow");
+                    let f = p.join("entry-0.arrows");
                     let mut data = std::fs::read(&f).unwrap();
                     let mid = data.len() / 2;
                     data[mid] ^= 0x40;
@@ -515,8 +518,8 @@ mod tests {
                 }),
             ),
             (
-                "entry-1.arrow",
-                Box::new(|p: &Path| std::fs::remove_file(p.join("entry-1.arrow")).unwrap()),
+                "entry-1.arrows",
+                Box::new(|p: &Path| std::fs::remove_file(p.join("entry-1.arrows")).unwrap()),
             ),
         ];
         for (i, (needle, corrupt)) in cases.iter().enumerate() {

@@ -340,7 +340,7 @@ impl Stage for AggregateStage {
     }
 
     fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        self.agg.restore(batches)
+        self.agg.restore_snapshot(batches)
     }
 }
 

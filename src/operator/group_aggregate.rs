@@ -32,7 +32,7 @@
 //! memory of expired keys is returned; the cost is amortized over the deletions that made it due.
 //!
 //! [`GroupAggregate::snapshot`] exports the live groups as one Arrow batch (keys, accumulator
-//! columns, record counts, last write times, input rows) and [`GroupAggregate::restore`] takes it
+//! columns, record counts, last write times, input rows) and [`GroupAggregate::restore_snapshot`] takes it
 //! back; compaction is the same export and import into fresh tables.
 
 use std::sync::Arc;
@@ -1085,7 +1085,7 @@ impl GroupAggregate {
     /// # Errors
     /// An operator with state, a batch of another schema (another query), or a key present
     /// twice.
-    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         if !self.groups.is_empty() || self.has_pending() {
             return Err(Error::invalid_input(
                 "restore needs an operator without state",
@@ -1225,6 +1225,40 @@ impl GroupAggregate {
         }
         self.metrics.compactions += 1;
         Ok(())
+    }
+}
+
+/// Checkpoints of a single operator: its snapshot as the entry `state` of a
+/// [`crate::checkpoint::Checkpoint`], with the caller's metadata (its source position, say).
+impl GroupAggregate {
+    /// Writes the state as a new checkpoint in `dir` (see [`GroupAggregate::snapshot`]: call
+    /// [`GroupAggregate::finish`] and deliver its changes first) with `meta`; returns its folder.
+    ///
+    /// # Errors
+    /// A mini-batch pending; I/O errors.
+    pub fn checkpoint(
+        &self,
+        dir: &crate::checkpoint::CheckpointDir,
+        meta: std::collections::BTreeMap<String, String>,
+    ) -> Result<std::path::PathBuf> {
+        let chk = crate::checkpoint::Checkpoint {
+            id: dir.next_id()?,
+            meta,
+            entries: vec![("state".into(), self.snapshot_schema(), self.snapshot()?)],
+        };
+        dir.write(&chk)
+    }
+
+    /// Restores this fresh operator from the checkpoint at `path` (a checkpoint folder, or the
+    /// newest in a checkpoint directory), written by [`GroupAggregate::checkpoint`] or
+    /// [`crate::ParallelAggregate::checkpoint`] of the same query; returns it (for its metadata).
+    ///
+    /// # Errors
+    /// A missing or corrupt checkpoint, one of another query, an operator with state.
+    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
+        let chk = crate::checkpoint::CheckpointDir::read(path)?;
+        self.restore_snapshot(chk.entry("state")?)?;
+        Ok(chk)
     }
 }
 

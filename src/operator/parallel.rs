@@ -807,12 +807,43 @@ impl ParallelAggregate {
         Ok(out)
     }
 
+    /// Writes the state as a new checkpoint in `dir` (entry `state`, see
+    /// [`ParallelAggregate::snapshot`]: call [`ParallelAggregate::finish`] and deliver its
+    /// changes first) with `meta`; returns its folder.
+    ///
+    /// # Errors
+    /// A round in progress; I/O errors.
+    pub fn checkpoint(
+        &self,
+        dir: &crate::checkpoint::CheckpointDir,
+        meta: std::collections::BTreeMap<String, String>,
+    ) -> Result<std::path::PathBuf> {
+        let chk = crate::checkpoint::Checkpoint {
+            id: dir.next_id()?,
+            meta,
+            entries: vec![("state".into(), self.snapshot_schema(), self.snapshot()?)],
+        };
+        dir.write(&chk)
+    }
+
+    /// Restores this fresh aggregate from the checkpoint at `path` (a checkpoint folder, or the
+    /// newest in a checkpoint directory) written by a checkpoint of the same query at any
+    /// parallelism; returns it (for its metadata).
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::restore`].
+    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
+        let chk = crate::checkpoint::CheckpointDir::read(path)?;
+        self.restore_snapshot(chk.entry("state")?)?;
+        Ok(chk)
+    }
+
     /// Loads a snapshot (of any parallelism) into this aggregate, which must hold no state: each
     /// group goes to the worker its key hashes to.
     ///
     /// # Errors
-    /// As [`GroupAggregate::restore`].
-    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+    /// As [`GroupAggregate::restore_snapshot`].
+    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         let p = self.workers.len();
         let k = self.plan.key_types.len();
         let mut parts: Vec<Vec<RecordBatch>> = (0..p).map(|_| vec![]).collect();
@@ -837,7 +868,9 @@ impl ParallelAggregate {
         }
         let tasks: Vec<(&mut Worker, Vec<RecordBatch>)> =
             self.workers.iter_mut().zip(parts).collect();
-        let results = self.runtime.map(tasks, |(w, parts)| w.agg.restore(&parts));
+        let results = self
+            .runtime
+            .map(tasks, |(w, parts)| w.agg.restore_snapshot(&parts));
         results.into_iter().collect()
     }
 

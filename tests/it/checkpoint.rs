@@ -262,7 +262,7 @@ fn bad_checkpoints_and_resumptions_are_clear_errors() {
     let newest = CheckpointDir::new(&chk).latest().unwrap().unwrap();
     let other_query = script("data/replay.sql", "").replace("MAX(amount)", "MIN(amount)");
     let corrupt = |p: &Path| {
-        let f = p.join("entry-1.arrow");
+        let f = p.join("entry-1.arrows");
         let mut data = std::fs::read(&f).unwrap();
         let i = data.len() / 3;
         data[i] ^= 1;

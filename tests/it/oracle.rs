@@ -929,16 +929,28 @@ fn snapshot_and_restore_resume_the_aggregation() {
                     first.metrics().unwrap().keys_in_state,
                     "{ctx}: snapshot rows"
                 );
-                drop(first);
                 let mut second = make(after);
-                second.restore(&snapshot).unwrap();
+                if seed % 2 == 0 {
+                    // Through a checkpoint on disk, with the caller's metadata.
+                    let dir = tally::checkpoint::CheckpointDir::new(
+                        std::env::temp_dir()
+                            .join(format!("tally-oracle-chk-{}-{seed}", std::process::id())),
+                    );
+                    let meta = [("source.rows".to_string(), cut.to_string())].into();
+                    first.checkpoint(&dir, meta).unwrap();
+                    let chk = second.restore(dir.root()).unwrap();
+                    assert_eq!(chk.meta("source.rows").unwrap(), cut.to_string(), "{ctx}");
+                    std::fs::remove_dir_all(dir.root()).unwrap();
+                } else {
+                    second.restore_snapshot(&snapshot).unwrap();
+                }
                 assert_eq!(
                     second.metrics().unwrap().keys_in_state,
                     live as u64,
                     "{ctx}: restored keys"
                 );
                 // A second restore into an operator with state is refused.
-                assert!(second.restore(&snapshot).is_err(), "{ctx}");
+                assert!(second.restore_snapshot(&snapshot).is_err(), "{ctx}");
                 let rest = to_batch(&schema, key_type, &stream[cut..], true);
                 view.apply(&second.push(&rest).unwrap());
                 view.apply(&second.finish().unwrap());
@@ -969,7 +981,7 @@ fn a_snapshot_of_another_query_is_refused() {
         .aggregate([count_star(), max(col("v"))])
         .build()
         .unwrap();
-    let e = b.restore(&snap).unwrap_err().to_string();
+    let e = b.restore_snapshot(&snap).unwrap_err().to_string();
     assert!(e.contains("another query") && e.contains("max$"), "{e}");
 }
 
