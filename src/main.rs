@@ -295,12 +295,16 @@ fn main() -> ExitCode {
             ) {
                 e.exit();
             }
-            // One line: clap's first line names the problem.
+            // One line: clap's first line names the problem, and the indented lines after it
+            // (before the usage) name the arguments it is about.
             let msg = e.to_string();
-            eprintln!(
-                "{} (see tally --help)",
-                msg.lines().next().unwrap_or("bad arguments")
-            );
+            let mut lines = msg.lines();
+            let mut line = lines.next().unwrap_or("bad arguments").to_string();
+            for l in lines.take_while(|l| l.starts_with("  ")) {
+                line.push(' ');
+                line.push_str(l.trim());
+            }
+            eprintln!("{line} (see tally --help)");
             return ExitCode::from(1);
         }
     };

@@ -742,12 +742,17 @@ fn bad_command_lines_are_one_line_errors() {
         vec!["sql", "-e", "SELECT 1", "--emit", "everything"],
         vec!["sql", "-f", "/nonexistent/script.sql"],
         vec!["frobnicate"],
+        // The argument a missing one is needed by is named.
+        vec!["sql", "-e", "SELECT 1", "--checkpoint-every", "5"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("error"), "{args:?}: {err}");
+        if args.contains(&"--checkpoint-every") {
+            assert!(err.contains("--checkpoint-dir"), "{err}");
+        }
     }
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
