@@ -1237,3 +1237,100 @@ fn parallel_parquet_decoding_keeps_file_order() {
         );
     }
 }
+
+/// Malformed and truncated input files are one-line errors naming the table and file, never a
+/// panic or a silent partial result.
+#[test]
+fn corrupt_and_malformed_files_are_one_line_errors() {
+    let dir = scratch("corrupt");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let orders = std::fs::read(root.join("data/orders.parquet")).unwrap();
+    let replay = std::fs::read(root.join("data/replay.arrow")).unwrap();
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated.parquet", orders[..orders.len() / 2].to_vec()),
+        ("garbage.parquet", b"PAR1 this is not parquet".to_vec()),
+        ("truncated.arrow", replay[..replay.len() / 3].to_vec()),
+        ("empty.arrow", vec![]),
+        ("badvalue.csv", b"k,v\na,1\nb,x\n".to_vec()),
+        ("short.csv", b"k,v\na,1\nb\n".to_vec()),
+        ("nullop.csv", b"op,k,v\n,a,1\n".to_vec()),
+        ("badop.csv", b"op,k,v\n+I,a,1\n+X,b,2\n".to_vec()),
+    ];
+    for (name, bytes) in &files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    let orders_cols = "order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!(
+                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
+                dir.join("truncated.parquet").display()
+            ),
+            "truncated.parquet",
+        ),
+        (
+            format!(
+                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
+                dir.join("garbage.parquet").display()
+            ),
+            "not a readable Parquet file",
+        ),
+        (
+            format!(
+                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'arrow', 'changelog-column' = 'op'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
+                dir.join("truncated.arrow").display()
+            ),
+            "truncated.arrow",
+        ),
+        (
+            format!(
+                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'arrow'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
+                dir.join("empty.arrow").display()
+            ),
+            "empty.arrow",
+        ),
+        (
+            format!(
+                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); SELECT k, SUM(v) FROM t GROUP BY k;",
+                dir.join("badvalue.csv").display()
+            ),
+            "'x'",
+        ),
+        (
+            format!(
+                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); SELECT k, SUM(v) FROM t GROUP BY k;",
+                dir.join("short.csv").display()
+            ),
+            "number of fields",
+        ),
+        (
+            format!(
+                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv', 'changelog-column' = 'op'); SELECT k, SUM(v) FROM t GROUP BY k;",
+                dir.join("nullop.csv").display()
+            ),
+            "NULL op",
+        ),
+        (
+            format!(
+                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv', 'changelog-column' = 'op'); SELECT k, SUM(v) FROM t GROUP BY k;",
+                dir.join("badop.csv").display()
+            ),
+            "'+X'",
+        ),
+    ];
+    for (script, needle) in cases {
+        for emit in ["final", "changelog"] {
+            let (code, out, err) = tally(&script, &["--emit", emit]);
+            assert_eq!(code, 1, "{script}: {err}");
+            assert_eq!(err.lines().count(), 1, "{script}: {err}");
+            assert!(
+                err.starts_with("error: ") && err.contains(needle),
+                "{script}: {err}"
+            );
+            if emit == "final" {
+                assert!(out.is_empty(), "{script}: a partial result {out}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
