@@ -290,6 +290,77 @@ impl CheckpointDir {
     }
 }
 
+/// An operator whose keyed state can be snapshotted as Arrow batches and checkpointed:
+/// [`crate::GroupAggregate`] and [`crate::ParallelAggregate`].
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{Int64Array, RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use datafusion_expr::col;
+/// use tally::checkpoint::{CheckpointDir, Checkpointed};
+/// use tally::functions::count_star;
+/// use tally::GroupAggregate;
+///
+/// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
+/// let build = || GroupAggregate::builder(schema.clone()).group_by([col("k")])
+///     .aggregate([count_star()]).build().unwrap();
+/// let mut agg = build();
+/// let batch = RecordBatch::try_new(schema.clone(),
+///     vec![Arc::new(StringArray::from(vec!["a", "b", "a"]))]).unwrap();
+/// agg.push(&batch).unwrap();
+/// let dir = CheckpointDir::new(std::env::temp_dir().join(format!("tally-op-doc-{}", std::process::id())));
+/// agg.checkpoint(&dir, [("source.rows".to_string(), "3".to_string())].into()).unwrap();
+/// let mut resumed = build();
+/// let chk = resumed.restore(dir.root()).unwrap();
+/// assert_eq!(chk.meta("source.rows").unwrap(), "3");
+/// assert_eq!(resumed.metrics().keys_in_state, 2);
+/// # std::fs::remove_dir_all(dir.root()).unwrap();
+/// ```
+pub trait Checkpointed {
+    /// The schema of the snapshot batches.
+    fn snapshot_schema(&self) -> SchemaRef;
+
+    /// The keyed state as batches; nothing may be pending (fire and deliver it first).
+    ///
+    /// # Errors
+    /// A mini-batch pending.
+    fn snapshot(&self) -> Result<Vec<RecordBatch>>;
+
+    /// Loads snapshot batches of the same query into this operator, which holds no state.
+    ///
+    /// # Errors
+    /// An operator with state; batches of another query.
+    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()>;
+
+    /// Writes the state as the entry `state` of a new checkpoint in `dir`, with the caller's
+    /// `meta` (its source position, say); returns the checkpoint's folder.
+    ///
+    /// # Errors
+    /// A mini-batch pending; I/O errors.
+    fn checkpoint(&self, dir: &CheckpointDir, meta: BTreeMap<String, String>) -> Result<PathBuf> {
+        let chk = Checkpoint {
+            id: dir.next_id()?,
+            meta,
+            entries: vec![("state".into(), self.snapshot_schema(), self.snapshot()?)],
+        };
+        dir.write(&chk)
+    }
+
+    /// Restores this fresh operator from the checkpoint at `path` (a checkpoint folder, or the
+    /// newest in a checkpoint directory) written by [`Checkpointed::checkpoint`] of an operator
+    /// of the same query (any parallelism); returns the checkpoint, for its metadata.
+    ///
+    /// # Errors
+    /// A missing or corrupt checkpoint, one of another query, an operator with state.
+    fn restore(&mut self, path: &Path) -> Result<Checkpoint> {
+        let chk = CheckpointDir::read(path)?;
+        self.restore_snapshot(chk.entry("state")?)?;
+        Ok(chk)
+    }
+}
+
 /// Writes `batches` as an Arrow IPC stream, fsynced; returns its size and XXH32.
 fn write_ipc(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(u64, u64)> {
     let file = File::create(path).map_err(|e| io_error(path, e))?;

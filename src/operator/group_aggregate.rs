@@ -1228,37 +1228,15 @@ impl GroupAggregate {
     }
 }
 
-/// Checkpoints of a single operator: its snapshot as the entry `state` of a
-/// [`crate::checkpoint::Checkpoint`], with the caller's metadata (its source position, say).
-impl GroupAggregate {
-    /// Writes the state as a new checkpoint in `dir` (see [`GroupAggregate::snapshot`]: call
-    /// [`GroupAggregate::finish`] and deliver its changes first) with `meta`; returns its folder.
-    ///
-    /// # Errors
-    /// A mini-batch pending; I/O errors.
-    pub fn checkpoint(
-        &self,
-        dir: &crate::checkpoint::CheckpointDir,
-        meta: std::collections::BTreeMap<String, String>,
-    ) -> Result<std::path::PathBuf> {
-        let chk = crate::checkpoint::Checkpoint {
-            id: dir.next_id()?,
-            meta,
-            entries: vec![("state".into(), self.snapshot_schema(), self.snapshot()?)],
-        };
-        dir.write(&chk)
+impl crate::checkpoint::Checkpointed for GroupAggregate {
+    fn snapshot_schema(&self) -> SchemaRef {
+        GroupAggregate::snapshot_schema(self)
     }
-
-    /// Restores this fresh operator from the checkpoint at `path` (a checkpoint folder, or the
-    /// newest in a checkpoint directory), written by [`GroupAggregate::checkpoint`] or
-    /// [`crate::ParallelAggregate::checkpoint`] of the same query; returns it (for its metadata).
-    ///
-    /// # Errors
-    /// A missing or corrupt checkpoint, one of another query, an operator with state.
-    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
-        let chk = crate::checkpoint::CheckpointDir::read(path)?;
-        self.restore_snapshot(chk.entry("state")?)?;
-        Ok(chk)
+    fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        GroupAggregate::snapshot(self)
+    }
+    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        GroupAggregate::restore_snapshot(self, batches)
     }
 }
 

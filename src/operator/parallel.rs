@@ -807,37 +807,6 @@ impl ParallelAggregate {
         Ok(out)
     }
 
-    /// Writes the state as a new checkpoint in `dir` (entry `state`, see
-    /// [`ParallelAggregate::snapshot`]: call [`ParallelAggregate::finish`] and deliver its
-    /// changes first) with `meta`; returns its folder.
-    ///
-    /// # Errors
-    /// A round in progress; I/O errors.
-    pub fn checkpoint(
-        &self,
-        dir: &crate::checkpoint::CheckpointDir,
-        meta: std::collections::BTreeMap<String, String>,
-    ) -> Result<std::path::PathBuf> {
-        let chk = crate::checkpoint::Checkpoint {
-            id: dir.next_id()?,
-            meta,
-            entries: vec![("state".into(), self.snapshot_schema(), self.snapshot()?)],
-        };
-        dir.write(&chk)
-    }
-
-    /// Restores this fresh aggregate from the checkpoint at `path` (a checkpoint folder, or the
-    /// newest in a checkpoint directory) written by a checkpoint of the same query at any
-    /// parallelism; returns it (for its metadata).
-    ///
-    /// # Errors
-    /// As [`GroupAggregate::restore`].
-    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
-        let chk = crate::checkpoint::CheckpointDir::read(path)?;
-        self.restore_snapshot(chk.entry("state")?)?;
-        Ok(chk)
-    }
-
     /// Loads a snapshot (of any parallelism) into this aggregate, which must hold no state: each
     /// group goes to the worker its key hashes to.
     ///
@@ -935,6 +904,18 @@ impl ParallelAggregate {
             hot_keys,
             local: self.two_phase.then(|| self.adaptive.m.clone()),
         })
+    }
+}
+
+impl crate::checkpoint::Checkpointed for ParallelAggregate {
+    fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
+        ParallelAggregate::snapshot_schema(self)
+    }
+    fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        ParallelAggregate::snapshot(self)
+    }
+    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        ParallelAggregate::restore_snapshot(self, batches)
     }
 }
 

@@ -395,7 +395,6 @@ impl PlannedQuery {
             stats.rows_out += rows as u64;
             Ok(rows)
         };
-        let source_bytes = std::fs::metadata(&self.table.path).map(|m| m.len()).ok();
         // The source position (rows read, counting those before a restored checkpoint).
         let mut position = 0u64;
         let mut skip = std::mem::take(&mut self.resume_rows);
@@ -406,19 +405,12 @@ impl PlannedQuery {
                 Err(e) => {
                     // Bad input (a corrupt or malformed file): the rows before it are in the
                     // state, which a checkpoint keeps, so that nothing accepted is lost.
-                    let Some(policy) = self.checkpoints.clone() else {
+                    let Some(dir) = self.checkpoints.as_ref().map(|p| p.dir.clone()) else {
                         return Err(e);
                     };
                     let saved = self
-                        .take_checkpoint(
-                            &policy,
-                            position,
-                            source_bytes,
-                            &mut stats,
-                            &mut emit,
-                            &mut on_checkpoint,
-                        )
-                        .map(|_| policy.dir.latest());
+                        .take_checkpoint(position, &mut stats, &mut emit, &mut on_checkpoint)
+                        .map(|_| dir.latest());
                     return Err(match saved {
                         Ok(Ok(Some(p))) => e.with_note(format!(
                             "the state after the {position} rows before it is saved in checkpoint {}; resume from it with --restore once the input is fixed",
@@ -466,15 +458,8 @@ impl PlannedQuery {
                 && since_checkpoint >= policy.every_rows
             {
                 since_checkpoint = 0;
-                let policy = policy.clone();
-                rows += self.take_checkpoint(
-                    &policy,
-                    position,
-                    source_bytes,
-                    &mut stats,
-                    &mut emit,
-                    &mut on_checkpoint,
-                )?;
+                rows +=
+                    self.take_checkpoint(position, &mut stats, &mut emit, &mut on_checkpoint)?;
             }
             if let Some(r) = &mut replayer {
                 r.after_push(rows);
@@ -504,19 +489,22 @@ impl PlannedQuery {
     /// stands, then writes the state. Returns the rows emitted.
     fn take_checkpoint(
         &mut self,
-        policy: &CheckpointPolicy,
         position: u64,
-        source_bytes: Option<u64>,
         stats: &mut RunStats,
         emit: &mut impl FnMut(Vec<ChangeBatch>, &mut RunStats) -> Result<usize>,
         on_checkpoint: &mut impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
     ) -> Result<usize> {
+        let dir = self
+            .checkpoints
+            .as_ref()
+            .map(|p| p.dir.clone())
+            .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
         let out = self.pipeline.finish()?;
         let rows = emit(out, stats)?;
         let mut chk = on_checkpoint()?;
         let meta = &mut chk.meta;
         meta.insert("source.rows".into(), position.to_string());
-        if let Some(b) = source_bytes {
+        if let Some(b) = self.input_bytes() {
             meta.insert("source.bytes".into(), b.to_string());
         }
         meta.insert(
@@ -528,9 +516,9 @@ impl PlannedQuery {
                 .replace(['\n', '\r'], " "),
         );
         meta.insert("output.rows".into(), stats.rows_out.to_string());
-        chk.id = policy.dir.next_id()?;
+        chk.id = dir.next_id()?;
         chk.entries.extend(self.pipeline.snapshot()?);
-        policy.dir.write(&chk)?;
+        dir.write(&chk)?;
         stats.checkpoints += 1;
         Ok(rows)
     }

@@ -130,17 +130,7 @@ fn resuming_from_any_checkpoint_gives_the_same_final_table() {
 
 /// Runs `tally sql ARGS…` from the repository root.
 fn tally(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .current_dir(root())
-        .arg("sql")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    crate::common::tally_command(args)
 }
 
 /// The final table of a changelog CSV file (`op,keys…,values…` with `-U` rows).
@@ -312,27 +302,23 @@ fn bad_checkpoints_and_resumptions_are_clear_errors() {
     ]);
     assert_eq!(code, 1, "{err}");
     corrupt(&newest);
-    let (code, _, err) = tally(&[
-        "-f",
-        "data/replay.sql",
-        "--emit",
-        "final",
-        "--restore",
-        &chk_s,
-    ]);
+    let restore = |from: &str| {
+        tally(&[
+            "-f",
+            "data/replay.sql",
+            "--emit",
+            "final",
+            "--restore",
+            from,
+        ])
+    };
+    let (code, _, err) = restore(&chk_s);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("corrupt") && err.contains("checksum") && err.contains("older checkpoint"),
         "{err}"
     );
-    let (code, _, err) = tally(&[
-        "-f",
-        "data/replay.sql",
-        "--emit",
-        "final",
-        "--restore",
-        &dir.join("nothing").display().to_string(),
-    ]);
+    let (code, _, err) = restore(&dir.join("nothing").display().to_string());
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no checkpoint"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();

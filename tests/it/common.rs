@@ -178,3 +178,19 @@ pub fn run_bundles(
         })
         .collect()
 }
+
+/// Runs `tally sql ARGS…` from the repository root; returns (exit code, stdout, stderr).
+#[cfg(feature = "cli")]
+pub fn tally_command(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tally"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("sql")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}

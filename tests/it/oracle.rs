@@ -645,16 +645,19 @@ fn check_two_phase(
     }
 }
 
+/// Group keys and key types the parallel tests cover.
+const KEY_CASES: [(Keys, KeyType); 4] = [
+    (Keys::One, KeyType::Utf8),
+    (Keys::One, KeyType::Dictionary),
+    (Keys::Two, KeyType::Int64),
+    (Keys::Global, KeyType::Utf8),
+];
+
 #[test]
 fn local_global_matches_reference() {
     let mut seed = 2000;
     for retractions in [false, true] {
-        for (keys, kt) in [
-            (Keys::One, KeyType::Utf8),
-            (Keys::One, KeyType::Dictionary),
-            (Keys::Two, KeyType::Int64),
-            (Keys::Global, KeyType::Utf8),
-        ] {
+        for (keys, kt) in KEY_CASES {
             for (size, workers) in [(1, 1), (7, 2), (50, 3), (400, 4)] {
                 seed += 1;
                 check_two_phase(seed, retractions, keys, kt, size, workers);
@@ -686,6 +689,23 @@ fn global_phase_needs_mini_batch() {
         e.contains("Local-Global optimization is only worked in miniBatch mode"),
         "{e}"
     );
+}
+
+/// The parallel aggregate of [`aggregates`] by `keys`, on a clock that stands still, spreading
+/// even small batches over every worker and local phase.
+fn parallel_aggregate(
+    schema: &SchemaRef,
+    keys: Keys,
+    cfg: tally::Config,
+) -> tally::ParallelAggregate {
+    tally::GroupAggregate::builder(schema.clone())
+        .group_by(key_exprs(keys))
+        .aggregate(aggregates())
+        .config(cfg)
+        .clock(Arc::new(tally::clock::ManualClock::new(0)))
+        .build_parallel()
+        .unwrap()
+        .with_min_slice_rows(1)
 }
 
 /// How a [`tally::ParallelAggregate`] is set up for [`check_parallel`].
@@ -728,15 +748,7 @@ fn check_parallel(
     let mut rng = StdRng::seed_from_u64(seed);
     let stream = random_stream(&mut rng, 300, retractions, 12);
     let schema = schema(key_type, retractions);
-    let mut agg = tally::GroupAggregate::builder(schema.clone())
-        .group_by(key_exprs(keys))
-        .aggregate(aggregates())
-        .config(cfg)
-        .clock(Arc::new(tally::clock::ManualClock::new(0)))
-        .build_parallel()
-        .unwrap()
-        // Spread even these small batches over every worker and local phase.
-        .with_min_slice_rows(1);
+    let mut agg = parallel_aggregate(&schema, keys, cfg);
     assert_eq!(agg.is_two_phase(), par.two_phase, "{ctx}");
     let mut view = Materialized::default();
     let mut pushed = 0;
@@ -872,12 +884,7 @@ fn adaptive_local_phase_bypasses_and_probes_again() {
 fn snapshot_and_restore_resume_the_aggregation() {
     let mut seed = 5000;
     for retractions in [false, true] {
-        for (keys, key_type) in [
-            (Keys::One, KeyType::Utf8),
-            (Keys::Two, KeyType::Int64),
-            (Keys::One, KeyType::Dictionary),
-            (Keys::Global, KeyType::Utf8),
-        ] {
+        for (keys, key_type) in KEY_CASES {
             for (before, after) in [
                 ((1, Some(7), false), (3, Some(5), true)),
                 ((2, None, false), (1, Some(100_000), true)),
@@ -900,14 +907,7 @@ fn snapshot_and_restore_resume_the_aggregation() {
                     if !two_phase {
                         cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
                     }
-                    tally::GroupAggregate::builder(schema.clone())
-                        .group_by(key_exprs(keys))
-                        .aggregate(aggregates())
-                        .config(cfg)
-                        .clock(Arc::new(tally::clock::ManualClock::new(0)))
-                        .build_parallel()
-                        .unwrap()
-                        .with_min_slice_rows(1)
+                    parallel_aggregate(&schema, keys, cfg)
                 };
                 let cut = rng.random_range(0..=stream.len());
                 let mut view = Materialized::default();
@@ -931,6 +931,7 @@ fn snapshot_and_restore_resume_the_aggregation() {
                 );
                 let mut second = make(after);
                 if seed % 2 == 0 {
+                    use tally::checkpoint::Checkpointed;
                     // Through a checkpoint on disk, with the caller's metadata.
                     let dir = tally::checkpoint::CheckpointDir::new(
                         std::env::temp_dir()

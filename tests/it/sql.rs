@@ -21,19 +21,9 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs `tally sql -e SCRIPT ARGS…` from the repository root; returns (exit code, stdout, stderr).
 fn tally(script: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("sql")
-        .arg("-e")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    let mut all = vec!["-e", script];
+    all.extend(args);
+    crate::common::tally_command(&all)
 }
 
 /// Runs `tally sql -f FILE ARGS…` (a file of the repository), which must succeed; returns its
@@ -1260,64 +1250,25 @@ fn corrupt_and_malformed_files_are_one_line_errors() {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
     let orders_cols = "order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)";
-    let cases: Vec<(String, &str)> = vec![
-        (
-            format!(
-                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
-                dir.join("truncated.parquet").display()
-            ),
-            "truncated.parquet",
-        ),
-        (
-            format!(
-                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
-                dir.join("garbage.parquet").display()
-            ),
-            "not a readable Parquet file",
-        ),
-        (
-            format!(
-                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'arrow', 'changelog-column' = 'op'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
-                dir.join("truncated.arrow").display()
-            ),
-            "truncated.arrow",
-        ),
-        (
-            format!(
-                "CREATE TABLE t ({orders_cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'arrow'); SELECT shop, COUNT(*) FROM t GROUP BY shop;",
-                dir.join("empty.arrow").display()
-            ),
-            "empty.arrow",
-        ),
-        (
-            format!(
-                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); SELECT k, SUM(v) FROM t GROUP BY k;",
-                dir.join("badvalue.csv").display()
-            ),
-            "'x'",
-        ),
-        (
-            format!(
-                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'); SELECT k, SUM(v) FROM t GROUP BY k;",
-                dir.join("short.csv").display()
-            ),
-            "number of fields",
-        ),
-        (
-            format!(
-                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv', 'changelog-column' = 'op'); SELECT k, SUM(v) FROM t GROUP BY k;",
-                dir.join("nullop.csv").display()
-            ),
-            "NULL op",
-        ),
-        (
-            format!(
-                "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv', 'changelog-column' = 'op'); SELECT k, SUM(v) FROM t GROUP BY k;",
-                dir.join("badop.csv").display()
-            ),
-            "'+X'",
-        ),
-    ];
+    // (file, columns, format, extra table options, the query's key and value, what the error names)
+    let cases = [
+        ("truncated.parquet", orders_cols, "parquet", "", "shop", "truncated.parquet"),
+        ("garbage.parquet", orders_cols, "parquet", "", "shop", "not a readable Parquet file"),
+        ("truncated.arrow", orders_cols, "arrow", ", 'changelog-column' = 'op'", "shop", "truncated.arrow"),
+        ("empty.arrow", orders_cols, "arrow", "", "shop", "empty.arrow"),
+        ("badvalue.csv", "k STRING, v BIGINT", "csv", "", "k", "'x'"),
+        ("short.csv", "k STRING, v BIGINT", "csv", "", "k", "number of fields"),
+        ("nullop.csv", "k STRING, v BIGINT", "csv", ", 'changelog-column' = 'op'", "k", "NULL op"),
+        ("badop.csv", "k STRING, v BIGINT", "csv", ", 'changelog-column' = 'op'", "k", "'+X'"),
+    ]
+    .map(|(file, cols, format, extra, key, needle)| {
+        let script = format!(
+            "CREATE TABLE t ({cols}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = '{format}'{extra}); \
+             SELECT {key}, COUNT(*) FROM t GROUP BY {key};",
+            dir.join(file).display()
+        );
+        (script, needle)
+    });
     for (script, needle) in cases {
         for emit in ["final", "changelog"] {
             let (code, out, err) = tally(&script, &["--emit", emit]);
