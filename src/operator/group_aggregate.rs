@@ -60,6 +60,9 @@ use crate::runtime::Runtime;
 /// least as many dead groups as live ones.
 pub const COMPACT_MIN_DEAD: usize = 1024;
 
+/// A snapshot's `$last_write_ms` for a group written without a TTL.
+const UNSTAMPED: i64 = i64::MIN;
+
 /// Groups exported per step by compactions and snapshots (bounds the transient copy).
 const EXPORT_CHUNK: usize = 1 << 16;
 
@@ -305,6 +308,9 @@ pub struct GroupAggregate {
     driven: bool,
     /// Input rows received per group (for the hot keys).
     key_rows: Vec<u64>,
+    /// Groups restored without a TTL timestamp (from a snapshot taken without a TTL) count as
+    /// written at the first clock reading after the restore.
+    unstamped: bool,
 }
 
 /// Rows routed to one worker by the exchange: evaluated columns and each row's key hash.
@@ -370,6 +376,7 @@ impl GroupAggregate {
             accumulators: None,
             driven: false,
             key_rows: vec![],
+            unstamped: false,
         })
     }
 
@@ -416,7 +423,7 @@ impl GroupAggregate {
             ));
         }
         let mut out = vec![];
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.check_latency(&mut out)?;
         let n = batch.num_rows();
         self.metrics.batches_in += 1;
@@ -502,7 +509,7 @@ impl GroupAggregate {
     pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
         self.plan.check_input(batch)?;
         let mut out = vec![];
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.check_latency(&mut out)?;
         self.sweep_expired()?;
         let n = batch.num_rows();
@@ -539,7 +546,7 @@ impl GroupAggregate {
     /// As [`GroupAggregate::push`].
     pub fn poll(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.check_latency(&mut out)?;
         self.sweep_expired()?;
         Ok(out)
@@ -551,7 +558,7 @@ impl GroupAggregate {
     /// As [`GroupAggregate::push`].
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.fire()?;
         self.emit(&mut out)?;
         Ok(out)
@@ -567,7 +574,7 @@ impl GroupAggregate {
     /// each part is processed per record and the changes of all parts come back as one batch.
     pub(crate) fn push_routed(&mut self, parts: &[Routed]) -> Result<Vec<RecordBatch>> {
         let mut out = vec![];
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.sweep_expired()?;
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
@@ -603,7 +610,7 @@ impl GroupAggregate {
         if self.accumulators.is_none() {
             return Err(Error::internal("merge_routed needs a global phase"));
         }
-        self.now = self.clock.now_ms();
+        self.set_now();
         self.sweep_expired()?;
         let k = self.plan.key_types.len();
         let mut gids = std::mem::take(&mut self.gids);
@@ -719,6 +726,19 @@ impl GroupAggregate {
         Ok(())
     }
 
+    /// Reads the clock; stamps groups restored without a TTL timestamp with this first reading.
+    fn set_now(&mut self) {
+        self.now = self.clock.now_ms();
+        if self.unstamped {
+            self.unstamped = false;
+            for t in &mut self.last_write {
+                if *t == UNSTAMPED {
+                    *t = self.now;
+                }
+            }
+        }
+    }
+
     /// Drops the state of groups idle for longer than the TTL (at most once per TTL period).
     /// Expiry is also checked when a group is touched, so sweeping only frees memory early; it
     /// never changes output. Groups touched by the pending mini-batch are left alone.
@@ -731,7 +751,7 @@ impl GroupAggregate {
         for (g, alive) in self.alive.iter_mut().enumerate() {
             if *alive
                 && self.bundle.mark[g] != self.bundle.id
-                && self.now - self.last_write[g] >= self.ttl_ms
+                && self.now.saturating_sub(self.last_write[g]) >= self.ttl_ms
             {
                 *alive = false;
                 expired.push(g as u32);
@@ -848,7 +868,7 @@ impl GroupAggregate {
                 bundle.dirty.push(g);
                 if self.alive[gi]
                     && self.ttl_ms > 0
-                    && self.now - self.last_write[gi] >= self.ttl_ms
+                    && self.now.saturating_sub(self.last_write[gi]) >= self.ttl_ms
                 {
                     // The state expired: the key is new again.
                     self.alive[gi] = false;
@@ -1041,7 +1061,8 @@ impl GroupAggregate {
 impl GroupAggregate {
     /// The schema of [`GroupAggregate::snapshot`]: the group keys, the accumulator columns (as
     /// the local phase names them), `count1` (the record count, 0 over insert-only input),
-    /// `$last_write_ms` (the TTL clock of the group's last write, 0 without a TTL) and
+    /// `$last_write_ms` (the TTL clock of the group's last write; `i64::MIN` without a TTL, which
+    /// an operator with a TTL reads as written at its first clock reading after the restore) and
     /// `$input_rows` (input rows the group received, for the hot keys).
     pub fn snapshot_schema(&self) -> SchemaRef {
         let acc = crate::operator::local::accumulator_schema(&self.plan, &self.state);
@@ -1106,13 +1127,14 @@ impl GroupAggregate {
     fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
         let mut cols = self.groups.keys(ids)?;
         cols.extend(self.state.state(ids)?);
-        let gather = |v: &[i64]| -> ArrayRef {
+        let gather = |v: &[i64], none: i64| -> ArrayRef {
             Arc::new(Int64Array::from_iter_values(
-                ids.iter().map(|&g| v.get(g as usize).copied().unwrap_or(0)),
+                ids.iter()
+                    .map(|&g| v.get(g as usize).copied().unwrap_or(none)),
             ))
         };
-        cols.push(gather(&self.count1));
-        cols.push(gather(&self.last_write));
+        cols.push(gather(&self.count1, 0));
+        cols.push(gather(&self.last_write, UNSTAMPED));
         cols.push(Arc::new(UInt64Array::from_iter_values(
             ids.iter().map(|&g| self.key_rows[g as usize]),
         )));
@@ -1165,6 +1187,7 @@ impl GroupAggregate {
                 }
                 if let Some(t) = self.last_write.get_mut(g) {
                     *t = last_write.value(i);
+                    self.unstamped |= *t == UNSTAMPED;
                 }
                 self.key_rows[g] = rows.value(i);
             }

@@ -557,3 +557,38 @@ fn expired_state_restarts_the_group() {
         assert_eq!(agg.metrics().keys_in_state, 0, "{mb:?}");
     }
 }
+
+/// A snapshot taken without a TTL restored into an operator with one: the restored groups count
+/// as written at the first clock reading after the restore, so they neither expire at once nor
+/// live forever.
+#[test]
+fn groups_restored_without_ttl_timestamps_expire_from_the_restore() {
+    for mb in [OFF, ON] {
+        let schema = kv_schema(true);
+        let (mut before, _) = build(
+            &schema,
+            vec![col("k")],
+            vec![sum(col("v"))],
+            config(mb, true),
+        );
+        run_bundles(&mut before, &schema, &[&["+I a 5", "+I b 1"]]);
+        let snap = before.snapshot().unwrap();
+        let (mut after, clock) = build(
+            &schema,
+            vec![col("k")],
+            vec![sum(col("v"))],
+            with_ttl(mb, true, "100 ms"),
+        );
+        clock.set_ms(1_000_000);
+        after.restore_snapshot(&snap).unwrap();
+        // a is written at 1_000_000: an update, not a restart.
+        let out = run_bundles(&mut after, &schema, &[&["+I a 2"]]);
+        assert_eq!(out, vec![v(&["-U[a, 5]", "+U[a, 7]"])], "{mb:?}");
+        // b, never written since the restore, expires a TTL after it; a a TTL after its write.
+        clock.advance_ms(100);
+        assert!(after.poll().unwrap().is_empty());
+        assert_eq!(after.metrics().keys_in_state, 0, "{mb:?}");
+        let out = run_bundles(&mut after, &schema, &[&["-D b 1", "+I b 4"]]);
+        assert_eq!(out, vec![v(&["+I[b, 4]"])], "{mb:?}");
+    }
+}
