@@ -2,7 +2,7 @@
 //! IPC, read as change batches of a declared schema.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -118,6 +118,143 @@ fn open(path: &Path) -> Result<File> {
     File::open(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))
 }
 
+thread_local! {
+    /// Set while [`guarded`] runs a decoder on this thread: its panics are reported as errors,
+    /// not printed.
+    static IN_DECODER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs a decoder step (arrow-ipc, parquet, arrow-csv over a user's file), turning a panic in it
+/// into a one-line error naming the table: those crates panic on some malformed files (see
+/// `fuzz/README.md`), and bad input must not bring the process down. The panic hook in force
+/// (the default one prints the message) is skipped for these panics; under `panic = "abort"` a
+/// panic still aborts.
+fn guarded<T>(ctx: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_DECODER.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let outer = IN_DECODER.with(|d| d.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    IN_DECODER.with(|d| d.set(outer));
+    result.unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_string());
+        let msg = msg.lines().next().unwrap_or("").to_string();
+        Err(Error::io(format!(
+            "{ctx}: the file is corrupt: its decoder failed ({msg})"
+        )))
+    })
+}
+
+/// Checks that the lengths an Arrow IPC file (`is_file`: its footer's blocks) or stream (each
+/// message's metadata and body) declares lie within the file, when it is a regular file.
+/// arrow-ipc allocates (and zeroes) a declared length before reading it, so a corrupt length,
+/// or the first bytes of a file of another format read as one (`PAR1`: 0.8 GB), would cost that
+/// much memory, or abort the process, before the read fails.
+fn check_ipc_lengths(file: &mut File, is_file: bool) -> std::result::Result<(), String> {
+    let size = match file.metadata() {
+        Ok(m) if m.is_file() => m.len(),
+        _ => return Ok(()),
+    };
+    let result = if is_file {
+        check_file_blocks(file, size)
+    } else {
+        check_stream_messages(file, size)
+    };
+    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    result
+}
+
+fn read_at(file: &mut File, pos: u64, buf: &mut [u8]) -> bool {
+    file.seek(SeekFrom::Start(pos)).is_ok() && file.read_exact(buf).is_ok()
+}
+
+/// The footer's blocks; a footer that cannot be read is left to arrow-ipc to report.
+fn check_file_blocks(file: &mut File, size: u64) -> std::result::Result<(), String> {
+    let mut tail = [0u8; 10];
+    if size < 18 || !read_at(file, size - 10, &mut tail) {
+        return Ok(());
+    }
+    let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    if footer_len < 0 || footer_len as u64 > size - 18 {
+        return Err(format!(
+            "its footer declares {footer_len} bytes, more than the file's {size} bytes"
+        ));
+    }
+    let mut footer = vec![0u8; footer_len as usize];
+    if !read_at(file, size - 10 - footer_len as u64, &mut footer) {
+        return Ok(());
+    }
+    let Ok(footer) = arrow::ipc::root_as_footer(&footer) else {
+        return Ok(());
+    };
+    let blocks = footer.dictionaries().into_iter().flatten();
+    for b in blocks.chain(footer.recordBatches().into_iter().flatten()) {
+        let (offset, meta, body) = (b.offset(), b.metaDataLength(), b.bodyLength());
+        let end = i128::from(offset) + i128::from(meta) + i128::from(body);
+        if offset < 0 || meta < 0 || body < 0 || end > i128::from(size) {
+            return Err(format!(
+                "a block of {meta} + {body} bytes at byte {offset} lies outside the file's {size} bytes"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every message up to the end-of-stream marker; a message that cannot be parsed is left to
+/// arrow-ipc to report.
+fn check_stream_messages(file: &mut File, size: u64) -> std::result::Result<(), String> {
+    let mut pos = 0u64;
+    loop {
+        let mut word = [0u8; 4];
+        if !read_at(file, pos, &mut word) {
+            return Ok(());
+        }
+        // A message starts with the continuation marker 0xFFFFFFFF and the metadata length, or
+        // (the pre-1.0 format) with the length alone; a length of 0 ends the stream.
+        let mut prefix = 4;
+        if word == [0xff; 4] {
+            if !read_at(file, pos + 4, &mut word) {
+                return Ok(());
+            }
+            prefix = 8;
+        }
+        let len = i32::from_le_bytes(word);
+        if len == 0 {
+            return Ok(());
+        }
+        if len < 0 || pos + prefix + len as u64 > size {
+            return Err(format!(
+                "the message at byte {pos} declares {len} bytes of metadata, more than the file's {size} bytes"
+            ));
+        }
+        let mut meta = vec![0u8; len as usize];
+        if !read_at(file, pos + prefix, &mut meta) {
+            return Ok(());
+        }
+        let Ok(message) = arrow::ipc::root_as_message(&meta) else {
+            return Ok(());
+        };
+        let body = message.bodyLength();
+        pos += prefix + len as u64;
+        if body < 0 || body as u64 > size - pos {
+            return Err(format!(
+                "the message at byte {pos} declares a body of {body} bytes, more than the file's {size} bytes"
+            ));
+        }
+        pos += body as u64;
+    }
+}
+
 impl FileTable {
     /// Opens the file and checks it against the declaration.
     ///
@@ -134,11 +271,29 @@ impl FileTable {
     /// # Errors
     /// As [`FileTable::open`].
     pub fn open_with(&self, batch_size: usize, decoders: usize) -> Result<SourceReader> {
-        match self.format {
+        let ctx = self.ctx();
+        let reader = guarded(&ctx, || match self.format {
             Format::Parquet => self.open_parquet(batch_size, decoders),
             Format::Csv => self.open_csv(batch_size),
             Format::Arrow => self.open_arrow(),
-        }
+        })?;
+        let mut inner = reader.inner;
+        let mut done = false;
+        Ok(SourceReader {
+            inner: Box::new(std::iter::from_fn(move || {
+                if done {
+                    return None;
+                }
+                match guarded(&ctx, || Ok(inner.next())) {
+                    Ok(item) => item,
+                    Err(e) => {
+                        done = true;
+                        Some(Err(e))
+                    }
+                }
+            })),
+            total_rows: reader.total_rows,
+        })
     }
 
     fn ctx(&self) -> String {
@@ -288,13 +443,18 @@ impl FileTable {
                 .spawn(move || {
                     let ctx = table.ctx();
                     for rg in (k..row_groups).step_by(decoders) {
-                        let reader = open(&table.path).and_then(|f| {
-                            ParquetRecordBatchReaderBuilder::new_with_metadata(f, metadata.clone())
+                        let reader = guarded(&ctx, || {
+                            open(&table.path).and_then(|f| {
+                                ParquetRecordBatchReaderBuilder::new_with_metadata(
+                                    f,
+                                    metadata.clone(),
+                                )
                                 .with_row_groups(vec![rg])
                                 .with_projection(mask.clone())
                                 .with_batch_size(batch_size)
                                 .build()
                                 .map_err(|e| Error::io(format!("{ctx}: {e}")))
+                            })
                         });
                         let reader = match reader {
                             Ok(r) => r,
@@ -303,10 +463,15 @@ impl FileTable {
                                 return;
                             }
                         };
-                        for b in reader {
-                            let item = b
-                                .map_err(|e| Error::io(format!("{ctx}: {e}")))
-                                .and_then(|b| table.convert(&b));
+                        let mut reader = reader;
+                        loop {
+                            let item = match guarded(&ctx, || Ok(reader.next())) {
+                                Ok(None) => break,
+                                Ok(Some(b)) => b
+                                    .map_err(|e| Error::io(format!("{ctx}: {e}")))
+                                    .and_then(|b| table.convert(&b)),
+                                Err(e) => Err(e),
+                            };
                             let stop = item.is_err();
                             if tx.send(Some(item)).is_err() || stop {
                                 return;
@@ -400,15 +565,31 @@ impl FileTable {
 
     fn open_arrow(&self) -> Result<SourceReader> {
         let ctx = self.ctx();
-        let reader: Box<dyn RecordBatchReader + Send> =
-            match arrow::ipc::reader::FileReader::try_new(open(&self.path)?, None) {
-                Ok(r) => Box::new(r),
-                Err(_) => Box::new(
-                    arrow::ipc::reader::StreamReader::try_new(open(&self.path)?, None).map_err(
-                        |e| Error::io(format!("{ctx}: not an Arrow IPC file or stream: {e}")),
-                    )?,
-                ),
+        let mut file = open(&self.path)?;
+        let mut head = Vec::with_capacity(8);
+        (&mut file)
+            .take(8)
+            .read_to_end(&mut head)
+            .map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+        file.seek(SeekFrom::Start(0))?;
+        // The file format starts with the magic `ARROW1`. A file that has it but does not open as
+        // a file is corrupt, and is not retried as a stream: that would read the magic as a
+        // message length (`ARRO`: 1.3 GB, which arrow-ipc allocates before reading).
+        let reader: Box<dyn RecordBatchReader + Send> = if head.starts_with(b"ARROW1") {
+            let corrupt = |e: &dyn std::fmt::Display| {
+                Error::io(format!("{ctx}: not a readable Arrow IPC file: {e}"))
             };
+            check_ipc_lengths(&mut file, true).map_err(|e| corrupt(&e))?;
+            Box::new(arrow::ipc::reader::FileReader::try_new(file, None).map_err(|e| corrupt(&e))?)
+        } else {
+            let not_ipc = |e: &dyn std::fmt::Display| {
+                Error::io(format!("{ctx}: not an Arrow IPC file or stream: {e}"))
+            };
+            check_ipc_lengths(&mut file, false).map_err(|e| not_ipc(&e))?;
+            Box::new(
+                arrow::ipc::reader::StreamReader::try_new(file, None).map_err(|e| not_ipc(&e))?,
+            )
+        };
         self.check_columns(&reader.schema())?;
         let table = self.clone();
         Ok(SourceReader {
@@ -418,5 +599,107 @@ impl FileTable {
             })),
             total_rows: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    fn table(path: PathBuf) -> FileTable {
+        FileTable {
+            name: "t".into(),
+            schema: Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)])),
+            path,
+            format: Format::Arrow,
+            changelog_column: None,
+            time_column: None,
+        }
+    }
+
+    fn rows(path: PathBuf) -> usize {
+        table(path)
+            .open(8)
+            .unwrap()
+            .map(|b| b.unwrap().data.num_rows())
+            .sum()
+    }
+
+    /// Lengths that arrow-ipc would allocate before reading are checked against the file first:
+    /// a corrupt IPC file is not retried as a stream (which read the magic `ARRO` as a 1.3 GB
+    /// message length), a footer block past the end of the file (found by `fuzz/`: 17 GB, an
+    /// abort) and a file of another format declared as 'arrow' (its first bytes read as a
+    /// metadata length) are one-line errors.
+    #[test]
+    fn corrupt_and_foreign_arrow_files_fail_without_huge_allocations() {
+        let dir = std::env::temp_dir().join(format!("tally-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let schema = table(PathBuf::new()).schema;
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        let mut file = vec![];
+        let mut w = arrow::ipc::writer::FileWriter::try_new(&mut file, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let mut stream = vec![];
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut stream, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        for (name, bytes) in [("file.arrow", &file), ("stream.arrow", &stream)] {
+            std::fs::write(dir.join(name), bytes).unwrap();
+            assert_eq!(rows(dir.join(name)), 3, "{name}");
+        }
+        // The record batch block of the footer, with a body of 2^40 bytes.
+        let footer_len =
+            i32::from_le_bytes(file[file.len() - 10..file.len() - 6].try_into().unwrap());
+        let footer_at = file.len() - 10 - footer_len as usize;
+        let block = *arrow::ipc::root_as_footer(&file[footer_at..file.len() - 10])
+            .unwrap()
+            .recordBatches()
+            .unwrap()
+            .get(0);
+        let mut pattern = block.offset().to_le_bytes().to_vec();
+        pattern.extend(block.metaDataLength().to_le_bytes());
+        pattern.extend([0; 4]);
+        pattern.extend(block.bodyLength().to_le_bytes());
+        let at = footer_at
+            + file[footer_at..]
+                .windows(pattern.len())
+                .position(|w| w == pattern)
+                .unwrap();
+        let mut huge_block = file.clone();
+        huge_block[at + 16..at + 24].copy_from_slice(&(1i64 << 40).to_le_bytes());
+        for (name, bytes, needle) in [
+            ("huge_block.arrow", huge_block, "a block of"),
+            (
+                "truncated.arrow",
+                file[..file.len() / 2].to_vec(),
+                "not a readable Arrow IPC file",
+            ),
+            (
+                "orders.csv",
+                b"shop,v\na,1\n".to_vec(),
+                "declares 1886349427 bytes of metadata",
+            ),
+            (
+                "orders.parquet",
+                b"PAR1 not really".to_vec(),
+                "declares 827474256 bytes of metadata",
+            ),
+        ] {
+            std::fs::write(dir.join(name), bytes).unwrap();
+            let e = table(dir.join(name)).open(8).unwrap_err().to_string();
+            assert!(
+                e.contains(name) && e.contains(needle) && !e.contains('\n'),
+                "{e}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -155,6 +155,15 @@ fn first_word(stmt: &str) -> String {
         .to_ascii_uppercase()
 }
 
+/// The statement after its first word (as [`first_word`] finds it).
+fn after_first_word(stmt: &str) -> &str {
+    let sep = |c: char| c.is_whitespace() || c == '(' || c == ';';
+    let start = stmt.find(|c: char| !sep(c)).unwrap_or(stmt.len());
+    let rest = &stmt[start..];
+    let end = rest.find(sep).unwrap_or(rest.len());
+    &rest[end..]
+}
+
 fn unquote(s: &str) -> String {
     let s = s.trim();
     for q in ['\'', '"', '`'] {
@@ -232,7 +241,7 @@ impl Session {
     }
 
     fn execute_set(&mut self, stmt: &str) -> Result<StatementResult> {
-        let rest = stmt.trim()[3..].trim();
+        let rest = after_first_word(stmt).trim();
         if rest.is_empty() {
             let lines: Vec<String> = self
                 .config
@@ -251,7 +260,7 @@ impl Session {
     }
 
     fn execute_reset(&mut self, stmt: &str) -> Result<StatementResult> {
-        let rest = stmt.trim()[5..].trim();
+        let rest = after_first_word(stmt).trim();
         if rest.is_empty() {
             self.config = Config::default();
             self.explicit.clear();
@@ -280,7 +289,7 @@ impl Session {
     }
 
     fn execute_explain(&mut self, stmt: &str) -> Result<StatementResult> {
-        let mut rest = stmt.trim()[7..].trim_start();
+        let mut rest = after_first_word(stmt).trim_start();
         let mut details = vec![];
         let mut analyze = false;
         loop {
@@ -745,6 +754,24 @@ mod tests {
             let e = parse_create_table(bad).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
+    }
+
+    /// Found by `fuzz/` (sql_script): statements whose keyword follows `(` and a multi-byte
+    /// space were sliced at a fixed offset, inside a character.
+    #[test]
+    fn keywords_after_parentheses_and_wide_spaces_do_not_panic() {
+        for stmt in [
+            "(\u{3000}SET a",
+            "(((\u{3000}RESET",
+            "((((((\u{3000}EXPLAIN",
+            "(\u{3000}SET 'tally.strict' = 'true'",
+        ] {
+            let _ = Session::new().execute(stmt);
+        }
+        let mut s = Session::new();
+        s.execute("(\u{3000}SET 'table.exec.mini-batch.size' = '7'")
+            .unwrap();
+        assert_eq!(s.config().mini_batch_size, 7);
     }
 
     #[test]

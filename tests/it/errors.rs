@@ -292,3 +292,49 @@ fn library_refuses_settings_it_cannot_honour() {
         assert!(e.contains("tally::sql"), "{e}");
     }
 }
+
+/// The inputs `fuzz/` found to crash arrow-ipc and parquet (panics inside those crates, huge
+/// allocations from corrupt lengths): read through the file sources they give errors, and the
+/// process goes on. Each input is the fuzz target's control byte, then the file.
+#[test]
+fn fuzzer_found_files_are_errors_not_crashes() {
+    use arrow::datatypes::TimeUnit;
+    use tally::source::{FileTable, Format};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let dir = std::env::temp_dir().join(format!("tally-regressions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut seen = 0;
+    for (folder, format) in [
+        ("ipc_reader", Format::Arrow),
+        ("parquet_reader", Format::Parquet),
+    ] {
+        for entry in std::fs::read_dir(root.join(folder)).unwrap() {
+            let input = std::fs::read(entry.unwrap().path()).unwrap();
+            let path = dir.join(format!("input-{seen}"));
+            std::fs::write(&path, &input[1..]).unwrap();
+            seen += 1;
+            for (changelog, decoders) in [(false, 1), (true, 2)] {
+                let table = FileTable {
+                    name: "t".into(),
+                    schema: Arc::new(Schema::new(vec![
+                        Field::new("shop", DataType::Utf8, true),
+                        Field::new("amount", DataType::Int64, true),
+                        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                    ])),
+                    path: path.clone(),
+                    format,
+                    changelog_column: changelog.then(|| "op".to_string()),
+                    time_column: None,
+                };
+                let result: tally::Result<Vec<_>> =
+                    table.open_with(3, decoders).and_then(|r| r.collect());
+                if let Err(e) = result {
+                    let e = e.to_string();
+                    assert!(e.contains("table 't'") && !e.contains('\n'), "{e}");
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "{seen} inputs");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
