@@ -87,6 +87,11 @@ pub trait Stage: Send + std::fmt::Debug {
         Ok(None)
     }
 
+    /// Whether the stage keeps keyed state (an aggregate), which checkpoints hold.
+    fn keeps_state(&self) -> bool {
+        false
+    }
+
     /// The stage's keyed state (an aggregate's), as snapshot batches and their schema; `None`
     /// for a stateless stage. Taken after [`Stage::finish`], when nothing is buffered.
     ///
@@ -335,6 +340,10 @@ impl Stage for AggregateStage {
         self.agg.metrics().map(Some)
     }
 
+    fn keeps_state(&self) -> bool {
+        true
+    }
+
     fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
         Ok(Some((self.agg.snapshot_schema(), self.agg.snapshot()?)))
     }
@@ -428,7 +437,7 @@ impl Pipeline {
     /// A checkpoint of another query (other stages or state columns).
     pub fn restore(&mut self, chk: &crate::checkpoint::Checkpoint) -> Result<()> {
         let stateful: Vec<usize> = (0..self.stages.len())
-            .filter(|&i| matches!(self.stages[i].snapshot(), Ok(Some(_))))
+            .filter(|&i| self.stages[i].keeps_state())
             .collect();
         let held = chk
             .entries

@@ -1091,9 +1091,7 @@ impl GroupAggregate {
                 "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
             ));
         }
-        let live: Vec<u32> = (0..self.alive.len() as u32)
-            .filter(|&g| self.alive[g as usize])
-            .collect();
+        let live = self.live_groups();
         let schema = self.snapshot_schema();
         live.chunks(EXPORT_CHUNK)
             .map(|chunk| self.export(chunk, &schema))
@@ -1107,39 +1105,51 @@ impl GroupAggregate {
     /// An operator with state, a batch of another schema (another query), or a key present
     /// twice.
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        let k = self.plan.key_types.len();
+        let mut parts = Vec::with_capacity(batches.len());
+        for b in batches {
+            let mut hashes = vec![];
+            if b.num_columns() >= k {
+                crate::operator::state::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            }
+            parts.push((b.clone(), hashes));
+        }
+        self.restore_hashed(&parts)
+    }
+
+    /// [`GroupAggregate::restore_snapshot`] of batches whose key hashes are known (the parallel
+    /// restore routes by them).
+    pub(crate) fn restore_hashed(&mut self, parts: &[(RecordBatch, Vec<u64>)]) -> Result<()> {
         if !self.groups.is_empty() || self.has_pending() {
             return Err(Error::invalid_input(
                 "restore needs an operator without state",
             ));
         }
         let schema = self.snapshot_schema();
-        let mut hashes = vec![];
-        for b in batches {
+        for (b, hashes) in parts {
             check_snapshot_schema(&schema, b)?;
-            let k = self.plan.key_types.len();
-            crate::operator::state::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
-            self.import(b, &hashes)?;
+            self.import(b, hashes)?;
         }
         Ok(())
     }
 
+    /// The ids of the groups with state, in order.
+    fn live_groups(&self) -> Vec<u32> {
+        (0..self.alive.len() as u32)
+            .filter(|&g| self.alive[g as usize])
+            .collect()
+    }
+
     /// The snapshot rows of groups `ids` (all live).
     fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
-        let mut cols = self.groups.keys(ids)?;
-        cols.extend(self.state.state(ids)?);
-        let gather = |v: &[i64], none: i64| -> ArrayRef {
-            Arc::new(Int64Array::from_iter_values(
-                ids.iter()
-                    .map(|&g| v.get(g as usize).copied().unwrap_or(none)),
-            ))
-        };
-        cols.push(gather(&self.count1, 0));
-        cols.push(gather(&self.last_write, UNSTAMPED));
-        cols.push(Arc::new(UInt64Array::from_iter_values(
-            ids.iter().map(|&g| self.key_rows[g as usize]),
-        )));
-        RecordBatch::try_new(Arc::clone(schema), cols)
-            .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
+        Keyed {
+            groups: self.groups.as_ref(),
+            state: &self.state,
+            count1: &self.count1,
+            last_write: &self.last_write,
+            key_rows: &self.key_rows,
+        }
+        .export(ids, schema)
     }
 
     /// Interns the groups of a snapshot batch (with their key hashes) as new live groups.
@@ -1213,34 +1223,32 @@ impl GroupAggregate {
     fn compact(&mut self) -> Result<()> {
         let peak = self.state_bytes();
         self.metrics.peak_state_bytes = self.metrics.peak_state_bytes.max(peak);
-        let live: Vec<u32> = (0..self.alive.len() as u32)
-            .filter(|&g| self.alive[g as usize])
-            .collect();
+        let live = self.live_groups();
         let schema = self.snapshot_schema();
-        let old_groups = std::mem::replace(
+        let groups = std::mem::replace(
             &mut self.groups,
             new_group_values(&self.plan.key_types)
                 .map_err(|e| Error::plan(format!("group keys: {e}")))?,
         );
-        let old_state = std::mem::replace(&mut self.state, AggState::try_new(&self.plan)?);
-        let old = GroupAggregate {
-            groups: old_groups,
-            state: old_state,
-            alive: std::mem::take(&mut self.alive),
-            count1: std::mem::take(&mut self.count1),
-            last_write: std::mem::take(&mut self.last_write),
-            key_rows: std::mem::take(&mut self.key_rows),
-            ..Self::try_new(
-                Arc::clone(&self.plan),
-                self.config.clone(),
-                Arc::clone(&self.clock),
-            )?
+        let state = std::mem::replace(&mut self.state, AggState::try_new(&self.plan)?);
+        let (count1, last_write, key_rows) = (
+            std::mem::take(&mut self.count1),
+            std::mem::take(&mut self.last_write),
+            std::mem::take(&mut self.key_rows),
+        );
+        let old = Keyed {
+            groups: groups.as_ref(),
+            state: &state,
+            count1: &count1,
+            last_write: &last_write,
+            key_rows: &key_rows,
         };
+        self.alive = vec![];
         self.bundle.mark = vec![];
         self.bundle.seen_acc = vec![];
         self.run_mark = vec![];
         self.live_keys = 0;
-        let all_hashes = old.groups.hashes();
+        let all_hashes = groups.hashes();
         for chunk in live.chunks(EXPORT_CHUNK) {
             let batch = old.export(chunk, &schema)?;
             let hashes: Vec<u64> = chunk.iter().map(|&g| all_hashes[g as usize]).collect();
@@ -1248,6 +1256,36 @@ impl GroupAggregate {
         }
         self.metrics.compactions += 1;
         Ok(())
+    }
+}
+
+/// The per-group parts of an operator's keyed state that a snapshot holds.
+struct Keyed<'a> {
+    groups: &'a dyn GroupValues,
+    state: &'a AggState,
+    count1: &'a [i64],
+    last_write: &'a [i64],
+    key_rows: &'a [u64],
+}
+
+impl Keyed<'_> {
+    /// The snapshot rows of groups `ids` (all live).
+    fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
+        let mut cols = self.groups.keys(ids)?;
+        cols.extend(self.state.state(ids)?);
+        let gather = |v: &[i64], none: i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter()
+                    .map(|&g| v.get(g as usize).copied().unwrap_or(none)),
+            ))
+        };
+        cols.push(gather(self.count1, 0));
+        cols.push(gather(self.last_write, UNSTAMPED));
+        cols.push(Arc::new(UInt64Array::from_iter_values(
+            ids.iter().map(|&g| self.key_rows[g as usize]),
+        )));
+        RecordBatch::try_new(Arc::clone(schema), cols)
+            .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
     }
 }
 

@@ -815,31 +815,32 @@ impl ParallelAggregate {
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         let p = self.workers.len();
         let k = self.plan.key_types.len();
-        let mut parts: Vec<Vec<RecordBatch>> = (0..p).map(|_| vec![]).collect();
-        let mut hashes = vec![];
+        // Each key is hashed once: the hash routes the group and interns it in its worker.
+        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> = (0..p).map(|_| vec![]).collect();
         for b in batches {
-            if p == 1 {
-                parts[0].push(b.clone());
-                continue;
-            }
             if b.num_columns() < k {
                 return Err(Error::invalid_input(
                     "the snapshot was taken for another query: too few columns",
                 ));
             }
+            let mut hashes = vec![];
             crate::operator::state::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            if p == 1 {
+                parts[0].push((b.clone(), hashes));
+                continue;
+            }
             for (w, rows) in partition(&hashes, p).into_iter().enumerate() {
                 if !rows.is_empty() {
+                    let part_hashes = rows.iter().map(|&r| hashes[r as usize]).collect();
                     let idx = arrow::array::UInt32Array::from(rows);
-                    parts[w].push(arrow::compute::take_record_batch(b, &idx)?);
+                    parts[w].push((arrow::compute::take_record_batch(b, &idx)?, part_hashes));
                 }
             }
         }
-        let tasks: Vec<(&mut Worker, Vec<RecordBatch>)> =
-            self.workers.iter_mut().zip(parts).collect();
+        let tasks: Vec<_> = self.workers.iter_mut().zip(parts).collect();
         let results = self
             .runtime
-            .map(tasks, |(w, parts)| w.agg.restore_snapshot(&parts));
+            .map(tasks, |(w, parts)| w.agg.restore_hashed(&parts));
         results.into_iter().collect()
     }
 
