@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::json;
-use tally::sql::queries::{BUILTINS, builtin};
+use tally::sql::queries::{BUILTINS, Builtin, builtin};
 use tally::sql::{plan_script, sql_type_name};
 use tally::{Error, Result};
 
@@ -52,13 +52,14 @@ pub struct BenchArgs {
 }
 
 /// DuckDB's rows/s for `query` over `input` with `threads` threads, from the baseline script.
-fn duckdb_rate(query: &str, input: &Path, threads: usize, repeat: usize) -> Result<f64> {
+fn duckdb_rate(query: &Builtin, input: &Path, threads: usize, repeat: usize) -> Result<f64> {
     let script = std::env::var_os("TALLY_DUCKDB_SCRIPT")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("scripts/duckdb_baseline.py"));
     let out = std::process::Command::new("python3")
         .arg(&script)
-        .arg(query)
+        .arg(query.name)
+        .arg(query.sql)
         .arg(input)
         .args([
             "--repeat",
@@ -320,14 +321,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let mut baseline = vec![];
     if args.duckdb {
-        if builtin(&args.query).is_none() {
+        let Some(query) = builtin(&args.query) else {
             return Err(Error::invalid_input(
-                "--duckdb compares built-in queries only (the script holds their DuckDB SQL)",
+                "--duckdb compares built-in queries only (their SQL is translated to DuckDB's dialect)",
             ));
-        }
+        };
         println!();
         for &p in &workers {
-            let duck = duckdb_rate(&args.query, &args.input, p, repeat)?;
+            let duck = duckdb_rate(query, &args.input, p, repeat)?;
             let best = results
                 .iter()
                 .filter(|r| r["workers"] == p)
