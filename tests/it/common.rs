@@ -179,12 +179,11 @@ pub fn run_bundles(
         .collect()
 }
 
-/// Runs `tally sql ARGS…` from the repository root; returns (exit code, stdout, stderr).
+/// Runs `tally ARGS…` from the repository root; returns (exit code, stdout, stderr).
 #[cfg(feature = "cli")]
-pub fn tally_command(args: &[&str]) -> (i32, String, String) {
+pub fn tally_run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tally"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("sql")
         .args(args)
         .output()
         .unwrap();
@@ -193,4 +192,20 @@ pub fn tally_command(args: &[&str]) -> (i32, String, String) {
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
     )
+}
+
+/// Runs `tally ARGS…`, which must succeed; returns its standard output.
+#[cfg(feature = "cli")]
+pub fn tally_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let (code, out, err) = tally_run(args);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// Runs `tally sql ARGS…` from the repository root; returns (exit code, stdout, stderr).
+#[cfg(feature = "cli")]
+pub fn tally_command(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["sql"];
+    all.extend(args);
+    tally_run(&all)
 }

@@ -77,28 +77,15 @@ fn orders_are_seeded_and_form_a_valid_changelog() {
     assert_eq!(kinds[1], kinds[2], "-U and +U come in pairs");
     // The changelog is consistent: `tally sql` consumes it, and what it leaves per shop adds up
     // to the inserts minus the deletes.
-    let out = Command::new(BIN)
-        .args(["sql", "--emit", "final", "--format", "csv", "-e"])
-        .arg(format!(
-            "CREATE TABLE o (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
-             WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet', 'changelog-column' = 'op'); \
-             SELECT COUNT(*) AS n FROM o;",
-            a.display()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let script = format!(
+        "CREATE TABLE o (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, status STRING, ts TIMESTAMP(3)) \
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'parquet', 'changelog-column' = 'op'); \
+         SELECT COUNT(*) AS n FROM o;",
+        a.display()
     );
-    let n: usize = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let out =
+        crate::common::tally_ok(&["sql", "--emit", "final", "--format", "csv", "-e", &script]);
+    let n: usize = out.lines().nth(1).unwrap().parse().unwrap();
     assert_eq!(n, kinds[0] - kinds[3]);
 }
 
@@ -196,31 +183,21 @@ fn bad_gen_options_are_one_line_errors() {
 fn bench_runs_a_matrix_and_writes_json() {
     let d = dir("bench");
     let json = d.join("out.json");
-    let out = Command::new(BIN)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "bench",
-            "--query",
-            "orders-distinct",
-            "--input",
-            "data/orders.parquet",
-            "--matrix",
-            "one-phase,split",
-            "--workers",
-            "1,2",
-            "--repeat",
-            "1",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = crate::common::tally_ok(&[
+        "bench",
+        "--query",
+        "orders-distinct",
+        "--input",
+        "data/orders.parquet",
+        "--matrix",
+        "one-phase,split",
+        "--workers",
+        "1,2",
+        "--repeat",
+        "1",
+        "--json",
+        &json.display().to_string(),
+    ]);
     assert_eq!(
         table
             .lines()

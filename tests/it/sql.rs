@@ -29,18 +29,9 @@ fn tally(script: &str, args: &[&str]) -> (i32, String, String) {
 /// Runs `tally sql -f FILE ARGS…` (a file of the repository), which must succeed; returns its
 /// standard output.
 fn ok_file(file: &str, args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["sql", "-f", file])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut all = vec!["sql", "-f", file];
+    all.extend(args);
+    crate::common::tally_ok(&all)
 }
 
 /// Runs a script that must succeed and returns its standard output.
