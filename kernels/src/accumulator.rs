@@ -55,7 +55,7 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
     /// The current result of each of `groups`, one row per id.
     ///
     /// # Errors
-    /// On arithmetic overflow that has no defined result (decimal AVG).
+    /// When the state cannot be represented as the result type (a bug).
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError>;
 
     /// The accumulator state of each of `groups`, as columns typed by [`Self::state_types`].
@@ -164,7 +164,8 @@ fn min_max_input_type(dt: &DataType) -> DataType {
 }
 
 /// The result type of `kind` over an argument of type `arg` (None for `COUNT(*)`), following
-/// Flink: COUNT is BIGINT; SUM keeps the argument type (DECIMAL(38, s) for decimals); AVG of an
+/// Flink: COUNT is BIGINT; SUM keeps the argument type (DECIMAL(38, s) for decimals, NULL when
+/// the sum overflows 38 digits; DECIMAL(76, s) over a DECIMAL256); AVG of an
 /// integer is that integer type, of FLOAT/DOUBLE that type, of DECIMAL(p, s) DECIMAL(38, max(6, s));
 /// MIN/MAX keep the argument type.
 ///
@@ -182,6 +183,8 @@ pub fn result_type(kind: AggregateKind, arg: Option<&DataType>) -> Result<DataTy
         ))),
         (AggregateKind::Sum | AggregateKind::Sum0, Some(dt)) => match dt {
             DataType::Decimal128(_, s) => Ok(DataType::Decimal128(38, *s)),
+            // The split-distinct rewrite sums partial decimal sums exactly, as DECIMAL(76, s).
+            DataType::Decimal256(_, s) => Ok(DataType::Decimal256(76, *s)),
             dt if is_numeric(dt) => Ok(dt.clone()),
             dt => Err(unsupported(dt)),
         },

@@ -93,6 +93,7 @@ pub fn new_group_values(types: &[DataType]) -> Result<Box<dyn GroupValues>, Arro
             DataType::Float32 => prim!(Float32Type, dt),
             DataType::Float64 => prim!(Float64Type, dt),
             DataType::Decimal128(_, _) => prim!(Decimal128Type, dt),
+            DataType::Decimal256(_, _) => prim!(Decimal256Type, dt),
             DataType::Date32 => prim!(Date32Type, dt),
             DataType::Date64 => prim!(Date64Type, dt),
             DataType::Time32(TimeUnit::Second) => prim!(Time32SecondType, dt),
@@ -619,6 +620,7 @@ pub fn key_type_supported(dt: &DataType) -> bool {
         | DataType::Float32
         | DataType::Float64
         | DataType::Decimal128(_, _)
+        | DataType::Decimal256(_, _)
         | DataType::Boolean
         | DataType::Utf8
         | DataType::LargeUtf8

@@ -53,7 +53,18 @@ macro_rules! key_native_int {
         }
     )*};
 }
-key_native_int!(i8, i16, i32, i64, u8, u16, u32, u64, i128);
+key_native_int!(
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+    i128,
+    arrow_buffer::i256
+);
 
 impl KeyNative for f32 {
     #[inline(always)]
@@ -167,6 +178,7 @@ pub fn hash_array(
         DataType::Float32 => prim!(Float32Type),
         DataType::Float64 => prim!(Float64Type),
         DataType::Decimal128(_, _) => prim!(Decimal128Type),
+        DataType::Decimal256(_, _) => prim!(Decimal256Type),
         DataType::Date32 => prim!(Date32Type),
         DataType::Date64 => prim!(Date64Type),
         DataType::Time32(TimeUnit::Second) => prim!(Time32SecondType),

@@ -11,8 +11,8 @@ use arrow_array::types::*;
 use arrow_array::{
     Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, Int64Array, PrimitiveArray,
 };
-use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
-use arrow_schema::{ArrowError, DataType};
+use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer, i256};
+use arrow_schema::{ArrowError, DECIMAL128_MAX_PRECISION, DECIMAL256_MAX_PRECISION, DataType};
 
 use crate::accumulate::for_each_selected;
 use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
@@ -308,6 +308,242 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for SumAccumulat
     }
 }
 
+/// The largest unscaled value of a decimal of `precision` digits (`10^precision - 1`).
+fn decimal_max(precision: u8) -> i256 {
+    i256::from_i128(10)
+        .checked_pow(u32::from(precision))
+        .map_or(i256::MAX, |p| p.wrapping_sub(i256::ONE))
+}
+
+/// A decimal value as an exact 256-bit summand.
+trait WideDecimal: Copy {
+    fn wide(self) -> i256;
+}
+
+impl WideDecimal for i128 {
+    #[inline(always)]
+    fn wide(self) -> i256 {
+        i256::from_i128(self)
+    }
+}
+
+impl WideDecimal for i256 {
+    #[inline(always)]
+    fn wide(self) -> i256 {
+        self
+    }
+}
+
+/// `SUM(x)` and `$SUM0(x)` over DECIMAL: an exact 256-bit sum and a count of the values in it.
+///
+/// Over `DECIMAL(p, s)` the result is a `DECIMAL(38, s)`, NULL when the exact sum does not fit
+/// 38 digits: Flink's DECIMAL sum yields NULL on overflow of the result precision. Because the
+/// state is exact (2^63 values of 38 digits cannot overflow 256 bits), the result is the same
+/// whatever order, grouping or retractions produced the sum, so every strategy agrees; a sum
+/// that overflowed and came back into range by retractions is a value again. Over a
+/// `DECIMAL256` argument (the split-distinct rewrite casts its partial sums to
+/// `DECIMAL(76, s)`, the state type) the result is a `DECIMAL(76, s)`.
+#[derive(Debug)]
+pub struct DecimalSumAccumulator {
+    input_type: DataType,
+    output_type: DataType,
+    /// The largest unscaled result (`10^precision - 1` of the result type).
+    max: i256,
+    scale: i8,
+    sum0: bool,
+    sums: Vec<i256>,
+    counts: Vec<i64>,
+}
+
+impl DecimalSumAccumulator {
+    /// A sum over `input_type` (`Decimal128` or `Decimal256`).
+    ///
+    /// # Errors
+    /// Any other type.
+    pub fn try_new(input_type: &DataType, sum0: bool) -> Result<Self, ArrowError> {
+        let (precision, scale) = match input_type {
+            DataType::Decimal128(_, s) => (DECIMAL128_MAX_PRECISION, *s),
+            DataType::Decimal256(_, s) => (DECIMAL256_MAX_PRECISION, *s),
+            other => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "a decimal sum over {other}"
+                )));
+            }
+        };
+        let output_type = match input_type {
+            DataType::Decimal128(..) => DataType::Decimal128(precision, scale),
+            _ => DataType::Decimal256(precision, scale),
+        };
+        Ok(Self {
+            input_type: input_type.clone(),
+            output_type,
+            max: decimal_max(precision),
+            scale,
+            sum0,
+            sums: vec![],
+            counts: vec![],
+        })
+    }
+
+    /// The state type of the sum: `DECIMAL(76, s)`.
+    fn state_type(&self) -> DataType {
+        DataType::Decimal256(DECIMAL256_MAX_PRECISION, self.scale)
+    }
+
+    fn apply<T, const RETRACT: bool>(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError>
+    where
+        T: ArrowPrimitiveType,
+        T::Native: WideDecimal,
+    {
+        check_filter(filter, groups)?;
+        let v = single_arg(values, groups, &self.input_type)?;
+        let arr = v.as_primitive::<T>();
+        grow(&mut self.sums, total_groups, i256::ZERO);
+        grow(&mut self.counts, total_groups, 0);
+        let vals = arr.values();
+        let sums = &mut self.sums;
+        let counts = &mut self.counts;
+        for_each_selected(groups, arr.nulls(), filter, |i, g| {
+            let g = g as usize;
+            let x = vals[i].wide();
+            if RETRACT {
+                sums[g] = sums[g].wrapping_sub(x);
+                counts[g] -= 1;
+            } else {
+                sums[g] = sums[g].wrapping_add(x);
+                counts[g] += 1;
+            }
+        });
+        Ok(())
+    }
+
+    fn apply_any<const RETRACT: bool>(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        if matches!(self.input_type, DataType::Decimal128(..)) {
+            self.apply::<Decimal128Type, RETRACT>(values, groups, filter, total_groups)
+        } else {
+            self.apply::<Decimal256Type, RETRACT>(values, groups, filter, total_groups)
+        }
+    }
+
+    /// The exact sum of group `g` and its count of values.
+    fn get(&self, g: usize) -> (i256, i64) {
+        (
+            self.sums.get(g).copied().unwrap_or(i256::ZERO),
+            self.counts.get(g).copied().unwrap_or(0),
+        )
+    }
+
+    /// Whether `v` fits the result precision.
+    fn fits(&self, v: i256) -> bool {
+        v <= self.max && v >= self.max.wrapping_neg()
+    }
+}
+
+impl GroupsAccumulator for DecimalSumAccumulator {
+    fn update(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        self.apply_any::<false>(values, groups, filter, total_groups)
+    }
+    fn retract(
+        &mut self,
+        values: &[ArrayRef],
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        self.apply_any::<true>(values, groups, filter, total_groups)
+    }
+    fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let s = state_arg::<Decimal256Type>(states, 0, groups)?;
+        let c = state_arg::<Int64Type>(states, 1, groups)?;
+        grow(&mut self.sums, total_groups, i256::ZERO);
+        grow(&mut self.counts, total_groups, 0);
+        let (sv, cv) = (s.values(), c.values());
+        let sums = &mut self.sums;
+        let counts = &mut self.counts;
+        for_each_selected(groups, None, None, |i, g| {
+            let g = g as usize;
+            sums[g] = sums[g].wrapping_add(sv[i]);
+            counts[g] += cv[i];
+        });
+        Ok(())
+    }
+    fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let valid = |g: usize| {
+            let (s, c) = self.get(g);
+            (self.sum0 || c != 0) && self.fits(s)
+        };
+        let nulls = nulls_for(groups, valid);
+        Ok(match self.output_type {
+            DataType::Decimal128(..) => {
+                let values: ScalarBuffer<i128> = groups
+                    .iter()
+                    .map(|&g| self.get(g as usize).0.to_i128().unwrap_or(0))
+                    .collect();
+                Arc::new(
+                    PrimitiveArray::<Decimal128Type>::new(values, nulls)
+                        .with_data_type(self.output_type.clone()),
+                )
+            }
+            _ => {
+                let values: ScalarBuffer<i256> =
+                    groups.iter().map(|&g| self.get(g as usize).0).collect();
+                Arc::new(
+                    PrimitiveArray::<Decimal256Type>::new(values, nulls)
+                        .with_data_type(self.output_type.clone()),
+                )
+            }
+        })
+    }
+    fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        let sums: ScalarBuffer<i256> = groups.iter().map(|&g| self.get(g as usize).0).collect();
+        let sums =
+            PrimitiveArray::<Decimal256Type>::new(sums, None).with_data_type(self.state_type());
+        let counts = Int64Array::from_iter_values(groups.iter().map(|&g| self.get(g as usize).1));
+        Ok(vec![Arc::new(sums), Arc::new(counts)])
+    }
+    fn state_types(&self) -> Vec<DataType> {
+        vec![self.state_type(), DataType::Int64]
+    }
+    fn result_type(&self) -> DataType {
+        self.output_type.clone()
+    }
+    fn reset(&mut self, groups: &[u32]) {
+        for &g in groups {
+            let g = g as usize;
+            if g < self.sums.len() {
+                self.sums[g] = i256::ZERO;
+                self.counts[g] = 0;
+            }
+        }
+    }
+    fn size(&self) -> usize {
+        self.sums.capacity() * std::mem::size_of::<i256>() + self.counts.capacity() * 8
+    }
+}
+
 /// Builds SUM (or `$SUM0` with `sum0`) over `dt`.
 pub(crate) fn new_sum(dt: &DataType, sum0: bool) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
     macro_rules! sum {
@@ -326,11 +562,9 @@ pub(crate) fn new_sum(dt: &DataType, sum0: bool) -> Result<Box<dyn GroupsAccumul
         DataType::UInt64 => sum!(UInt64Type),
         DataType::Float32 => sum!(Float32Type),
         DataType::Float64 => sum!(Float64Type),
-        DataType::Decimal128(_, s) => Box::new(SumAccumulator::<Decimal128Type>::new(
-            dt.clone(),
-            DataType::Decimal128(38, *s),
-            sum0,
-        )),
+        DataType::Decimal128(..) | DataType::Decimal256(..) => {
+            Box::new(DecimalSumAccumulator::try_new(dt, sum0)?)
+        }
         other => {
             return Err(ArrowError::NotYetImplemented(format!(
                 "SUM does not support type {other}"
@@ -537,38 +771,59 @@ where
     }
 }
 
-/// `AVG(x)` over `DECIMAL(p, s)`: the sum is a `DECIMAL(38, s)`, the result a
-/// `DECIMAL(38, max(6, s))` rounded half away from zero (Java's HALF_UP), as in Flink.
+/// `AVG(x)` over `DECIMAL(p, s)`: the exact sum of [`DecimalSumAccumulator`] (its state, a
+/// `DECIMAL(76, s)`, and the count), the result a `DECIMAL(38, max(6, s))` rounded half away
+/// from zero (Java's HALF_UP), as in Flink. Flink keeps the sum as a `DECIMAL(38, s)`, which
+/// yields NULL on overflow: the result is NULL when the exact sum does not fit 38 digits (or the
+/// mean does not fit its result type).
 #[derive(Debug)]
 pub struct DecimalAvgAccumulator {
-    input_type: DataType,
     in_scale: i8,
     out_scale: i8,
-    sums: SumAccumulator<Decimal128Type>,
+    sums: DecimalSumAccumulator,
 }
 
 impl DecimalAvgAccumulator {
     /// An AVG over `DECIMAL(precision, scale)`.
     pub fn new(precision: u8, scale: i8) -> Self {
-        let input_type = DataType::Decimal128(precision, scale);
+        let sums = DecimalSumAccumulator {
+            input_type: DataType::Decimal128(precision, scale),
+            output_type: DataType::Decimal128(DECIMAL128_MAX_PRECISION, scale),
+            max: decimal_max(DECIMAL128_MAX_PRECISION),
+            scale,
+            sum0: false,
+            sums: vec![],
+            counts: vec![],
+        };
         Self {
-            sums: SumAccumulator::new(input_type.clone(), DataType::Decimal128(38, scale), false),
-            input_type,
+            sums,
             in_scale: scale,
             out_scale: scale.max(6),
         }
     }
+
+    /// The mean of group `g` at the result scale, if it has one that fits.
+    fn mean(&self, g: usize) -> Option<i128> {
+        let (sum, count) = self.sums.get(g);
+        if count == 0 || !self.sums.fits(sum) {
+            return None;
+        }
+        // |sum| < 10^38 and the factor is at most 10^6: the product fits 256 bits.
+        let factor = i256::from_i128(10i128.pow((self.out_scale - self.in_scale) as u32));
+        let mean = div_half_up(sum.wrapping_mul(factor), i256::from_i128(i128::from(count)));
+        self.sums.fits(mean).then(|| mean.as_i128())
+    }
 }
 
-/// `value / count` rounded half away from zero.
-fn div_half_up(value: i128, count: i128) -> i128 {
-    let q = value / count;
-    let r = value % count;
-    if r.unsigned_abs() * 2 >= count.unsigned_abs() {
-        if (value < 0) != (count < 0) {
-            q - 1
+/// `value / count` rounded half away from zero (`count` is not zero).
+fn div_half_up(value: i256, count: i256) -> i256 {
+    let q = value.wrapping_div(count);
+    let r = value.wrapping_rem(count);
+    if r.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= count.wrapping_abs() {
+        if value.is_negative() != count.is_negative() {
+            q.wrapping_sub(i256::ONE)
         } else {
-            q + 1
+            q.wrapping_add(i256::ONE)
         }
     } else {
         q
@@ -603,28 +858,14 @@ impl GroupsAccumulator for DecimalAvgAccumulator {
         self.sums.merge(states, groups, total_groups)
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let factor = 10i128.pow((self.out_scale - self.in_scale) as u32);
-        let mut values = Vec::with_capacity(groups.len());
-        for &g in groups {
-            let g = g as usize;
-            let v = match self.sums.counts.get(g) {
-                Some(&c) if c != 0 => {
-                    let scaled = self.sums.sums[g].checked_mul(factor).ok_or_else(|| {
-                        ArrowError::ComputeError(format!(
-                            "AVG over {} overflows DECIMAL(38, {})",
-                            self.input_type, self.out_scale
-                        ))
-                    })?;
-                    div_half_up(scaled, i128::from(c))
-                }
-                _ => 0,
-            };
-            values.push(v);
-        }
-        let nulls = nulls_for(groups, |g| self.sums.counts.get(g).is_some_and(|&c| c != 0));
+        let means: Vec<Option<i128>> = groups.iter().map(|&g| self.mean(g as usize)).collect();
+        let valid = NullBuffer::new(BooleanBuffer::collect_bool(means.len(), |i| {
+            means[i].is_some()
+        }));
+        let nulls = (valid.null_count() > 0).then_some(valid);
+        let values: ScalarBuffer<i128> = means.iter().map(|m| m.unwrap_or(0)).collect();
         Ok(Arc::new(
-            PrimitiveArray::<Decimal128Type>::new(ScalarBuffer::from(values), nulls)
-                .with_data_type(self.result_type()),
+            PrimitiveArray::<Decimal128Type>::new(values, nulls).with_data_type(self.result_type()),
         ))
     }
     fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
@@ -634,7 +875,7 @@ impl GroupsAccumulator for DecimalAvgAccumulator {
         self.sums.state_types()
     }
     fn result_type(&self) -> DataType {
-        DataType::Decimal128(38, self.out_scale)
+        DataType::Decimal128(DECIMAL128_MAX_PRECISION, self.out_scale)
     }
     fn reset(&mut self, groups: &[u32]) {
         self.sums.reset(groups);

@@ -16,7 +16,7 @@ use arrow_array::{
     Float64Array, Int8Array, Int16Array, Int32Array, Int64Array, LargeStringArray, StringArray,
     StringViewArray, TimestampMillisecondArray, UInt8Array, UInt16Array, UInt32Array, UInt64Array,
 };
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_buffer::{BooleanBuffer, NullBuffer, i256};
 use arrow_schema::{DataType, TimeUnit};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -140,6 +140,8 @@ const ALL_TYPES: &[Ty] = &[
     Ty::Dec(10, 2),
     Ty::Dec(12, 3),
     Ty::Dec(18, 7),
+    // Sums of these overflow 38 digits: SUM and AVG are then NULL.
+    Ty::Dec(38, 2),
     Ty::Date32,
     Ty::TsMs,
     Ty::Utf8,
@@ -263,6 +265,12 @@ impl Ty {
                 ],
                 self == Ty::F32,
             ),
+            Ty::Dec(38, _) => {
+                // Two halves of 10^38 overflow by one; a half and a half less one do not.
+                let max = 10i128.pow(38) - 1;
+                let half = 5 * 10i128.pow(37);
+                ints(&[-max, -half, -(half - 1), -1, 0, 1, 49, half - 1, half, max])
+            }
             Ty::Dec(p, _) => {
                 let max = 10i128.pow(u32::from(p)) - 1;
                 ints(&[
@@ -655,12 +663,29 @@ fn wrap_int(v: i128, bits: u32, signed: bool) -> i128 {
     if signed && r >= m / 2 { r - m } else { r }
 }
 
-/// `n / d` rounded half away from zero.
-fn div_round_half_away(n: i128, d: i128) -> i128 {
-    let q = n / d;
-    let r = n % d;
-    if 2 * r.abs() >= d.abs() {
-        q + n.signum() * d.signum()
+/// The exact sum of a bag of decimals.
+fn exact_sum(bag: &Bag) -> i256 {
+    bag.vals
+        .iter()
+        .map(|(v, c)| i256::from_i128(v.int()) * i256::from_i128(i128::from(*c)))
+        .fold(i256::ZERO, |a, b| a + b)
+}
+
+/// Whether an unscaled decimal fits 38 digits.
+fn fits_decimal38(v: i256) -> bool {
+    let max = i256::from_i128(10i128.pow(38) - 1);
+    v <= max && v >= -max
+}
+
+/// `n / d` rounded half away from zero (Java's HALF_UP), over 256 bits.
+fn div_round_half_away_256(n: i256, d: i256) -> i256 {
+    let (q, r) = (n / d, n % d);
+    if r.wrapping_abs() * i256::from_i128(2) >= d.wrapping_abs() {
+        q + if n.is_negative() == d.is_negative() {
+            i256::ONE
+        } else {
+            i256::MINUS_ONE
+        }
     } else {
         q
     }
@@ -685,7 +710,11 @@ fn naive(kind: AggregateKind, ty: Ty, bag: &Bag) -> Option<S> {
                         .sum::<f64>() as f32,
                 )),
                 Ty::F64 => S::F(bag.vals.iter().map(|(v, c)| v.float() * *c as f64).sum()),
-                Ty::Dec(..) => S::I(bag.vals.iter().map(|(v, c)| v.int() * i128::from(*c)).sum()),
+                Ty::Dec(..) => {
+                    // DECIMAL(38, s): NULL when the exact sum does not fit 38 digits.
+                    let s = exact_sum(bag);
+                    return fits_decimal38(s).then(|| S::I(s.as_i128()));
+                }
                 _ => {
                     let (bits, signed) = ty.int_width().unwrap();
                     let s: i128 = bag.vals.iter().map(|(v, c)| v.int() * i128::from(*c)).sum();
@@ -708,10 +737,15 @@ fn naive(kind: AggregateKind, ty: Ty, bag: &Bag) -> Option<S> {
                     })
                 }
                 Ty::Dec(_, scale) => {
-                    let s: i128 = bag.vals.iter().map(|(v, c)| v.int() * i128::from(*c)).sum();
+                    // NULL when the sum or the mean does not fit 38 digits.
+                    let s = exact_sum(bag);
+                    if !fits_decimal38(s) {
+                        return None;
+                    }
                     let out_scale = scale.max(6);
-                    let scaled = s * 10i128.pow((out_scale - scale) as u32);
-                    S::I(div_round_half_away(scaled, n.into()))
+                    let factor = i256::from_i128(10i128.pow((out_scale - scale) as u32));
+                    let mean = div_round_half_away_256(s * factor, i256::from_i128(n.into()));
+                    return fits_decimal38(mean).then(|| S::I(mean.as_i128()));
                 }
                 _ => {
                     let (bits, signed) = ty.int_width().unwrap();
@@ -1877,4 +1911,75 @@ fn buckets_are_in_range_equal_for_equal_values_and_null_for_null() {
         }
     }
     assert!(bucket_array(&(Arc::new(Int64Array::from(vec![1])) as ArrayRef), 0).is_err());
+}
+
+/// DECIMAL SUM at the edge of 38 digits: NULL exactly when the exact sum does not fit, whatever
+/// the order, the split into partial states, or retractions that bring it back into range.
+#[test]
+fn decimal_sum_is_null_exactly_when_it_overflows_38_digits() {
+    let dt = DataType::Decimal128(38, 2);
+    let half = 5 * 10i128.pow(37);
+    let arr = |v: &[i128]| -> ArrayRef {
+        Arc::new(
+            Decimal128Array::from(v.to_vec())
+                .with_precision_and_scale(38, 2)
+                .unwrap(),
+        )
+    };
+    let result = |acc: &dyn GroupsAccumulator| -> Option<i128> {
+        let r = acc.evaluate(&[0]).unwrap();
+        let r = r.as_primitive::<Decimal128Type>();
+        r.is_valid(0).then(|| r.value(0))
+    };
+    let mut sum = new_accumulator(Sum, Some(&dt), false).unwrap();
+    sum.update(&[arr(&[half, half - 1])], &[0, 0], None, 1)
+        .unwrap();
+    assert_eq!(result(sum.as_ref()), Some(10i128.pow(38) - 1));
+    sum.update(&[arr(&[1])], &[0], None, 1).unwrap();
+    assert_eq!(result(sum.as_ref()), None, "10^38 overflows");
+    // Far past i128 and back: the state is exact.
+    sum.update(&[arr(&[half; 8])], &[0; 8], None, 1).unwrap();
+    assert_eq!(result(sum.as_ref()), None);
+    sum.retract(&[arr(&[half; 8])], &[0; 8], None, 1).unwrap();
+    sum.retract(&[arr(&[half])], &[0], None, 1).unwrap();
+    assert_eq!(result(sum.as_ref()), Some(half));
+    // Two partial states in range whose merge is not.
+    let mut parts = vec![];
+    for v in [half, half] {
+        let mut p = new_accumulator(Sum, Some(&dt), false).unwrap();
+        p.update(&[arr(&[v])], &[0], None, 1).unwrap();
+        assert_eq!(result(p.as_ref()), Some(v));
+        parts.push(p.state(&[0]).unwrap());
+    }
+    let mut merged = new_accumulator(Sum, Some(&dt), false).unwrap();
+    for state in &parts {
+        merged.merge(state, &[0], 1).unwrap();
+    }
+    assert_eq!(result(merged.as_ref()), None);
+    // AVG: NULL with its overflowing sum, a value again once the sum fits.
+    let mut avg = new_accumulator(Avg, Some(&dt), false).unwrap();
+    avg.update(&[arr(&[half, half, -half])], &[0, 0, 0], None, 1)
+        .unwrap();
+    assert_eq!(result(avg.as_ref()), None);
+    avg.retract(&[arr(&[half])], &[0], None, 1).unwrap();
+    // (half - half) / 2 = 0 at scale 6.
+    assert_eq!(result(avg.as_ref()), Some(0));
+    // The split-distinct sum over the DECIMAL(76, s) state type is exact too.
+    let wide = DataType::Decimal256(76, 2);
+    assert_eq!(result_type(Sum, Some(&wide)).unwrap(), wide);
+    let mut wide_sum = new_accumulator(Sum0, Some(&wide), false).unwrap();
+    let values: arrow_array::Decimal256Array = [half, half, half]
+        .iter()
+        .map(|&v| Some(i256::from_i128(v)))
+        .collect::<arrow_array::Decimal256Array>()
+        .with_precision_and_scale(76, 2)
+        .unwrap();
+    wide_sum
+        .update(&[Arc::new(values)], &[0, 0, 0], None, 1)
+        .unwrap();
+    let r = wide_sum.evaluate(&[0]).unwrap();
+    assert_eq!(
+        r.as_primitive::<Decimal256Type>().value(0),
+        i256::from_i128(half) * i256::from_i128(3)
+    );
 }

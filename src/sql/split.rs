@@ -15,6 +15,10 @@
 //!    merges: `$SUM0` for COUNT and AVG's parts, SUM for SUM, MIN for MIN, MAX for MAX;
 //! 5. a Calc returns the original columns (AVG from its parts, by the AVG kernel itself).
 //!
+//! Decimal sums (SUM, and AVG's sum part) travel between the aggregates as exact
+//! `DECIMAL(76, s)` values, so that split and unsplit agree on overflow too (NULL exactly when
+//! the whole sum does not fit 38 digits).
+//!
 //! Applies when `table.optimizer.distinct-agg.split.enabled` is true, the aggregate has a
 //! DISTINCT call and at least one argument to bucket (every Tally function is splittable).
 //! Unlike Flink's, the split sum of AVG over integers is a BIGINT (AVG's own sum type), so that
@@ -26,7 +30,9 @@ use arrow::datatypes::{DataType, Field};
 use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue};
 use datafusion_expr::expr::{AggregateFunction, Alias};
 use datafusion_expr::logical_plan::{Aggregate, EmptyRelation};
-use datafusion_expr::{Expr, ExprFunctionExt, ExprSchemable, LogicalPlan, cast, col, lit};
+use datafusion_expr::{
+    Expr, ExprFunctionExt, ExprSchemable, LogicalPlan, cast, col, lit, try_cast,
+};
 
 use crate::error::{Error, Result};
 use crate::functions::{avg_final, avg_sum_type, bucket, count, count_star, max, min, sum, sum0};
@@ -237,7 +243,17 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         match c.func {
             Func::CountStar => partial_aggs.push(finish(count_star(), format!("$p{i}"))?),
             Func::Count => partial_aggs.push(finish(count(arg()?), format!("$p{i}"))?),
-            Func::Sum => partial_aggs.push(finish(sum(arg()?), format!("$p{i}"))?),
+            Func::Sum => {
+                // A decimal sum's parts are exact (DECIMAL(76, s), the state type), so that a
+                // bucket's sum overflowing 38 digits does not lose its value: the FINAL sum is
+                // NULL exactly when the whole sum overflows, as without split.
+                let a = arg()?;
+                let a = match a.get_type(in_df.as_ref()).map_err(df)? {
+                    DataType::Decimal128(_, s) => cast(a, DataType::Decimal256(76, s)),
+                    _ => a,
+                };
+                partial_aggs.push(finish(sum(a), format!("$p{i}"))?);
+            }
             Func::Sum0 => partial_aggs.push(finish(sum0(arg()?), format!("$p{i}"))?),
             Func::Min => partial_aggs.push(finish(min(arg()?), format!("$p{i}"))?),
             Func::Max => partial_aggs.push(finish(max(arg()?), format!("$p{i}"))?),
@@ -310,6 +326,9 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         let got = e.get_type(final_agg.schema.as_ref()).map_err(df)?;
         post_exprs.push(if &got == want {
             e
+        } else if matches!(got, DataType::Decimal256(..)) {
+            // An exact decimal sum back to DECIMAL(38, s): NULL when it does not fit.
+            try_cast(e, want.clone())
         } else {
             cast(e, want.clone())
         });
