@@ -6,7 +6,10 @@
 
 use arrow::array::{Array, ArrayRef, AsArray, Int8Array};
 use arrow::buffer::BooleanBuffer;
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::{
+    DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
+    UInt64Type,
+};
 
 use crate::error::{Error, Result};
 
@@ -87,39 +90,51 @@ pub fn op_type_supported(dt: &DataType) -> bool {
         || matches!(dt, DataType::Dictionary(_, v) if op_type_supported(v))
 }
 
-/// Reads an `op` column (integer codes 0..=3 or the short strings) into Int8 codes.
+/// Reads an `op` column (integer codes 0..=3 or the short strings, plain or dictionary-encoded)
+/// into Int8 codes.
 ///
 /// # Errors
-/// A NULL, an unknown code or string, an unsupported type; the message names the row.
+/// A NULL, an unknown code or string (an integer outside 0..=3 of any width, e.g. a UInt64 above
+/// `i64::MAX`, is one), an unsupported type; the message names the row.
 pub fn op_codes(op: &ArrayRef) -> Result<ArrayRef> {
     let n = op.len();
-    if op.null_count() > 0 {
-        let row = (0..n).find(|&i| op.is_null(i)).unwrap_or(0);
+    if op.logical_null_count() > 0 {
+        let nulls = op.logical_nulls();
+        let row = (0..n)
+            .find(|&i| nulls.as_ref().is_some_and(|b| b.is_null(i)))
+            .unwrap_or(0);
         return Err(Error::invalid_input(format!(
             "changelog column has a NULL op at row {row}"
         )));
     }
     let dt = op.data_type();
-    if dt.is_integer() {
-        let wide = arrow::compute::cast(op, &DataType::Int64)?;
-        let codes = wide.as_primitive::<Int64Type>().values();
-        if let Some((row, c)) = codes
-            .iter()
-            .enumerate()
-            .find(|(_, c)| !(0..=3).contains(*c))
-        {
-            return Err(bad_code(row, &c.to_string()));
+    if let DataType::Dictionary(_, values) = dt {
+        if !op_type_supported(values) {
+            return Err(unsupported_type(dt));
         }
-        return Ok(if dt == &DataType::Int8 {
-            std::sync::Arc::clone(op)
-        } else {
-            std::sync::Arc::new(Int8Array::from_iter_values(codes.iter().map(|&c| c as i8)))
-        });
+        // The values the keys point at, one per row, then read as a plain column.
+        let plain = arrow::compute::cast(op, values)?;
+        return op_codes(&plain);
+    }
+    if dt.is_integer() {
+        if dt == &DataType::Int8 {
+            let codes = op.as_primitive::<Int8Type>().values();
+            if let Some((row, c)) = codes
+                .iter()
+                .enumerate()
+                .find(|(_, c)| !(0..=3).contains(*c))
+            {
+                return Err(bad_code(row, &c.to_string()));
+            }
+            return Ok(std::sync::Arc::clone(op));
+        }
+        // Every code is checked at its own width: no cast that could turn a code out of range
+        // (a UInt64 above i64::MAX) into a NULL read as +I.
+        let codes = integer_codes(op)?;
+        return Ok(std::sync::Arc::new(Int8Array::from(codes)));
     }
     if !op_type_supported(dt) {
-        return Err(Error::invalid_input(format!(
-            "changelog column has type {dt}; expected Int8 codes 0..3 or the strings +I/-U/+U/-D"
-        )));
+        return Err(unsupported_type(dt));
     }
     let strings = arrow::compute::cast(op, &DataType::Utf8)?;
     let strings = strings.as_string::<i32>();
@@ -130,6 +145,40 @@ pub fn op_codes(op: &ArrayRef) -> Result<ArrayRef> {
         codes.push(kind.code());
     }
     Ok(std::sync::Arc::new(Int8Array::from(codes)))
+}
+
+/// The codes of an integer `op` column of any width, each checked to be in 0..=3.
+fn integer_codes(op: &ArrayRef) -> Result<Vec<i8>> {
+    macro_rules! codes {
+        ($t:ty) => {{
+            let a = op.as_primitive::<$t>();
+            let mut out = Vec::with_capacity(a.len());
+            for (row, &c) in a.values().iter().enumerate() {
+                match i8::try_from(c).ok().filter(|c| (0..=3).contains(c)) {
+                    Some(c) => out.push(c),
+                    None => return Err(bad_code(row, &c.to_string())),
+                }
+            }
+            out
+        }};
+    }
+    Ok(match op.data_type() {
+        DataType::Int8 => codes!(Int8Type),
+        DataType::Int16 => codes!(Int16Type),
+        DataType::Int32 => codes!(Int32Type),
+        DataType::Int64 => codes!(Int64Type),
+        DataType::UInt8 => codes!(UInt8Type),
+        DataType::UInt16 => codes!(UInt16Type),
+        DataType::UInt32 => codes!(UInt32Type),
+        DataType::UInt64 => codes!(UInt64Type),
+        other => return Err(unsupported_type(other)),
+    })
+}
+
+fn unsupported_type(dt: &DataType) -> Error {
+    Error::invalid_input(format!(
+        "changelog column has type {dt}; expected Int8 codes 0..3 or the strings +I/-U/+U/-D"
+    ))
 }
 
 /// Reads an `op` column (as [`op_codes`]) into a bitmap of retracting rows (`-U`, `-D`: the odd
@@ -154,4 +203,78 @@ fn bad_code(row: usize, code: &str) -> Error {
 /// An `Int8` op column from row kinds.
 pub fn op_array(kinds: &[RowKind]) -> ArrayRef {
     std::sync::Arc::new(Int8Array::from_iter_values(kinds.iter().map(|k| k.code())))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{DictionaryArray, Int8Array, StringArray, UInt64Array};
+    use arrow::datatypes::Int32Type;
+
+    use super::*;
+
+    fn codes(op: ArrayRef) -> Result<Vec<i8>> {
+        let c = op_codes(&op)?;
+        Ok(c.as_primitive::<Int8Type>().values().to_vec())
+    }
+
+    #[test]
+    fn integer_codes_of_every_width_are_checked_strictly() {
+        assert_eq!(
+            codes(Arc::new(UInt64Array::from(vec![0, 3, 1]))).unwrap(),
+            vec![0, 3, 1]
+        );
+        // Above i64::MAX: an error naming the row, not a NULL read as +I.
+        let e = codes(Arc::new(UInt64Array::from(vec![0, u64::MAX])))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("row 1") && e.contains(&u64::MAX.to_string()),
+            "{e}"
+        );
+        let e = codes(Arc::new(Int8Array::from(vec![2, -1])))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("row 1") && e.contains("-1"), "{e}");
+        let e = codes(Arc::new(arrow::array::Int64Array::from(vec![
+            Some(1),
+            None,
+        ])))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("NULL op at row 1"), "{e}");
+    }
+
+    #[test]
+    fn dictionary_columns_are_read_by_their_values() {
+        let keys = arrow::array::Int32Array::from(vec![1, 0, 1, 2]);
+        let ints = DictionaryArray::<Int32Type>::try_new(
+            keys.clone(),
+            Arc::new(Int8Array::from(vec![3, 0, 2])),
+        )
+        .unwrap();
+        assert_eq!(codes(Arc::new(ints)).unwrap(), vec![0, 3, 0, 2]);
+        let strings = DictionaryArray::<Int32Type>::try_new(
+            keys.clone(),
+            Arc::new(StringArray::from(vec!["-D", "+I", "-U"])),
+        )
+        .unwrap();
+        assert_eq!(codes(Arc::new(strings)).unwrap(), vec![0, 3, 0, 1]);
+        let bad = DictionaryArray::<Int32Type>::try_new(
+            keys,
+            Arc::new(arrow::array::UInt64Array::from(vec![0, 1, 9])),
+        )
+        .unwrap();
+        let e = codes(Arc::new(bad)).unwrap_err().to_string();
+        assert!(e.contains("bad changelog op 9 at row 3"), "{e}");
+        // A NULL value behind a valid key is a NULL op.
+        let null_value = DictionaryArray::<Int32Type>::try_new(
+            arrow::array::Int32Array::from(vec![0, 1]),
+            Arc::new(Int8Array::from(vec![Some(0), None])),
+        )
+        .unwrap();
+        let e = codes(Arc::new(null_value)).unwrap_err().to_string();
+        assert!(e.contains("NULL op at row 1"), "{e}");
+    }
 }
