@@ -317,7 +317,7 @@ pub struct GroupAggregate {
 #[derive(Debug)]
 pub(crate) struct Routed {
     pub(crate) cb: CalcBatch,
-    pub(crate) hashes: Vec<u64>,
+    pub(crate) hashes: arrow::buffer::ScalarBuffer<u64>,
 }
 
 impl GroupAggregate {
@@ -504,20 +504,27 @@ impl GroupAggregate {
     ///
     /// # Errors
     /// A batch whose schema differs from the input schema, a bad changelog op, or an expression
-    /// that fails on the data. The state is unchanged by a batch that fails before its first
-    /// row is applied (schema, op column and expression errors all do).
+    /// that fails on the data. Such a batch is refused whole before anything happens: the state
+    /// is unchanged and no mini-batch fires (a pending one fires on the next call), so no change
+    /// is lost.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
         self.plan.check_input(batch)?;
+        let n = batch.num_rows();
+        // Calc first: a batch that fails to evaluate changes nothing, and fires nothing whose
+        // changes the error would lose.
+        let cb = if n > 0 {
+            Some(self.plan.calc.evaluate(batch)?)
+        } else {
+            None
+        };
         let mut out = vec![];
         self.set_now();
         self.check_latency(&mut out)?;
         self.sweep_expired()?;
-        let n = batch.num_rows();
         self.metrics.batches_in += 1;
-        if n == 0 {
+        let Some(cb) = cb else {
             return Ok(out);
-        }
-        let cb = self.plan.calc.evaluate(batch)?;
+        };
         intern_keys(
             self.groups.as_mut(),
             &cb.keys,

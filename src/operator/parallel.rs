@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{RecordBatch, UInt32Array};
+use arrow::buffer::ScalarBuffer;
 use arrow::compute::take_record_batch;
 use tally_kernels::hash::partition_of;
 
@@ -514,17 +515,45 @@ impl ParallelAggregate {
         for s in &slices {
             self.plan.check_input(s)?;
         }
+        let n: usize = slices.iter().map(RecordBatch::num_rows).sum();
+        let mini_batch = self.config.mini_batch_enabled;
+        let size = if mini_batch {
+            usize::try_from(self.config.mini_batch_size)
+                .map_err(|_| Error::internal("mini-batch size not validated"))?
+                .saturating_mul(self.runtime.parallelism())
+        } else {
+            usize::MAX
+        };
+        // One-phase rows are routed in the same task as their Calc when no mini-batch ends
+        // inside this push (a latency trigger ends one before it, which only empties the round).
+        let route_early = !self.two_phase && self.round_rows.saturating_add(n) < size;
+        // Calc runs on the whole push before anything is applied or fired: a batch that fails
+        // to evaluate (a bad cast, say) leaves the state as it was and loses no change that
+        // became due.
+        let evaluated = self.evaluate(slices, route_early)?;
         let mut out = vec![];
         self.check_latency(&mut out)?;
-        if !self.config.mini_batch_enabled {
-            self.process(slices, &mut out)?;
+        if route_early {
+            if mini_batch {
+                self.round_rows += n;
+            }
+            let routed = evaluated
+                .into_iter()
+                .filter_map(|e| match e {
+                    Evaluated::Routed(parts) => Some(parts),
+                    Evaluated::Hashed(_) => None,
+                })
+                .collect();
+            self.apply_routed(routed, n as u64, &mut out)?;
             return Ok(out);
         }
-        let size = usize::try_from(self.config.mini_batch_size)
-            .map_err(|_| Error::internal("mini-batch size not validated"))?
-            .saturating_mul(self.runtime.parallelism());
         let mut round = vec![];
-        for mut s in slices {
+        for e in evaluated {
+            let Evaluated::Hashed(mut s) = e else {
+                return Err(Error::internal(
+                    "rows routed before their mini-batch was cut",
+                ));
+            };
             loop {
                 let need = size - self.round_rows;
                 let n = s.num_rows();
@@ -547,6 +576,55 @@ impl ParallelAggregate {
         }
         self.process(round, &mut out)?;
         Ok(out)
+    }
+
+    /// Calc: evaluates and hashes the slices, regrouped into at most P tasks of consecutive
+    /// rows, and with `route` also routes them to the workers. Returns the slices in order.
+    fn evaluate(&mut self, slices: Vec<RecordBatch>, route_rows: bool) -> Result<Vec<Evaluated>> {
+        let p = self.runtime.parallelism();
+        let tasks = balance(slices, p, self.min_slice_rows);
+        let n_tasks = tasks.len() as u64;
+        let plan = &self.plan;
+        let results = self.runtime.map(
+            tasks,
+            |batches| -> Result<(Vec<Evaluated>, u64, Duration, Duration)> {
+                let (mut calc_busy, mut exchange_busy) = (Duration::ZERO, Duration::ZERO);
+                let mut rows = 0;
+                let mut out = Vec::with_capacity(batches.len());
+                for b in batches {
+                    let start = Instant::now();
+                    let cb = plan.calc.evaluate(&b)?;
+                    rows += cb.num_rows as u64;
+                    let mut hashes = vec![];
+                    hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+                    let routing = Instant::now();
+                    calc_busy += routing - start;
+                    let hashed = Hashed {
+                        cb,
+                        hashes: hashes.into(),
+                    };
+                    if route_rows {
+                        out.push(Evaluated::Routed(route(hashed, p)?));
+                        exchange_busy += routing.elapsed();
+                    } else {
+                        out.push(Evaluated::Hashed(hashed));
+                    }
+                }
+                Ok((out, rows, calc_busy, exchange_busy))
+            },
+        );
+        // Counted only once every slice has evaluated (a failed push counts nothing).
+        let results = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut all = vec![];
+        for (evaluated, rows, calc_busy, exchange_busy) in results {
+            self.calc.busy += calc_busy;
+            self.exchange.busy += exchange_busy;
+            self.calc.rows_in += rows;
+            self.calc.rows_out += rows;
+            all.extend(evaluated);
+        }
+        self.calc.batches += n_tasks;
+        Ok(all)
     }
 
     /// Fires the pending mini-batch if the latency interval has passed on the clock.
@@ -586,66 +664,28 @@ impl ParallelAggregate {
         Ok(())
     }
 
-    /// Runs slices through Calc and the local phase or the exchange: they are regrouped into at
-    /// most P tasks of consecutive rows, near-equal in size.
-    fn process(&mut self, slices: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
-        let tasks = balance(slices, self.runtime.parallelism(), self.min_slice_rows);
+    /// Runs evaluated slices through the local phase, or through the exchange to the workers:
+    /// they are regrouped into at most P tasks of consecutive rows, near-equal in size.
+    fn process(&mut self, slices: Vec<Hashed>, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let p = self.runtime.parallelism();
+        let tasks = balance(slices, p, self.min_slice_rows);
         if tasks.is_empty() {
             return Ok(());
         }
-        let p = self.runtime.parallelism();
-        let rows: u64 = tasks.iter().flatten().map(|b| b.num_rows() as u64).sum();
+        let rows: u64 = tasks.iter().flatten().map(|h| h.num_rows() as u64).sum();
         let n_tasks = tasks.len() as u64;
-        let local_phase = self.two_phase && !self.adaptive.m.bypassed;
-        let plan = &self.plan;
-        // Step 1: evaluate and hash every slice (and route it, unless a local phase folds it).
-        // Nothing is applied until every slice has evaluated.
-        let evaluated = self.runtime.map(
-            tasks,
-            |batches| -> Result<(Vec<Evaluated>, Duration, Duration)> {
-                let mut calc_busy = Duration::ZERO;
-                let mut exchange_busy = Duration::ZERO;
-                let mut out = Vec::with_capacity(batches.len());
-                for b in batches {
+        if self.two_phase && !self.adaptive.m.bypassed {
+            let work: Vec<(&mut LocalGroupAggregate, Vec<Hashed>)> =
+                self.locals.iter_mut().zip(tasks).collect();
+            let results = self
+                .runtime
+                .map(work, |(local, slices)| -> Result<Duration> {
                     let start = Instant::now();
-                    let cb = plan.calc.evaluate(&b)?;
-                    let mut hashes = vec![];
-                    hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
-                    let routing = Instant::now();
-                    calc_busy += routing - start;
-                    if local_phase {
-                        out.push(Evaluated::Whole(cb, hashes));
-                    } else {
-                        out.push(Evaluated::Routed(route(cb, hashes, p)?));
-                        exchange_busy += routing.elapsed();
+                    for h in slices {
+                        local.push_evaluated(&h.cb, &h.hashes)?;
                     }
-                }
-                Ok((out, calc_busy, exchange_busy))
-            },
-        );
-        let mut evaluated_ok = Vec::with_capacity(evaluated.len());
-        for e in evaluated {
-            let (e, calc_busy, exchange_busy) = e?;
-            self.calc.busy += calc_busy;
-            self.exchange.busy += exchange_busy;
-            evaluated_ok.push(e);
-        }
-        self.calc.rows_in += rows;
-        self.calc.rows_out += rows;
-        self.calc.batches += n_tasks;
-        // Step 2: fold into the local phases, or apply on the workers.
-        if local_phase {
-            let tasks: Vec<(&mut LocalGroupAggregate, Vec<Evaluated>)> =
-                self.locals.iter_mut().zip(evaluated_ok).collect();
-            let results = self.runtime.map(tasks, |(local, es)| -> Result<Duration> {
-                let start = Instant::now();
-                for e in es {
-                    if let Evaluated::Whole(cb, hashes) = e {
-                        local.push_evaluated(&cb, &hashes)?;
-                    }
-                }
-                Ok(start.elapsed())
-            });
+                    Ok(start.elapsed())
+                });
             for r in results {
                 self.local.busy += r?;
             }
@@ -654,22 +694,49 @@ impl ParallelAggregate {
             self.round_folded += rows;
             return Ok(());
         }
+        let results = self
+            .runtime
+            .map(tasks, |slices| -> Result<(Vec<Vec<Routed>>, Duration)> {
+                let start = Instant::now();
+                let routed = slices
+                    .into_iter()
+                    .map(|h| route(h, p))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((routed, start.elapsed()))
+            });
+        let mut routed = Vec::with_capacity(results.len());
+        for r in results {
+            let (parts, busy) = r?;
+            self.exchange.busy += busy;
+            routed.extend(parts);
+        }
+        if self.two_phase {
+            self.round_bypassed += rows;
+        }
+        self.apply_routed(routed, rows, out)
+    }
+
+    /// The exchange's delivery: each worker applies the rows routed to it (`routed[i][w]` is
+    /// slice `i`'s part for worker `w`), in slice order, and emits what became due.
+    fn apply_routed(
+        &mut self,
+        routed: Vec<Vec<Routed>>,
+        rows: u64,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        let p = self.runtime.parallelism();
+        let slices = routed.len() as u64;
         let mut per_worker: Vec<Vec<Routed>> = (0..p).map(|_| vec![]).collect();
-        for e in evaluated_ok.into_iter().flatten() {
-            if let Evaluated::Routed(parts) = e {
-                for (w, part) in parts.into_iter().enumerate() {
-                    if part.cb.num_rows > 0 {
-                        per_worker[w].push(part);
-                    }
+        for parts in routed {
+            for (w, part) in parts.into_iter().enumerate() {
+                if part.cb.num_rows > 0 {
+                    per_worker[w].push(part);
                 }
             }
         }
         self.exchange.rows_in += rows;
         self.exchange.rows_out += rows;
-        self.exchange.batches += n_tasks;
-        if self.two_phase {
-            self.round_bypassed += rows;
-        }
+        self.exchange.batches += slices;
         let tasks: Vec<(&mut Worker, Vec<Routed>)> =
             self.workers.iter_mut().zip(per_worker).collect();
         let results = self
@@ -920,10 +987,45 @@ impl crate::checkpoint::Checkpointed for ParallelAggregate {
     }
 }
 
-/// A slice after Calc: whole (for a local phase) or routed to the workers.
+/// Rows after Calc, with each row's key hash.
+#[derive(Debug, Clone)]
+struct Hashed {
+    cb: CalcBatch,
+    hashes: ScalarBuffer<u64>,
+}
+
+/// A slice after Calc: hashed (for a local phase, or for the exchange once its mini-batch is
+/// cut), or already routed to the workers.
 enum Evaluated {
-    Whole(CalcBatch, Vec<u64>),
+    Hashed(Hashed),
     Routed(Vec<Routed>),
+}
+
+/// Consecutive rows that can be cut without copying: record batches and evaluated slices.
+trait Rows: Sized {
+    fn num_rows(&self) -> usize;
+    fn slice(&self, offset: usize, len: usize) -> Self;
+}
+
+impl Rows for RecordBatch {
+    fn num_rows(&self) -> usize {
+        RecordBatch::num_rows(self)
+    }
+    fn slice(&self, offset: usize, len: usize) -> Self {
+        RecordBatch::slice(self, offset, len)
+    }
+}
+
+impl Rows for Hashed {
+    fn num_rows(&self) -> usize {
+        self.cb.num_rows
+    }
+    fn slice(&self, offset: usize, len: usize) -> Self {
+        Hashed {
+            cb: self.cb.slice(offset, len),
+            hashes: self.hashes.slice(offset, len),
+        }
+    }
 }
 
 /// Cuts `batch` into up to `p` consecutive slices of at least [`MIN_SLICE_ROWS`] rows.
@@ -951,13 +1053,13 @@ pub fn split_rows(n: usize, p: usize) -> Vec<(usize, usize)> {
 /// Regroups consecutive slices into at most `p` tasks of consecutive rows, near-equal in size
 /// (each of at least `min_rows` rows when there are enough), cutting slices where needed
 /// (zero-copy). Task `j`'s rows all come before task `j + 1`'s.
-fn balance(slices: Vec<RecordBatch>, p: usize, min_rows: usize) -> Vec<Vec<RecordBatch>> {
-    let total: usize = slices.iter().map(RecordBatch::num_rows).sum();
+fn balance<T: Rows>(slices: Vec<T>, p: usize, min_rows: usize) -> Vec<Vec<T>> {
+    let total: usize = slices.iter().map(Rows::num_rows).sum();
     if total == 0 {
         return vec![];
     }
     let tasks = p.min(total / min_rows).max(1);
-    let mut out: Vec<Vec<RecordBatch>> = (0..tasks).map(|_| vec![]).collect();
+    let mut out: Vec<Vec<T>> = (0..tasks).map(|_| vec![]).collect();
     let (mut task, mut pos) = (0, 0);
     for s in slices {
         let n = s.num_rows();
@@ -993,18 +1095,21 @@ fn partition(hashes: &[u64], p: usize) -> Vec<Vec<u32>> {
 }
 
 /// The exchange for evaluated rows: one part per worker.
-fn route(cb: CalcBatch, hashes: Vec<u64>, p: usize) -> Result<Vec<Routed>> {
+fn route(h: Hashed, p: usize) -> Result<Vec<Routed>> {
     if p == 1 {
-        return Ok(vec![Routed { cb, hashes }]);
+        return Ok(vec![Routed {
+            cb: h.cb,
+            hashes: h.hashes,
+        }]);
     }
-    partition(&hashes, p)
+    partition(&h.hashes, p)
         .into_iter()
         .map(|idx| {
-            let part_hashes = idx.iter().map(|&i| hashes[i as usize]).collect();
+            let part_hashes: Vec<u64> = idx.iter().map(|&i| h.hashes[i as usize]).collect();
             let idx = UInt32Array::from(idx);
             Ok(Routed {
-                cb: cb.take(&idx)?,
-                hashes: part_hashes,
+                cb: h.cb.take(&idx)?,
+                hashes: part_hashes.into(),
             })
         })
         .collect()

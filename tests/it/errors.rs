@@ -338,3 +338,117 @@ fn fuzzer_found_files_are_errors_not_crashes() {
     assert!(seen >= 10, "{seen} inputs");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A batch that fails to evaluate is refused whole: no mini-batch fires on its way in (by the
+/// clock, or by size inside the batch), the state is as before, and every change that became
+/// due is delivered by a later call. The changelog of the good rows, applied, must equal their
+/// GROUP BY, for the one-phase operator and the parallel one in one and two phases.
+#[test]
+fn a_failing_batch_loses_no_change_that_became_due() {
+    use crate::common::Materialized;
+    use tally::clock::ManualClock;
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let batch = |rows: &[(&str, &str)]| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))) as ArrayRef,
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    };
+    let aggregates = || {
+        vec![
+            count_star(),
+            sum(datafusion_expr::cast(col("v"), DataType::Int64)),
+        ]
+    };
+    let cfg = |size: usize, workers: usize, two_phase: bool| {
+        let mut c = config(Some(size), true);
+        c.set("table.exec.mini-batch.allow-latency", "10 ms")
+            .unwrap();
+        c.parallelism = workers;
+        if !two_phase {
+            c.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
+        }
+        c
+    };
+    // The good rows of each case, and what their GROUP BY must give.
+    let expected = |good: &[(&str, &str)]| {
+        let mut m = std::collections::BTreeMap::<&str, (i64, i64)>::new();
+        for (k, v) in good {
+            let e = m.entry(k).or_default();
+            *e = (e.0 + 1, e.1 + v.parse::<i64>().unwrap());
+        }
+        m.iter()
+            .map(|(k, (c, s))| format!("[{k}, {c}, {s}]"))
+            .collect::<Vec<_>>()
+    };
+
+    // The clock passes the latency interval, then a bad batch comes: the pending mini-batch
+    // must not fire into the error.
+    let clock = ManualClock::new(0);
+    let mut agg = GroupAggregate::builder(schema.clone())
+        .group_by([col("k")])
+        .aggregate(aggregates())
+        .config(cfg(1000, 1, false))
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let mut view = Materialized::default();
+    view.apply(&agg.push(&batch(&[("a", "1"), ("b", "2")])).unwrap());
+    clock.set_ms(25);
+    let e = agg.push(&batch(&[("a", "3"), ("c", "x")])).unwrap_err();
+    assert!(e.is_user_error() && e.to_string().contains("'x'"), "{e}");
+    let delivered = agg.push(&batch(&[("a", "4")])).unwrap();
+    assert!(
+        !delivered.is_empty(),
+        "the due mini-batch fires on the next call"
+    );
+    view.apply(&delivered);
+    view.apply(&agg.finish().unwrap());
+    assert_eq!(view.rows(), expected(&[("a", "1"), ("b", "2"), ("a", "4")]));
+    assert_eq!(agg.metrics().rows_in, 3);
+
+    // The parallel operator: a batch spanning several mini-batches (2 rows per worker) whose
+    // last row is bad; and the latency trigger before a bad batch.
+    for (workers, two_phase) in [(1, false), (2, false), (1, true), (2, true), (3, true)] {
+        let ctx = format!("{workers} workers, two-phase {two_phase}");
+        let clock = ManualClock::new(0);
+        let mut agg = GroupAggregate::builder(schema.clone())
+            .group_by([col("k")])
+            .aggregate(aggregates())
+            .config(cfg(2, workers, two_phase))
+            .clock(Arc::new(clock.clone()))
+            .build_parallel()
+            .unwrap()
+            .with_min_slice_rows(1);
+        let mut view = Materialized::default();
+        let keys = ["a", "b", "c", "a", "a", "d"];
+        let rows: Vec<(String, String)> = (0..5 * 2 * workers)
+            .map(|i| (keys[i % keys.len()].to_string(), i.to_string()))
+            .collect();
+        let mut good: Vec<(&str, &str)> =
+            rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect();
+        let mut bad = good.clone();
+        bad.push(("a", "not a number"));
+        view.apply(&agg.push(&batch(&good[..1])).unwrap());
+        assert!(agg.push(&batch(&bad[1..])).is_err(), "{ctx}");
+        assert_eq!(
+            agg.metrics().unwrap().rows_in,
+            1,
+            "{ctx}: nothing of the bad batch"
+        );
+        clock.set_ms(25);
+        assert!(agg.push(&batch(&[("e", "x")])).is_err(), "{ctx}");
+        view.apply(&agg.push(&batch(&good[1..])).unwrap());
+        view.apply(&agg.finish().unwrap());
+        good.sort();
+        assert_eq!(view.rows(), expected(&good), "{ctx}");
+    }
+}
