@@ -126,6 +126,9 @@ pub struct Config {
     /// `tally.exec.local-agg.adaptive.probe-interval` (default 1000000): input rows that bypass
     /// the local phase before it is measured again.
     pub adaptive_probe_interval: u64,
+    /// The keys given to [`Config::set`] (and not reset since), so that a warning can tell a
+    /// chosen value from a default ([`Config::is_set`]).
+    pub(crate) explicit: std::collections::BTreeSet<&'static str>,
 }
 
 impl Default for Config {
@@ -145,9 +148,18 @@ impl Default for Config {
             adaptive_threshold: 0.2,
             adaptive_min_rows: 100_000,
             adaptive_probe_interval: 1_000_000,
+            explicit: std::collections::BTreeSet::new(),
         }
     }
 }
+
+/// The keys of the adaptive local phase's options.
+pub const ADAPTIVE_KEYS: &[&str] = &[
+    ADAPTIVE_ENABLED,
+    ADAPTIVE_THRESHOLD,
+    ADAPTIVE_MIN_ROWS,
+    ADAPTIVE_PROBE_INTERVAL,
+];
 
 impl Config {
     /// A configuration from `(key, value)` pairs applied in order over the defaults, then
@@ -182,6 +194,14 @@ impl Config {
     /// # Errors
     /// An unknown key or a value that does not parse; the error names the key.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        self.set_value(key, value)?;
+        if let Some(k) = KEYS.iter().find(|k| **k == key) {
+            self.explicit.insert(k);
+        }
+        Ok(())
+    }
+
+    fn set_value(&mut self, key: &str, value: &str) -> Result<()> {
         match key {
             MINI_BATCH_ENABLED => self.mini_batch_enabled = parse_bool(key, value)?,
             MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = parse_duration(key, value)?,
@@ -270,6 +290,7 @@ impl Config {
     /// # Errors
     /// An unknown key.
     pub fn reset(&mut self, key: &str) -> Result<()> {
+        self.explicit.remove(key);
         let d = Config::default();
         match key {
             MINI_BATCH_ENABLED => self.mini_batch_enabled = d.mini_batch_enabled,
@@ -289,6 +310,73 @@ impl Config {
             _ => return Err(Error::config(key, "unknown option")),
         }
         Ok(())
+    }
+
+    /// The current value of option `key` as [`Config::entries`] prints it.
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.entries()
+            .into_iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// Whether option `key` was chosen: given to [`Config::set`], or holding a value other than
+    /// its default.
+    pub fn is_set(&self, key: &str) -> bool {
+        self.explicit.contains(key) || self.value(key) != Config::default().value(key)
+    }
+
+    /// Settings that have no effect whatever the query (each a warning, an error under
+    /// `tally.strict`): a mini-batch size or latency while mini-batch is off, a bucket number
+    /// while split-distinct is off, a state TTL below the operator's 1 ms resolution.
+    pub fn ineffective_settings(&self) -> Vec<String> {
+        let mut out = vec![];
+        let shown = |key: &str| self.value(key).unwrap_or_default();
+        if !self.mini_batch_enabled {
+            for key in [MINI_BATCH_SIZE, MINI_BATCH_ALLOW_LATENCY] {
+                if self.is_set(key) {
+                    out.push(format!(
+                        "'{key}' = '{}' has no effect: '{MINI_BATCH_ENABLED}' is false",
+                        shown(key)
+                    ));
+                }
+            }
+        }
+        if !self.split_enabled && self.is_set(SPLIT_BUCKET_NUM) {
+            out.push(format!(
+                "'{SPLIT_BUCKET_NUM}' = '{}' has no effect: '{SPLIT_ENABLED}' is false",
+                shown(SPLIT_BUCKET_NUM)
+            ));
+        }
+        if !self.state_ttl.is_zero() && self.state_ttl.as_millis() == 0 {
+            let ns = self.state_ttl.as_nanos();
+            let ttl = if ns.is_multiple_of(1000) {
+                format!("{} us", ns / 1000)
+            } else {
+                format!("{ns} ns")
+            };
+            out.push(format!(
+                "'{STATE_TTL}' = '{ttl}' has no effect: it is below the state's 1 ms resolution, so state never expires (Flink keeps TTLs in whole milliseconds too)"
+            ));
+        }
+        out
+    }
+
+    /// The warning for the adaptive local phase's options set where no local phase runs, if
+    /// any was set.
+    pub fn adaptive_without_local_phase(&self) -> Option<String> {
+        let set: Vec<String> = ADAPTIVE_KEYS
+            .iter()
+            .filter(|k| self.is_set(k))
+            .map(|k| format!("'{k}'"))
+            .collect();
+        (!set.is_empty()).then(|| {
+            format!(
+                "{} {} no effect: no local phase runs (two-phase aggregation needs mini-batch and '{AGG_PHASE_STRATEGY}' other than ONE_PHASE)",
+                set.join(", "),
+                if set.len() == 1 { "has" } else { "have" }
+            )
+        })
     }
 
     /// Checks that the options fit together, with Flink's messages: enabling mini-batch needs a
@@ -313,6 +401,39 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Reports settings that have no effect: under `tally.strict` the first is an error; otherwise
+/// each is printed once per process on standard error (the library's equivalent of the
+/// planner's PLAN_ADVICE warnings; callers also keep them to show).
+///
+/// # Errors
+/// `tally.strict` and a warning.
+pub(crate) fn report_warnings(config: &Config, warnings: &[String]) -> Result<()> {
+    static PRINTED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if let Some(w) = warnings.first()
+        && config.strict
+    {
+        return Err(strict_error(w));
+    }
+    let mut printed = PRINTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for w in warnings {
+        if printed.insert(w.clone()) {
+            eprintln!("warning: {w}");
+        }
+    }
+    Ok(())
+}
+
+/// The error a warning becomes under `tally.strict`.
+pub(crate) fn strict_error(warning: &str) -> Error {
+    Error::config(
+        STRICT,
+        format!("{warning} (tally.strict = true turns this warning into an error)"),
+    )
 }
 
 fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(

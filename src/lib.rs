@@ -61,6 +61,7 @@ pub mod datagen;
 pub mod error;
 pub mod functions;
 pub mod operator;
+pub mod phases;
 pub mod pipeline;
 pub mod plan;
 pub mod replay;

@@ -146,10 +146,16 @@ impl GroupAggregateBuilder {
 
     /// Validates the configuration, resolves the query and builds the operator.
     ///
+    /// Settings that have no effect (a mini-batch size while mini-batch is off, the adaptive
+    /// local phase's options in this one-phase operator, …: [`Config::ineffective_settings`])
+    /// are printed once on standard error and kept in [`GroupAggregate::warnings`]; under
+    /// `tally.strict` they are errors.
+    ///
     /// # Errors
     /// Configuration errors (Flink's messages; `TWO_PHASE`, which needs
-    /// [`GroupAggregateBuilder::build_parallel`]; split-distinct, which the SQL planner applies)
-    /// and plan errors (unknown column, unsupported function or type).
+    /// [`GroupAggregateBuilder::build_parallel`]; split-distinct, which the SQL planner applies;
+    /// with `tally.strict`, a setting that has no effect) and plan errors (unknown column,
+    /// unsupported function or type).
     pub fn build(self) -> Result<GroupAggregate> {
         self.config.validate()?;
         if self.config.agg_phase_strategy == AggPhaseStrategy::TwoPhase {
@@ -159,11 +165,17 @@ impl GroupAggregateBuilder {
             ));
         }
         let plan = self.resolve()?;
-        GroupAggregate::try_new(
+        // No local phase runs in this operator.
+        let mut warnings = self.config.ineffective_settings();
+        warnings.extend(self.config.adaptive_without_local_phase());
+        crate::config::report_warnings(&self.config, &warnings)?;
+        let mut agg = GroupAggregate::try_new(
             Arc::new(plan),
             self.config,
             self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
-        )
+        )?;
+        agg.warnings = warnings;
+        Ok(agg)
     }
 }
 
@@ -181,23 +193,31 @@ impl GroupAggregateBuilder {
 
     /// Validates the configuration, resolves the query and builds a [`ParallelAggregate`] over
     /// `table.exec.resource.default-parallelism` workers, in two phases where Flink would use
-    /// them (mini-batch on and `table.optimizer.agg-phase-strategy` not `ONE_PHASE`).
+    /// them (mini-batch on and `table.optimizer.agg-phase-strategy` not `ONE_PHASE`; see
+    /// [`crate::phases`]). Settings that have no effect (`TWO_PHASE` without mini-batch, say)
+    /// are warnings, as for [`GroupAggregateBuilder::build`].
     ///
     /// # Errors
     /// As [`GroupAggregateBuilder::build`].
     pub fn build_parallel(self) -> Result<ParallelAggregate> {
         self.config.validate()?;
         let plan = self.resolve()?;
-        let two_phase = self.config.mini_batch_enabled
-            && self.config.agg_phase_strategy != AggPhaseStrategy::OnePhase;
+        let decision = crate::phases::decide(&self.config, false, |_| "the aggregate".into());
+        let mut warnings = self.config.ineffective_settings();
+        warnings.extend(decision.warnings);
+        if !decision.two_phase {
+            warnings.extend(self.config.adaptive_without_local_phase());
+        }
+        crate::config::report_warnings(&self.config, &warnings)?;
         let runtime = Runtime::new(self.config.parallelism)?;
-        ParallelAggregate::try_new(
+        Ok(ParallelAggregate::try_new(
             Arc::new(plan),
             self.config,
             self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             runtime,
-            two_phase,
-        )
+            decision.two_phase,
+        )?
+        .with_warnings(warnings))
     }
 }
 
@@ -311,6 +331,8 @@ pub struct GroupAggregate {
     /// Groups restored without a TTL timestamp (from a snapshot taken without a TTL) count as
     /// written at the first clock reading after the restore.
     unstamped: bool,
+    /// Settings that had no effect, found by the builder.
+    warnings: Vec<String>,
 }
 
 /// Rows routed to one worker by the exchange: evaluated columns and each row's key hash.
@@ -377,6 +399,7 @@ impl GroupAggregate {
             driven: false,
             key_rows: vec![],
             unstamped: false,
+            warnings: vec![],
         })
     }
 
@@ -477,6 +500,11 @@ impl GroupAggregate {
         &self.config
     }
 
+    /// The settings that had no effect on this operator, as the builder reported them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// Counters so far, with the current state size.
     pub fn metrics(&self) -> Metrics {
         let mut m = self.metrics.clone();
@@ -569,6 +597,11 @@ impl GroupAggregate {
         self.fire()?;
         self.emit(&mut out)?;
         Ok(out)
+    }
+
+    /// Sets `tally.exec.emit.update-before` (see [`ParallelAggregate::set_emit_update_before`]).
+    pub(crate) fn set_emit_update_before(&mut self, emit: bool) {
+        self.config.emit_update_before = emit;
     }
 
     /// Hands mini-batch firing to a parallel runtime (see [`Self::driven`]).

@@ -378,6 +378,8 @@ pub struct ParallelAggregate {
     aggregate: StageMetrics,
     rounds: u64,
     min_slice_rows: usize,
+    /// Settings that had no effect, found by the builder.
+    warnings: Vec<String>,
 }
 
 impl ParallelAggregate {
@@ -449,6 +451,7 @@ impl ParallelAggregate {
             }),
             rounds: 0,
             min_slice_rows: MIN_SLICE_ROWS,
+            warnings: vec![],
         })
     }
 
@@ -457,6 +460,27 @@ impl ParallelAggregate {
     pub fn with_min_slice_rows(mut self, rows: usize) -> Self {
         self.min_slice_rows = rows.max(1);
         self
+    }
+
+    /// Sets `tally.exec.emit.update-before` on every worker: with `false` no `-U` row is
+    /// emitted (for an upsert consumer keyed by the group keys).
+    pub fn set_emit_update_before(&mut self, emit: bool) {
+        self.config.emit_update_before = emit;
+        for w in &mut self.workers {
+            w.agg.set_emit_update_before(emit);
+        }
+    }
+
+    /// Keeps the settings that had no effect on this aggregate (see
+    /// [`ParallelAggregate::warnings`]).
+    pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.warnings = warnings;
+        self
+    }
+
+    /// The settings that had no effect on this aggregate, as the builder reported them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Whether it runs a local and a global phase.

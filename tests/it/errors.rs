@@ -452,3 +452,82 @@ fn a_failing_batch_loses_no_change_that_became_due() {
         assert_eq!(view.rows(), expected(&good), "{ctx}");
     }
 }
+
+/// The library reports settings that have no effect as the SQL planner does: a warning kept by
+/// the operator (and printed once on standard error), an error under `tally.strict`.
+#[test]
+fn library_reports_settings_without_effect() {
+    /// (parallel operator, options, the warning's start)
+    type Case = (bool, Vec<(&'static str, &'static str)>, &'static str);
+    let schema = kv_schema(false);
+    let cases: Vec<Case> = vec![
+        (
+            false,
+            vec![("table.exec.mini-batch.size", "500")],
+            "'table.exec.mini-batch.size' = '500' has no effect: 'table.exec.mini-batch.enabled' is false",
+        ),
+        (
+            true,
+            vec![("table.exec.mini-batch.allow-latency", "5 s")],
+            "'table.exec.mini-batch.allow-latency' = '5000 ms' has no effect",
+        ),
+        (
+            false,
+            vec![("table.optimizer.distinct-agg.split.bucket-num", "8")],
+            "'table.optimizer.distinct-agg.split.bucket-num' = '8' has no effect",
+        ),
+        (
+            false,
+            vec![("tally.exec.local-agg.adaptive.min-rows", "10")],
+            "'tally.exec.local-agg.adaptive.min-rows' has no effect: no local phase runs",
+        ),
+        (
+            true,
+            vec![
+                ("table.exec.mini-batch.enabled", "true"),
+                ("table.exec.mini-batch.allow-latency", "1 s"),
+                ("table.exec.mini-batch.size", "10"),
+                ("table.optimizer.agg-phase-strategy", "ONE_PHASE"),
+                ("tally.exec.local-agg.adaptive.threshold", "0.5"),
+            ],
+            "'tally.exec.local-agg.adaptive.threshold' has no effect: no local phase runs",
+        ),
+        (
+            true,
+            vec![("table.optimizer.agg-phase-strategy", "TWO_PHASE")],
+            "'table.optimizer.agg-phase-strategy' = 'TWO_PHASE' has no effect: two-phase aggregation needs mini-batch",
+        ),
+        (
+            true,
+            vec![("table.exec.state.ttl", "999 us")],
+            "'table.exec.state.ttl' = '999 us' has no effect: it is below the state's 1 ms resolution",
+        ),
+    ];
+    for (parallel, pairs, warning) in cases {
+        let build = |strict: bool| {
+            let mut b = GroupAggregate::builder(schema.clone())
+                .group_by([col("k")])
+                .aggregate([count_star()]);
+            for (k, v) in &pairs {
+                b = b.option(k, v).unwrap();
+            }
+            if strict {
+                b = b.option("tally.strict", "true").unwrap();
+            }
+            if parallel {
+                b.build_parallel().map(|a| a.warnings().to_vec())
+            } else {
+                b.build().map(|a| a.warnings().to_vec())
+            }
+        };
+        let warnings = build(false).unwrap();
+        assert!(
+            warnings.len() == 1 && warnings[0].starts_with(warning),
+            "{pairs:?}: {warnings:?}"
+        );
+        let e = build(true).unwrap_err();
+        assert!(e.is_user_error(), "{e}");
+        let e = e.to_string();
+        assert!(e.contains(warning) && e.contains("tally.strict"), "{e}");
+    }
+}
