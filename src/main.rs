@@ -24,7 +24,9 @@ use tally::changelog::RowKind;
 use tally::checkpoint::{Checkpoint, CheckpointDir};
 use tally::pipeline::ChangeBatch;
 use tally::sink::{FinalTable, MultisetTable};
-use tally::sql::{PlannedQuery, Session, StatementResult, split_statements};
+use tally::sql::{
+    PlannedQuery, Session, StatementKind, StatementResult, classify, split_statements,
+};
 use tally::{Error, Result};
 
 #[path = "cli/bench.rs"]
@@ -359,14 +361,7 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
     let statements = split_statements(&script)?;
     let queries = statements
         .iter()
-        .filter(|s| {
-            let w = s
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_ascii_uppercase();
-            w == "SELECT" || w == "WITH"
-        })
+        .filter(|s| classify(s) == StatementKind::Query)
         .count();
     if queries > 1 && args.output != "-" {
         return Err(Error::invalid_input(format!(

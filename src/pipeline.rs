@@ -92,6 +92,20 @@ pub trait Stage: Send + std::fmt::Debug {
         false
     }
 
+    /// Whether every input row comes out as one output row of the same kind (a projection):
+    /// a consumer of the stage's output sees its input's changes one for one.
+    fn passes_every_row(&self) -> bool {
+        false
+    }
+
+    /// Switches an aggregate's `-U` rows off (for an upsert consumer keyed by its group keys).
+    ///
+    /// # Errors
+    /// A stage that is not an aggregate.
+    fn drop_update_before(&mut self) -> Result<()> {
+        Err(Error::internal("only an aggregate emits -U rows"))
+    }
+
     /// The stage's keyed state (an aggregate's), as snapshot batches and their schema; `None`
     /// for a stateless stage. Taken after [`Stage::finish`], when nothing is buffered.
     ///
@@ -215,6 +229,10 @@ impl CalcStage {
 }
 
 impl Stage for CalcStage {
+    fn passes_every_row(&self) -> bool {
+        self.filter.is_none()
+    }
+
     fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         let this = &*self;
         let mut out = Vec::with_capacity(slices.len());
@@ -344,6 +362,11 @@ impl Stage for AggregateStage {
         true
     }
 
+    fn drop_update_before(&mut self) -> Result<()> {
+        self.agg.set_emit_update_before(false);
+        Ok(())
+    }
+
     fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
         Ok(Some((self.agg.snapshot_schema(), self.agg.snapshot()?)))
     }
@@ -374,6 +397,11 @@ impl Pipeline {
     /// The stages.
     pub fn stages(&self) -> &[Box<dyn Stage>] {
         &self.stages
+    }
+
+    /// The stages, to adjust them before the pipeline runs.
+    pub fn stages_mut(&mut self) -> &mut [Box<dyn Stage>] {
+        &mut self.stages
     }
 
     /// The metrics of every aggregate stage, first to last.

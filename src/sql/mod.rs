@@ -24,6 +24,7 @@
 //! ```
 
 pub mod functions;
+mod names;
 pub mod planner;
 pub mod queries;
 mod split;
@@ -72,8 +73,6 @@ pub enum StatementResult {
 #[derive(Debug, Default)]
 pub struct Session {
     config: Config,
-    /// Keys set explicitly (so that warnings can tell a chosen value from a default).
-    explicit: BTreeSet<String>,
     tables: BTreeMap<String, FileTable>,
     /// Warnings already printed (each is printed once).
     warned: BTreeSet<String>,
@@ -147,6 +146,41 @@ pub fn split_statements(script: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// What a statement of a script does, from its first keyword (after any opening parentheses:
+/// `(SELECT …)` is a query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatementKind {
+    /// `SET` (or `SET;`, which lists the options).
+    Set,
+    /// `RESET`.
+    Reset,
+    /// `CREATE TABLE`.
+    Create,
+    /// `EXPLAIN [ANALYZE] …`.
+    Explain,
+    /// A query (`SELECT`, `WITH`, or either in parentheses): it produces rows.
+    Query,
+    /// `INSERT INTO`, which Tally refuses with advice.
+    Insert,
+    /// Anything else (an error when executed).
+    Other,
+}
+
+/// The kind of `stmt`: the one classification [`Session::execute`] and the command line (which
+/// counts a script's queries) both use.
+pub fn classify(stmt: &str) -> StatementKind {
+    match first_word(stmt).as_str() {
+        "SET" => StatementKind::Set,
+        "RESET" => StatementKind::Reset,
+        "CREATE" => StatementKind::Create,
+        "EXPLAIN" => StatementKind::Explain,
+        "SELECT" | "WITH" => StatementKind::Query,
+        "INSERT" => StatementKind::Insert,
+        _ => StatementKind::Other,
+    }
+}
+
 /// The first word of a statement, upper-cased.
 fn first_word(stmt: &str) -> String {
     stmt.split(|c: char| c.is_whitespace() || c == '(' || c == ';')
@@ -200,14 +234,7 @@ impl Session {
     /// # Errors
     /// An unknown key or a bad value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        self.config.set(key, value)?;
-        self.explicit.insert(key.to_string());
-        Ok(())
-    }
-
-    /// Whether `key` was set explicitly.
-    pub fn is_explicit(&self, key: &str) -> bool {
-        self.explicit.contains(key)
+        self.config.set(key, value)
     }
 
     /// Records a warning; returns it the first time it is seen, `None` after.
@@ -223,20 +250,23 @@ impl Session {
     /// Bad SQL, unknown tables or columns, bad options, unsupported constructs: each a one-line
     /// error naming the problem.
     pub fn execute(&mut self, stmt: &str) -> Result<StatementResult> {
-        match first_word(stmt).as_str() {
-            "SET" => self.execute_set(stmt),
-            "RESET" => self.execute_reset(stmt),
-            "CREATE" => self.execute_create(stmt),
-            "EXPLAIN" => self.execute_explain(stmt),
-            "SELECT" | "WITH" | "(" => {
+        match classify(stmt) {
+            StatementKind::Set => self.execute_set(stmt),
+            StatementKind::Reset => self.execute_reset(stmt),
+            StatementKind::Create => self.execute_create(stmt),
+            StatementKind::Explain => self.execute_explain(stmt),
+            StatementKind::Query => {
                 let query = self.plan_query(stmt)?;
                 Ok(StatementResult::Query(Box::new(query)))
             }
-            "INSERT" => Err(sql_error(
+            StatementKind::Insert => Err(sql_error(
                 stmt,
                 "INSERT INTO is not supported: run the SELECT and choose the output with --output/--format",
             )),
-            other => Err(sql_error(stmt, format!("unsupported statement '{other}'"))),
+            StatementKind::Other => Err(sql_error(
+                stmt,
+                format!("unsupported statement '{}'", first_word(stmt)),
+            )),
         }
     }
 
@@ -263,14 +293,12 @@ impl Session {
         let rest = after_first_word(stmt).trim();
         if rest.is_empty() {
             self.config = Config::default();
-            self.explicit.clear();
             return Ok(StatementResult::Done(
                 "[INFO] Execute statement succeeded. (all options reset)".into(),
             ));
         }
         let key = unquote(rest);
         self.config.reset(&key)?;
-        self.explicit.remove(&key);
         Ok(StatementResult::Done(format!(
             "[INFO] Execute statement succeeded. ('{key}' reset)"
         )))
@@ -342,9 +370,15 @@ impl Session {
         if statements.len() != 1 {
             return Err(sql_error(sql, "expected one query"));
         }
-        let statement: DFStatement = statements
+        let mut statement: DFStatement = statements
             .pop_front()
             .ok_or_else(|| sql_error(sql, "empty query"))?;
+        if let DFStatement::Statement(s) = &mut statement
+            && let sqlparser::ast::Statement::Query(q) = s.as_mut()
+        {
+            // Flink's output names: aliases, column names, `EXPR$n`.
+            names::name_columns(q);
+        }
         let options = ParserOptions {
             enable_ident_normalization: false,
             ..ParserOptions::default()

@@ -599,6 +599,10 @@ struct Ctx<'a> {
     /// Aliases of the Projection being planned (output column → alias), for the aggregate
     /// below it to name its results in EXPLAIN.
     pending: HashMap<String, String>,
+    /// Each aggregate's EXPLAIN label and role, in planning order (its index).
+    labels: Vec<(String, Role)>,
+    /// Aggregates planned with a local phase.
+    local_phases: usize,
 }
 
 /// Plans `plan` (from `sql`) for `session`.
@@ -616,7 +620,6 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         }
         Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
     })?;
-    let update_before = config.emit_update_before;
     let runtime = Runtime::new(config.parallelism)?;
     let mut ctx = Ctx {
         session,
@@ -630,7 +633,12 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         strategy: vec![],
         warnings: vec![],
         pending: HashMap::new(),
+        labels: vec![],
+        local_phases: 0,
     };
+    for w in ctx.config.ineffective_settings() {
+        ctx.warn(w)?;
+    }
     // A replayed table (time column) drives the clock from its recorded time.
     let mut table_name = None;
     plan.apply(|n| {
@@ -648,7 +656,14 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         ctx.clock = Arc::new(clock.clone());
         ctx.manual = Some(clock);
     }
-    let built = build(&mut ctx, plan)?;
+    let mut built = build(&mut ctx, plan)?;
+    if ctx.has_aggregate
+        && ctx.local_phases == 0
+        && let Some(w) = ctx.config.adaptive_without_local_phase()
+    {
+        ctx.warn(w)?;
+    }
+    let update_before = settle_update_before(&mut ctx, &mut built)?;
     Ok(PlannedQuery {
         table: built.table,
         pipeline: Pipeline::new(built.stages, runtime),
@@ -670,10 +685,7 @@ impl Ctx<'_> {
     /// Records a warning about a setting with no effect; an error under `tally.strict`.
     fn warn(&mut self, w: String) -> Result<()> {
         if self.config.strict {
-            return Err(Error::config(
-                "tally.strict",
-                format!("{w} (tally.strict = true turns this warning into an error)"),
-            ));
+            return Err(crate::config::strict_error(&w));
         }
         self.advice.push(Advice {
             kind: "WARNING",
@@ -682,6 +694,80 @@ impl Ctx<'_> {
         self.warnings.push(w);
         Ok(())
     }
+}
+
+/// Applies `tally.exec.emit.update-before = false` as Flink's changelog-mode inference does: an
+/// aggregate may drop its `-U` rows only when its changes go straight to the sink (through
+/// projections that keep its group keys), where an upsert consumer keyed by those keys needs
+/// none; an aggregate whose changes feed a filter, another aggregate or a projection that drops
+/// its keys keeps them, and the plan says why (a warning; an error under `tally.strict`).
+/// Returns whether the query's output carries `-U` rows.
+fn settle_update_before(ctx: &mut Ctx<'_>, built: &mut Built) -> Result<bool> {
+    if ctx.config.emit_update_before {
+        return Ok(true);
+    }
+    let key = crate::config::EMIT_UPDATE_BEFORE;
+    let stateful: Vec<usize> = (0..built.stages.len())
+        .filter(|&i| built.stages[i].keeps_state())
+        .collect();
+    let Some(&last) = stateful.last() else {
+        ctx.warn(format!(
+            "'{key}' = 'false' has no effect: the query has no aggregate, whose -U rows it would drop"
+        ))?;
+        return Ok(true);
+    };
+    let mut dropped = false;
+    for (agg, &stage) in stateful.iter().enumerate() {
+        let Some((label, role)) = ctx.labels.get(agg).cloned() else {
+            return Err(Error::internal("an aggregate stage without a plan node"));
+        };
+        if role == Role::Partial {
+            // A split's PARTIAL feeds its FINAL, which retracts with the -U rows.
+            continue;
+        }
+        let later = &built.stages[stage + 1..];
+        let reason = if later.iter().any(|s| s.keeps_state()) {
+            Some("another aggregate")
+        } else if !later.iter().all(|s| s.passes_every_row()) {
+            Some("a filter (WHERE or HAVING) over its results")
+        } else if built.keys.is_none() {
+            Some("a projection without its group keys, by which an upsert consumer would key them")
+        } else {
+            None
+        };
+        let node = built.nodes.iter().rposition(|n| {
+            n.stage.is_some_and(|(i, name)| {
+                i == agg && matches!(name, "GroupAggregate" | "GlobalGroupAggregate")
+            })
+        });
+        match reason {
+            None => {
+                built.stages[stage].drop_update_before()?;
+                dropped = stage == last;
+                if let Some(node) = node {
+                    for n in &mut built.nodes[node..] {
+                        n.mode.retain(|m| *m != "UB");
+                    }
+                }
+                ctx.strategy.push(format!(
+                    "{label}: emits no -U rows ('{key}' = 'false'): its changes go straight to the sink, which upserts them by the group keys."
+                ));
+            }
+            Some(reason) => {
+                ctx.strategy.push(format!(
+                    "{label}: keeps its -U rows: its changes feed {reason}, which needs them."
+                ));
+                ctx.warn(format!(
+                    "'{key}' = 'false' has no effect on {label}: its changes feed {reason}, which needs the -U rows (Flink keeps them there too)"
+                ))?;
+                if let Some(node) = node {
+                    let id = ctx.advice.len();
+                    built.nodes[node].advice.push(id);
+                }
+            }
+        }
+    }
+    Ok(!dropped)
 }
 
 fn unsupported(what: &str) -> Error {
@@ -1087,8 +1173,8 @@ fn aggregate_on(
     // The resolved kind of each call (COUNT(*) or COUNT(x), MIN/MAX, …), for EXPLAIN.
     let kinds: Vec<AggregateKind> = plan.calls.iter().map(|c| c.kind).collect();
 
-    // Is the input already partitioned by these keys (an aggregate grouped by the same columns
-    // below)? Then a local phase cannot help (Flink's condition 4).
+    // Is the input already partitioned by these keys (an aggregate grouped by some of these
+    // columns below)? Then a local phase cannot help (Flink's condition 4).
     let partitioned = built.keys.as_ref().is_some_and(|prev| {
         let mine: Option<Vec<usize>> = agg
             .group_expr
@@ -1098,23 +1184,22 @@ fn aggregate_on(
                 _ => None,
             })
             .collect();
-        mine.is_some_and(|mut m| {
-            let mut p = prev.clone();
-            m.sort_unstable();
-            p.sort_unstable();
-            m == p
-        })
+        // Partitioned by a subset of the keys: every group lives on one worker already.
+        mine.is_some_and(|m| !prev.is_empty() && prev.iter().all(|k| m.contains(k)))
     });
     let cfg = ctx.config.clone();
     let mb = cfg.mini_batch_enabled;
     let strategy = cfg.agg_phase_strategy;
-    let two_phase = mb && strategy != AggPhaseStrategy::OnePhase && !partitioned;
+    let decision = crate::phases::decide(&cfg, partitioned, |two_phase| {
+        aggregate_label(two_phase, &agg.group_expr)
+    });
+    let two_phase = decision.two_phase;
+    ctx.local_phases += usize::from(two_phase);
     let mut op_config = cfg.clone();
     op_config.split_enabled = false;
-    if role == Role::Partial {
-        // The final aggregate retracts what the partial emitted before: it needs the -U rows.
-        op_config.emit_update_before = true;
-    }
+    // Every aggregate emits -U rows; the one whose changes go straight to an upsert sink may
+    // drop them once the whole plan is known (`settle_update_before`).
+    op_config.emit_update_before = true;
     let operator = ParallelAggregate::try_new(
         Arc::new(plan),
         op_config,
@@ -1298,11 +1383,8 @@ fn aggregate_on(
         advice: vec![],
         stage: Some((agg_index, "Exchange")),
     });
-    let mut out_mode = vec!["I"];
-    if ctx.config.emit_update_before || role == Role::Partial {
-        out_mode.push("UB");
-    }
-    out_mode.push("UA");
+    // -U rows, unless the plan lets the last aggregate drop them (`settle_update_before`).
+    let mut out_mode = vec!["I", "UB", "UA"];
     if changelog {
         out_mode.push("D");
     }
@@ -1317,10 +1399,8 @@ fn aggregate_on(
         "select=[{}]",
         if two_phase { &global_select } else { &select }.join(", ")
     ));
-    let label = match &group_by {
-        Some(g) => format!("{node_name}({g})"),
-        None => node_name.to_string(),
-    };
+    let label = aggregate_label(two_phase, &agg.group_expr);
+    ctx.labels.push((label.clone(), role));
 
     let mut node_advice = vec![];
     let workers = ctx.runtime.parallelism();
@@ -1375,12 +1455,10 @@ fn aggregate_on(
             ),
         });
         node_advice.push(ctx.advice.len());
-        if strategy == AggPhaseStrategy::TwoPhase && !mb {
-            ctx.warn(format!(
-                "'{AGG_PHASE_STRATEGY}' = 'TWO_PHASE' has no effect: two-phase aggregation needs mini-batch; set '{MINI_BATCH_ENABLED}' to 'true' with a positive '{MINI_BATCH_ALLOW_LATENCY}' and '{MINI_BATCH_SIZE}'"
-            ))?;
-            node_advice.push(ctx.advice.len());
-        }
+    }
+    for w in decision.warnings {
+        ctx.warn(w)?;
+        node_advice.push(ctx.advice.len());
     }
     ctx.strategy.push(note);
     // Split-distinct (the parts of a split aggregate are not split again).
@@ -1422,6 +1500,21 @@ fn aggregate_on(
     built.keys = Some((0..agg.group_expr.len()).collect());
     built.names = names;
     Ok(built)
+}
+
+/// How EXPLAIN's strategy notes and warnings name an aggregate:
+/// `GroupAggregate(groupBy=[k])`, `GlobalGroupAggregate(groupBy=[k])`, or the name alone.
+fn aggregate_label(two_phase: bool, group_expr: &[Expr]) -> String {
+    let name = if two_phase {
+        "GlobalGroupAggregate"
+    } else {
+        "GroupAggregate"
+    };
+    if group_expr.is_empty() {
+        return name.to_string();
+    }
+    let keys: Vec<String> = group_expr.iter().map(show).collect();
+    format!("{name}(groupBy=[{}])", keys.join(", "))
 }
 
 /// An expression in Flink's explain style: unqualified columns, SQL literals, upper-case

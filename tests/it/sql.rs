@@ -774,12 +774,99 @@ fn final_table_without_update_before() {
     let mut expected = expected;
     expected.sort();
     assert_eq!(csv_rows(&out), expected);
-    let (code, _, err) = tally(
+    // Without its keys in the SELECT, nothing could upsert the changes: the aggregate keeps
+    // its -U rows (a warning says so) and the final table is the multiset of counts.
+    let (code, out, err) = tally(
         &format!("{table} {no_ub} SELECT COUNT(*) AS n FROM t GROUP BY k;"),
-        &["--emit", "final"],
+        &["--emit", "final", "--format", "csv"],
     );
-    assert_eq!(code, 1);
-    assert!(err.contains("group keys"), "{err}");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("has no effect on GroupAggregate(groupBy=[k])")
+            && err.contains("without its group keys"),
+        "{err}"
+    );
+    let mut counts: Vec<String> = csv_reference(&rows)
+        .iter()
+        .map(|l| l.split(',').nth(1).unwrap().to_string())
+        .collect();
+    counts.sort();
+    assert_eq!(csv_rows(&out), counts);
+}
+
+/// `tally.exec.emit.update-before = false` drops `-U` rows only where the aggregate's changes go
+/// straight to the sink; an aggregate feeding another one or a HAVING keeps them (Flink's
+/// changelog-mode inference), which the plan shows and a warning says. The example:
+/// both queries used to lose rows.
+#[test]
+fn update_before_is_dropped_only_where_the_sink_upserts() {
+    let dir = scratch("ub-nested");
+    let path = dir.join("t.csv");
+    std::fs::write(&path, "k,v\na,1\na,2\nb,3\na,4\nb,5\n").unwrap();
+    let table = format!(
+        "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');",
+        path.display()
+    );
+    let no_ub = "SET 'tally.exec.emit.update-before' = 'false';";
+    let nested =
+        "SELECT c, COUNT(*) AS n FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) GROUP BY c;";
+    let having = "SELECT k, COUNT(*) AS c FROM t GROUP BY k HAVING COUNT(*) < 3;";
+    for settings in ["", MINI_BATCH] {
+        for (query, want) in [(nested, vec!["2,1", "3,1"]), (having, vec!["b,2"])] {
+            let script = format!("{table} {no_ub} {settings} {query}");
+            let (code, out, err) = tally(&script, &["--emit", "final", "--format", "csv"]);
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(csv_rows(&out), want, "{query} {settings}");
+            assert!(err.contains("which needs the -U rows"), "{err}");
+            // The changelog applied as a multiset gives the same table.
+            let changelog = ok(&script, &["--format", "csv"]);
+            let mut table: BTreeMap<String, i64> = BTreeMap::new();
+            for line in changelog.lines().skip(1) {
+                let (op, row) = line.split_once(',').unwrap();
+                let d = if op.starts_with('+') { 1 } else { -1 };
+                *table.entry(row.to_string()).or_default() += d;
+            }
+            let rows: Vec<String> = table
+                .into_iter()
+                .filter(|(_, c)| *c != 0)
+                .map(|(r, _)| r)
+                .collect();
+            assert_eq!(rows, want, "{query} {settings}: changelog");
+        }
+    }
+    // EXPLAIN: the outer aggregate drops -U, the inner one keeps them, and says why.
+    let out = ok(
+        &format!("{table} {no_ub} EXPLAIN CHANGELOG_MODE, PLAN_ADVICE {nested}"),
+        &[],
+    );
+    assert!(
+        out.contains("groupBy=[c], select=[c, COUNT(*) AS n], changelogMode=[I,UA,D])"),
+        "{out}"
+    );
+    assert!(
+        out.contains("groupBy=[k], select=[k, COUNT(*) AS c], changelogMode=[I,UB,UA])"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "GroupAggregate(groupBy=[k]): keeps its -U rows: its changes feed another aggregate"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("GroupAggregate(groupBy=[c]): emits no -U rows"),
+        "{out}"
+    );
+    // Under tally.strict, keeping -U where they were asked away is an error.
+    let (code, _, err) = tally(
+        &format!("{table} {no_ub} SET 'tally.strict' = 'true'; {having}"),
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("tally.exec.emit.update-before") && err.contains("HAVING"),
+        "{err}"
+    );
 }
 
 /// The bundled scripts' final tables are the same under every strategy: mini-batch off and on,
@@ -1275,4 +1362,164 @@ fn corrupt_and_malformed_files_are_one_line_errors() {
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each setting that has no effect is a warning, printed once on standard error and listed in
+/// PLAN_ADVICE, and an error under `tally.strict`.
+#[test]
+fn settings_without_effect_warn_and_are_errors_when_strict() {
+    let dir = scratch("no-ops");
+    let path = dir.join("t.csv");
+    write_csv(&path, &csv_stream(false));
+    let table = csv_table(&path, false);
+    let nested_same_key =
+        "SELECT k, COUNT(*) AS m FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) GROUP BY k;";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            "SET 'table.exec.mini-batch.size' = '100';".into(),
+            CSV_QUERY,
+            "'table.exec.mini-batch.size' = '100' has no effect: 'table.exec.mini-batch.enabled' is false",
+        ),
+        (
+            "SET 'table.exec.mini-batch.allow-latency' = '2 s';".into(),
+            CSV_QUERY,
+            "'table.exec.mini-batch.allow-latency' = '2000 ms' has no effect: 'table.exec.mini-batch.enabled' is false",
+        ),
+        (
+            "SET 'table.optimizer.distinct-agg.split.bucket-num' = '16';".into(),
+            CSV_QUERY,
+            "'table.optimizer.distinct-agg.split.bucket-num' = '16' has no effect: 'table.optimizer.distinct-agg.split.enabled' is false",
+        ),
+        (
+            format!(
+                "{MINI_BATCH} SET 'table.optimizer.agg-phase-strategy' = 'ONE_PHASE'; SET 'tally.exec.local-agg.adaptive.threshold' = '0.5';"
+            ),
+            CSV_QUERY,
+            "'tally.exec.local-agg.adaptive.threshold' has no effect: no local phase runs",
+        ),
+        (
+            "SET 'tally.exec.local-agg.adaptive.enabled' = 'false';".into(),
+            CSV_QUERY,
+            "'tally.exec.local-agg.adaptive.enabled' has no effect: no local phase runs",
+        ),
+        (
+            format!("{MINI_BATCH} SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE';"),
+            nested_same_key,
+            "'table.optimizer.agg-phase-strategy' = 'TWO_PHASE' has no effect on GroupAggregate(groupBy=[k, c]): its input is already partitioned by its group keys",
+        ),
+        (
+            "SET 'table.exec.state.ttl' = '500 us';".into(),
+            CSV_QUERY,
+            "'table.exec.state.ttl' = '500 us' has no effect: it is below the state's 1 ms resolution",
+        ),
+        (
+            "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE';".into(),
+            CSV_QUERY,
+            "'table.optimizer.agg-phase-strategy' = 'TWO_PHASE' has no effect: two-phase aggregation needs mini-batch",
+        ),
+    ];
+    for (settings, query, warning) in cases {
+        let script = format!("{table} {settings} {query} {query}");
+        let (code, out, err) = tally(&script, &["--emit", "final", "--format", "csv"]);
+        assert_eq!(code, 0, "{settings}: {err}");
+        assert_eq!(err.matches(warning).count(), 1, "{settings}: {err}");
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "{settings}: one warning, once: {err}"
+        );
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with("k,")).count(),
+            2,
+            "{out}"
+        );
+        let advice = ok(
+            &format!("{table} {settings} EXPLAIN PLAN_ADVICE {query}"),
+            &[],
+        );
+        assert!(
+            advice.contains(&format!("[WARNING] {warning}")),
+            "{settings}: {advice}"
+        );
+        let (code, _, err) = tally(
+            &format!("{table} {settings} SET 'tally.strict' = 'true'; {query}"),
+            &[],
+        );
+        assert_eq!(code, 1, "{settings}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(warning) && err.contains("tally.strict"),
+            "{settings}: {err}"
+        );
+    }
+}
+
+/// `(SELECT …)` is a query for the command line as for the session: two of them cannot share
+/// one `--output` file (the second used to overwrite the first).
+#[test]
+fn parenthesized_queries_are_counted_as_queries() {
+    let dir = scratch("paren");
+    let path = dir.join("t.csv");
+    write_csv(&path, &csv_stream(false));
+    let table = csv_table(&path, false);
+    let out_file = dir.join("out.csv");
+    let output = out_file.to_str().unwrap();
+    let q1 = "(SELECT k, COUNT(*) AS n FROM t GROUP BY k)";
+    let q2 = "(SELECT k, SUM(v) AS s FROM t GROUP BY k)";
+    let (code, _, err) = tally(
+        &format!("{table} {q1}; {q2};"),
+        &["--emit", "final", "--output", output],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("2 queries") && !out_file.exists(), "{err}");
+    let (code, _, err) = tally(
+        &format!("{table} {q1};"),
+        &["--emit", "final", "--output", output],
+    );
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    let expected: Vec<String> = csv_reference(&csv_stream(false))
+        .iter()
+        .map(|l| l.split(',').take(2).collect::<Vec<_>>().join(","))
+        .collect();
+    assert_eq!(csv_rows(&written), expected);
+}
+
+/// Output columns carry Flink's names: an alias, a column's own name, else `EXPR$n` by the
+/// position in the select list (duplicates get Calcite's suffixes). Queries that repeat an
+/// expression, which DataFusion refused, run.
+#[test]
+fn output_columns_have_flinks_names() {
+    let dir = scratch("names");
+    let path = dir.join("t.csv");
+    let rows = csv_stream(false);
+    write_csv(&path, &rows);
+    let table = csv_table(&path, false);
+    let header = |query: &str| {
+        let out = ok(
+            &format!("{table} {query}"),
+            &["--emit", "final", "--format", "csv"],
+        );
+        (out.lines().next().unwrap().to_string(), csv_rows(&out))
+    };
+    let (h, body) = header("SELECT COUNT(1), COUNT(1) FROM t;");
+    assert_eq!(h, "EXPR$0,EXPR$1");
+    assert_eq!(body, vec![format!("{0},{0}", rows.len())]);
+    let (h, body) =
+        header("SELECT k, SUM(v), SUM(v), MAX(v) + 1, MAX(v) AS m, t.k FROM t GROUP BY k;");
+    assert_eq!(h, "k,EXPR$1,EXPR$2,EXPR$3,m,k0");
+    assert_eq!(body.len(), csv_reference(&rows).len());
+    for line in body {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f[1], f[2], "{line}");
+        assert_eq!(f[0], f[5], "{line}");
+    }
+    // The changelog's header too, after its op column; nested queries name their columns alike.
+    let out = ok(
+        &format!(
+            "{table} SELECT EXPR$1, COUNT(*) FROM (SELECT k, COUNT(*) FROM t GROUP BY k) GROUP BY EXPR$1;"
+        ),
+        &["--format", "csv"],
+    );
+    // `COUNT(*)` is `EXPR$1` by its position, taken by the column: Calcite's `EXPR$10`.
+    assert_eq!(out.lines().next(), Some("op,EXPR$1,EXPR$10"), "{out}");
 }
