@@ -280,8 +280,8 @@ impl CheckpointDir {
                 .ok()
                 .and_then(|l| l.into_iter().rev().map(|(_, p)| p).find(|p| p != &folder));
             match older {
-                Some(o) => Error::invalid_input(format!(
-                    "{e} (an older checkpoint is {}; restore it explicitly to resume from there)",
+                Some(o) => e.with_note(format!(
+                    "an older checkpoint is {}; restore it explicitly to resume from there",
                     o.display()
                 )),
                 None => e,
@@ -464,12 +464,20 @@ fn read_folder(folder: &Path) -> Result<Checkpoint> {
                 if u64::from(XxHash32::oneshot(0, &data)) != hash {
                     return Err(bad(format!("{file} fails its checksum")));
                 }
-                let reader = StreamReader::try_new(std::io::Cursor::new(data), None)
-                    .map_err(|e| bad(format!("{file}: {e}")))?;
-                let schema = reader.schema();
-                let batches = reader
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| bad(format!("{file}: {e}")))?;
+                // The checksums hold, but the bytes may still be crafted: the declared lengths
+                // are checked and arrow-ipc's panics caught, as for any input file.
+                let (schema, batches) =
+                    crate::decode::guarded(&format!("checkpoint {name}, {file}"), || {
+                        crate::decode::check_ipc_stream(&data)
+                            .map_err(|e| bad(format!("{file}: {e}")))?;
+                        let reader = StreamReader::try_new(std::io::Cursor::new(&data), None)
+                            .map_err(|e| bad(format!("{file}: {e}")))?;
+                        let schema = reader.schema();
+                        let batches = reader
+                            .collect::<std::result::Result<Vec<_>, _>>()
+                            .map_err(|e| bad(format!("{file}: {e}")))?;
+                        Ok((schema, batches))
+                    })?;
                 let got: usize = batches.iter().map(RecordBatch::num_rows).sum();
                 if got as u64 != rows {
                     return Err(bad(format!(
@@ -621,6 +629,63 @@ mod tests {
         let e = CheckpointDir::read(&path).unwrap_err().to_string();
         assert!(e.contains("version 2"), "{e}");
         assert!(CheckpointDir::read(&root.join("nothing")).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A checkpoint whose entry is crafted, with checksums that hold: the Arrow IPC inputs
+    /// `fuzz/` found to crash arrow-ipc (as streams: a file's messages follow its 8-byte
+    /// magic), read as a checkpoint entry, are errors, not panics or huge allocations.
+    #[test]
+    fn crafted_entries_with_valid_checksums_are_errors() {
+        let root = temp("crafted");
+        let regressions = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/ipc_reader");
+        let mut inputs: Vec<Vec<u8>> = vec![];
+        for entry in std::fs::read_dir(regressions).unwrap() {
+            let input = std::fs::read(entry.unwrap().path()).unwrap();
+            let file = &input[1..];
+            inputs.push(file.to_vec());
+            if let Some(stream) = file.strip_prefix(b"ARROW1\0\0") {
+                inputs.push(stream.to_vec());
+            }
+        }
+        // A valid stream whose buffer is declared longer than the message body: arrow-ipc
+        // slices it out of range (a panic) once the checksums let it through.
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        let mut stream = vec![];
+        let mut w = StreamWriter::try_new(&mut stream, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let mut spec = 0i64.to_le_bytes().to_vec();
+        spec.extend(24i64.to_le_bytes());
+        let at = stream.windows(16).position(|w| w == spec).unwrap();
+        stream[at + 8..at + 16].copy_from_slice(&4096i64.to_le_bytes());
+        inputs.push(stream);
+        assert!(inputs.len() >= 15, "{} inputs", inputs.len());
+        for (i, bytes) in inputs.iter().enumerate() {
+            let folder = root.join(format!("chk-{:08}", i + 1));
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("entry-0.arrows"), bytes).unwrap();
+            let mut manifest = format!(
+                "{MAGIC} {FORMAT_VERSION}\nid {}\nentry stage-0 entry-0.arrows rows=1 bytes={} xxh32={:08x}\n",
+                i + 1,
+                bytes.len(),
+                XxHash32::oneshot(0, bytes)
+            );
+            let sum = XxHash32::oneshot(0, manifest.as_bytes());
+            manifest.push_str(&format!("manifest-xxh32 {sum:08x}\n"));
+            std::fs::write(folder.join(MANIFEST), manifest).unwrap();
+            let e = CheckpointDir::read(&folder).unwrap_err().to_string();
+            assert!(
+                e.contains("entry-0.arrows") && !e.contains('\n'),
+                "input {i}: {e}"
+            );
+        }
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -58,6 +58,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod datagen;
+mod decode;
 pub mod error;
 pub mod functions;
 pub mod operator;

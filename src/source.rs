@@ -14,6 +14,7 @@ use parquet::arrow::arrow_reader::{
 };
 
 use crate::changelog::op_codes;
+use crate::decode::{check_ipc_lengths, guarded};
 use crate::error::{Error, Result};
 use crate::pipeline::ChangeBatch;
 
@@ -118,143 +119,6 @@ fn open(path: &Path) -> Result<File> {
     File::open(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))
 }
 
-thread_local! {
-    /// Set while [`guarded`] runs a decoder on this thread: its panics are reported as errors,
-    /// not printed.
-    static IN_DECODER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs a decoder step (arrow-ipc, parquet, arrow-csv over a user's file), turning a panic in it
-/// into a one-line error naming the table: those crates panic on some malformed files (see
-/// `fuzz/README.md`), and bad input must not bring the process down. The panic hook in force
-/// (the default one prints the message) is skipped for these panics; under `panic = "abort"` a
-/// panic still aborts.
-fn guarded<T>(ctx: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !IN_DECODER.with(std::cell::Cell::get) {
-                previous(info);
-            }
-        }));
-    });
-    let outer = IN_DECODER.with(|d| d.replace(true));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    IN_DECODER.with(|d| d.set(outer));
-    result.unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "no message".to_string());
-        let msg = msg.lines().next().unwrap_or("").to_string();
-        Err(Error::io(format!(
-            "{ctx}: the file is corrupt: its decoder failed ({msg})"
-        )))
-    })
-}
-
-/// Checks that the lengths an Arrow IPC file (`is_file`: its footer's blocks) or stream (each
-/// message's metadata and body) declares lie within the file, when it is a regular file.
-/// arrow-ipc allocates (and zeroes) a declared length before reading it, so a corrupt length,
-/// or the first bytes of a file of another format read as one (`PAR1`: 0.8 GB), would cost that
-/// much memory, or abort the process, before the read fails.
-fn check_ipc_lengths(file: &mut File, is_file: bool) -> std::result::Result<(), String> {
-    let size = match file.metadata() {
-        Ok(m) if m.is_file() => m.len(),
-        _ => return Ok(()),
-    };
-    let result = if is_file {
-        check_file_blocks(file, size)
-    } else {
-        check_stream_messages(file, size)
-    };
-    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    result
-}
-
-fn read_at(file: &mut File, pos: u64, buf: &mut [u8]) -> bool {
-    file.seek(SeekFrom::Start(pos)).is_ok() && file.read_exact(buf).is_ok()
-}
-
-/// The footer's blocks; a footer that cannot be read is left to arrow-ipc to report.
-fn check_file_blocks(file: &mut File, size: u64) -> std::result::Result<(), String> {
-    let mut tail = [0u8; 10];
-    if size < 18 || !read_at(file, size - 10, &mut tail) {
-        return Ok(());
-    }
-    let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-    if footer_len < 0 || footer_len as u64 > size - 18 {
-        return Err(format!(
-            "its footer declares {footer_len} bytes, more than the file's {size} bytes"
-        ));
-    }
-    let mut footer = vec![0u8; footer_len as usize];
-    if !read_at(file, size - 10 - footer_len as u64, &mut footer) {
-        return Ok(());
-    }
-    let Ok(footer) = arrow::ipc::root_as_footer(&footer) else {
-        return Ok(());
-    };
-    let blocks = footer.dictionaries().into_iter().flatten();
-    for b in blocks.chain(footer.recordBatches().into_iter().flatten()) {
-        let (offset, meta, body) = (b.offset(), b.metaDataLength(), b.bodyLength());
-        let end = i128::from(offset) + i128::from(meta) + i128::from(body);
-        if offset < 0 || meta < 0 || body < 0 || end > i128::from(size) {
-            return Err(format!(
-                "a block of {meta} + {body} bytes at byte {offset} lies outside the file's {size} bytes"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Every message up to the end-of-stream marker; a message that cannot be parsed is left to
-/// arrow-ipc to report.
-fn check_stream_messages(file: &mut File, size: u64) -> std::result::Result<(), String> {
-    let mut pos = 0u64;
-    loop {
-        let mut word = [0u8; 4];
-        if !read_at(file, pos, &mut word) {
-            return Ok(());
-        }
-        // A message starts with the continuation marker 0xFFFFFFFF and the metadata length, or
-        // (the pre-1.0 format) with the length alone; a length of 0 ends the stream.
-        let mut prefix = 4;
-        if word == [0xff; 4] {
-            if !read_at(file, pos + 4, &mut word) {
-                return Ok(());
-            }
-            prefix = 8;
-        }
-        let len = i32::from_le_bytes(word);
-        if len == 0 {
-            return Ok(());
-        }
-        if len < 0 || pos + prefix + len as u64 > size {
-            return Err(format!(
-                "the message at byte {pos} declares {len} bytes of metadata, more than the file's {size} bytes"
-            ));
-        }
-        let mut meta = vec![0u8; len as usize];
-        if !read_at(file, pos + prefix, &mut meta) {
-            return Ok(());
-        }
-        let Ok(message) = arrow::ipc::root_as_message(&meta) else {
-            return Ok(());
-        };
-        let body = message.bodyLength();
-        pos += prefix + len as u64;
-        if body < 0 || body as u64 > size - pos {
-            return Err(format!(
-                "the message at byte {pos} declares a body of {body} bytes, more than the file's {size} bytes"
-            ));
-        }
-        pos += body as u64;
-    }
-}
-
 impl FileTable {
     /// Opens the file and checks it against the declaration.
     ///
@@ -275,7 +139,7 @@ impl FileTable {
         let reader = guarded(&ctx, || match self.format {
             Format::Parquet => self.open_parquet(batch_size, decoders),
             Format::Csv => self.open_csv(batch_size),
-            Format::Arrow => self.open_arrow(),
+            Format::Arrow => self.open_arrow(batch_size),
         })?;
         let mut inner = reader.inner;
         let mut done = false;
@@ -563,7 +427,7 @@ impl FileTable {
         })
     }
 
-    fn open_arrow(&self) -> Result<SourceReader> {
+    fn open_arrow(&self, batch_size: usize) -> Result<SourceReader> {
         let ctx = self.ctx();
         let mut file = open(&self.path)?;
         let mut head = Vec::with_capacity(8);
@@ -592,13 +456,78 @@ impl FileTable {
         };
         self.check_columns(&reader.schema())?;
         let table = self.clone();
+        let rechunked = Rechunk::new(reader, batch_size);
         Ok(SourceReader {
-            inner: Box::new(reader.map(move |b| {
+            inner: Box::new(rechunked.map(move |b| {
                 let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
                 table.convert(&b)
             })),
             total_rows: None,
         })
+    }
+}
+
+/// The batches of an Arrow IPC reader re-cut to `batch_size` rows each (the last may be
+/// shorter), whatever batches the file was written in, so that `--batch-size` means the same
+/// for every format. Larger batches are sliced; smaller ones are gathered (copied) into one.
+struct Rechunk {
+    inner: Box<dyn RecordBatchReader + Send>,
+    batch_size: usize,
+    coalescer: arrow::compute::BatchCoalescer,
+    done: bool,
+}
+
+impl Rechunk {
+    fn new(inner: Box<dyn RecordBatchReader + Send>, batch_size: usize) -> Self {
+        let batch_size = batch_size.max(1);
+        Self {
+            coalescer: arrow::compute::BatchCoalescer::new(inner.schema(), batch_size),
+            inner,
+            batch_size,
+            done: false,
+        }
+    }
+}
+
+impl Iterator for Rechunk {
+    type Item = std::result::Result<RecordBatch, arrow::error::ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(b) = self.coalescer.next_completed_batch() {
+                return Some(Ok(b));
+            }
+            if self.done {
+                return None;
+            }
+            match self.inner.next() {
+                Some(Ok(b)) => {
+                    // Zero-copy slices of a batch at least twice the size; the coalescer
+                    // gathers the rest.
+                    let mut b = b;
+                    while self.coalescer.is_empty() && b.num_rows() >= 2 * self.batch_size {
+                        let head = b.slice(0, self.batch_size);
+                        b = b.slice(self.batch_size, b.num_rows() - self.batch_size);
+                        if let Err(e) = self.coalescer.push_batch(head) {
+                            return Some(Err(e));
+                        }
+                    }
+                    if let Err(e) = self.coalescer.push_batch(b) {
+                        return Some(Err(e));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.done = true;
+                    if let Err(e) = self.coalescer.finish_buffered_batch() {
+                        return Some(Err(e));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -624,6 +553,58 @@ mod tests {
             .unwrap()
             .map(|b| b.unwrap().data.num_rows())
             .sum()
+    }
+
+    /// `batch_size` re-cuts an Arrow file's batches, whatever sizes they were written in:
+    /// every batch but the last has exactly that many rows, in file order.
+    #[test]
+    fn arrow_batches_are_recut_to_the_batch_size() {
+        let dir = std::env::temp_dir().join(format!("tally-recut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.arrow");
+        let schema = table(PathBuf::new()).schema;
+        let mut w =
+            arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&path).unwrap(), &schema)
+                .unwrap();
+        let mut next = 0i64;
+        for n in [5, 1, 100, 0, 7, 16] {
+            let values: Vec<i64> = (next..next + n).collect();
+            next += n;
+            let b = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int64Array::from(values))],
+            )
+            .unwrap();
+            w.write(&b).unwrap();
+        }
+        w.finish().unwrap();
+        for batch_size in [1, 8, 40, 1000] {
+            let batches: Vec<RecordBatch> = table(path.clone())
+                .open(batch_size)
+                .unwrap()
+                .map(|b| b.unwrap().data)
+                .collect();
+            let sizes: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
+            let (last, full) = sizes.split_last().unwrap();
+            assert!(
+                full.iter().all(|&n| n == batch_size),
+                "{batch_size}: {sizes:?}"
+            );
+            assert!((1..=batch_size).contains(last), "{batch_size}: {sizes:?}");
+            let values: Vec<i64> = batches
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap()
+                        .values()
+                        .to_vec()
+                })
+                .collect();
+            assert_eq!(values, (0..next).collect::<Vec<_>>(), "{batch_size}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Lengths that arrow-ipc would allocate before reading are checked against the file first:
