@@ -109,9 +109,14 @@ fn parse_speed(s: &str) -> std::result::Result<Speed, String> {
     if s.eq_ignore_ascii_case("max") {
         return Ok(Speed(None));
     }
+    let range = tally::replay::SPEED_RANGE;
     match s.parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(Speed(Some(x))),
-        _ => Err(format!("'{s}' is not 'max' or a positive number")),
+        Ok(x) if range.contains(&x) => Ok(Speed(Some(x))),
+        _ => Err(format!(
+            "'{s}' is not 'max' or a speed from {} to {} (times the recorded speed)",
+            range.start(),
+            range.end()
+        )),
     }
 }
 

@@ -10,6 +10,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+
 /// Relative precision of [`LatencyHistogram`]: bucket bounds grow by this factor.
 const GROWTH: f64 = 1.02;
 
@@ -120,28 +122,51 @@ pub struct Replayer {
     stats: ReplayStats,
 }
 
+/// The longest a replay waits for a row to be due (ten years of wall time).
+pub const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// The slowest and the fastest replay speed (times recorded speed) a replay accepts; `max`
+/// (None) replays as fast as possible.
+pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.001..=1_000_000.0;
+
 impl Replayer {
     /// A replay at `speed` times recorded speed (None: as fast as possible).
-    pub fn new(speed: Option<f64>) -> Self {
-        Self {
+    ///
+    /// # Errors
+    /// A speed outside [`SPEED_RANGE`] (or not a number).
+    pub fn new(speed: Option<f64>) -> Result<Self> {
+        if let Some(x) = speed
+            && !SPEED_RANGE.contains(&x)
+        {
+            return Err(Error::invalid_input(format!(
+                "replay speed {x} is out of range: give 'max' or a speed from {} to {} times the recorded speed",
+                SPEED_RANGE.start(),
+                SPEED_RANGE.end()
+            )));
+        }
+        Ok(Self {
             speed,
             start: Instant::now(),
             first_ms: None,
-            last_ms: 0,
+            last_ms: i64::MIN,
             pending: vec![],
             stats: ReplayStats {
                 speed,
                 ..ReplayStats::default()
             },
-        }
+        })
     }
 
     /// Before pushing a batch whose rows arrived at `times_ms`: waits until its last row is due
-    /// and notes each row's release time.
-    pub fn before_push(&mut self, times_ms: &[i64]) {
+    /// and notes each row's release time. A row recorded before the first row is due at once.
+    ///
+    /// # Errors
+    /// A recorded time so far after the first row's that its wall-clock wait cannot be
+    /// represented.
+    pub fn before_push(&mut self, times_ms: &[i64]) -> Result<()> {
         let now = Instant::now();
         let Some(&last) = times_ms.iter().max() else {
-            return;
+            return Ok(());
         };
         let first = *self
             .first_ms
@@ -151,11 +176,25 @@ impl Replayer {
         let Some(x) = self.speed else {
             // As fast as possible: the whole batch is released when read.
             self.pending.push((now, times_ms.len() as u64));
-            return;
+            return Ok(());
         };
         let start = self.start;
-        let due = |t: i64| start + Duration::from_secs_f64((t - first).max(0) as f64 / x / 1e3);
-        let wait_until = due(last);
+        // The difference of two i64 times fits an i128; a wait beyond MAX_WAIT (a broken time
+        // column, far more often than a recording that long) is refused, never overflowed.
+        let due = |t: i64| -> Result<Instant> {
+            let ms = (i128::from(t) - i128::from(first)).max(0) as f64;
+            Duration::try_from_secs_f64(ms / x / 1e3)
+                .ok()
+                .filter(|d| *d <= MAX_WAIT)
+                .and_then(|d| start.checked_add(d))
+                .ok_or_else(|| {
+                    Error::invalid_input(format!(
+                        "a row recorded at {t} ms comes {ms} ms after the first row ({first} ms): at {x}x it would be released more than {} years after the replay starts; check the time column or replay faster",
+                        MAX_WAIT.as_secs() / (365 * 86_400)
+                    ))
+                })
+        };
+        let wait_until = due(last)?;
         let now = Instant::now();
         if wait_until > now {
             std::thread::sleep(wait_until - now);
@@ -167,15 +206,16 @@ impl Replayer {
                 Some((rt, n)) if *rt == t => *n += 1,
                 _ => {
                     if let Some((rt, n)) = run {
-                        self.pending.push((due(rt), n));
+                        self.pending.push((due(rt)?, n));
                     }
                     run = Some((t, 1));
                 }
             }
         }
         if let Some((rt, n)) = run {
-            self.pending.push((due(rt), n));
+            self.pending.push((due(rt)?, n));
         }
+        Ok(())
     }
 
     /// After a push (or the end of input) that emitted `output_rows` changelog rows: the rows
@@ -194,9 +234,11 @@ impl Replayer {
     /// The end of the replay.
     pub fn finish(mut self) -> ReplayStats {
         self.stats.wall = self.start.elapsed();
-        self.stats.recorded = Duration::from_millis(
-            (self.last_ms - self.first_ms.unwrap_or(self.last_ms)).max(0) as u64,
-        );
+        let span = match self.first_ms {
+            Some(first) => i128::from(self.last_ms) - i128::from(first),
+            None => 0,
+        };
+        self.stats.recorded = Duration::from_millis(span.clamp(0, i128::from(u64::MAX)) as u64);
         self.stats
     }
 }
@@ -223,15 +265,40 @@ mod tests {
     #[test]
     fn pacing_waits_for_recorded_time() {
         // 100 ms of recorded time at 10x: about 10 ms of wall time.
-        let mut r = Replayer::new(Some(10.0));
-        r.before_push(&[1_000, 1_050]);
+        let mut r = Replayer::new(Some(10.0)).unwrap();
+        r.before_push(&[1_000, 1_050]).unwrap();
         r.after_push(1);
-        r.before_push(&[1_100]);
+        r.before_push(&[1_100]).unwrap();
         r.after_push(1);
         let s = r.finish();
         assert!(s.wall >= Duration::from_millis(10), "{s}");
         assert_eq!(s.rows, 3);
         assert_eq!(s.recorded, Duration::from_millis(100));
         assert_eq!(s.latency.count(), 3);
+    }
+
+    #[test]
+    fn speeds_and_extreme_times_are_errors_not_panics() {
+        for bad in [1e-300, 0.0, -1.0, f64::NAN, f64::INFINITY, 1e7] {
+            let e = Replayer::new(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("replay speed") && e.contains("max"), "{e}");
+        }
+        // Times at the ends of BIGINT: no overflow; the row far ahead is refused instead of a
+        // wait of millions of years (or a wrapped difference, or a panic).
+        for speed in [0.001, 1.0, 1e6] {
+            let mut r = Replayer::new(Some(speed)).unwrap();
+            let e = r
+                .before_push(&[i64::MIN, i64::MAX])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("check the time column"), "{e}");
+        }
+        // Earlier rows are due at once, whatever their distance.
+        let mut r = Replayer::new(Some(1.0)).unwrap();
+        r.before_push(&[0]).unwrap();
+        r.before_push(&[i64::MIN, -5]).unwrap();
+        let mut r = Replayer::new(None).unwrap();
+        r.before_push(&[i64::MIN, i64::MAX]).unwrap();
+        assert_eq!(r.finish().rows, 2);
     }
 }

@@ -100,6 +100,9 @@ pub struct PlannedQuery {
     checkpoints: Option<CheckpointPolicy>,
     /// Source rows to skip: the position of the checkpoint restored.
     resume_rows: u64,
+    /// The settings that shape the query's state (how split-distinct buckets it): a checkpoint
+    /// records them, and restores only where they are the same.
+    state_settings: Vec<(&'static str, String)>,
 }
 
 /// When and where [`PlannedQuery::run`] writes checkpoints.
@@ -289,11 +292,27 @@ impl PlannedQuery {
     /// The input is not checked beyond its length (a run that finds fewer rows than the
     /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
     /// checkpoint was taken, for the caller to compare (a file fixed after bad input may differ).
+    /// The settings that shape the state (whether split-distinct applies, and its bucket count)
+    /// are recorded in the checkpoint and must be the same; the others (parallelism, phases,
+    /// mini-batch size, …) may change.
     ///
     /// # Errors
-    /// A missing, corrupt or unsupported checkpoint; one of another query; a query with state.
+    /// A missing, corrupt or unsupported checkpoint; one of another query or of other state
+    /// settings (named); a query with state.
     pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
         let chk = crate::checkpoint::CheckpointDir::read(path)?;
+        for (key, value) in &self.state_settings {
+            let then = chk.meta(&format!("setting.{key}")).map_err(|_| {
+                Error::invalid_input(format!(
+                    "the checkpoint does not record '{key}', which shapes the state (it was written by an older Tally): resume it with that version"
+                ))
+            })?;
+            if then != value {
+                return Err(Error::invalid_input(format!(
+                    "the checkpoint was taken with '{key}' = '{then}' and this run has '{value}', which lays out the state differently: set '{key}' = '{then}' to resume from it"
+                )));
+            }
+        }
         let rows: u64 = chk
             .meta("source.rows")?
             .parse()
@@ -329,13 +348,8 @@ impl PlannedQuery {
                 self.table.name
             )));
         }
-        self.run_with(
-            batch_size,
-            speed.map(Replayer::new),
-            on_output,
-            on_progress,
-            on_checkpoint,
-        )
+        let replayer = speed.map(Replayer::new).transpose()?;
+        self.run_with(batch_size, replayer, on_output, on_progress, on_checkpoint)
     }
 
     /// Replays a recorded stream (a table with a `time-column`) at `speed` times its recorded
@@ -359,7 +373,7 @@ impl PlannedQuery {
         }
         let (stats, replay) = self.run_with(
             batch_size,
-            Some(Replayer::new(speed)),
+            Some(Replayer::new(speed)?),
             on_output,
             on_progress,
             || Ok(crate::checkpoint::Checkpoint::default()),
@@ -400,6 +414,8 @@ impl PlannedQuery {
         let mut skip = std::mem::take(&mut self.resume_rows);
         let mut since_checkpoint = 0u64;
         for batch in reader {
+            // A row without its recorded time is bad input, like a corrupt file.
+            let batch = batch.and_then(|b| self.check_times(&b, time_index, position).map(|()| b));
             let mut batch = match batch {
                 Ok(b) => b,
                 Err(e) => {
@@ -446,7 +462,7 @@ impl PlannedQuery {
                 let t = arrow::compute::cast(&t, &DataType::Int64)?;
                 let t = t.as_primitive::<Int64Type>();
                 if let Some(r) = &mut replayer {
-                    r.before_push(t.values());
+                    r.before_push(t.values())?;
                 }
                 if let (Some(clock), Some(max)) = (&self.clock, arrow::compute::max(t)) {
                     clock.set_ms(max);
@@ -484,6 +500,31 @@ impl PlannedQuery {
 }
 
 impl PlannedQuery {
+    /// Checks that every row of `batch` (the rows after source row `position`) has its recorded
+    /// time, when the table has a time column (its column `time_index`).
+    fn check_times(
+        &self,
+        batch: &ChangeBatch,
+        time_index: Option<usize>,
+        position: u64,
+    ) -> Result<()> {
+        let Some(i) = time_index else {
+            return Ok(());
+        };
+        let times = batch.data.column(i);
+        if times.null_count() == 0 {
+            return Ok(());
+        }
+        let row = (0..times.len()).find(|&r| times.is_null(r)).unwrap_or(0) as u64;
+        Err(Error::invalid_input(format!(
+            "table '{}' ({}): its time column '{}' is NULL at row {} of the input; a recorded stream needs every row's time (Flink: RowTime field should not be null)",
+            self.table.name,
+            self.table.path.display(),
+            self.table.time_column.as_deref().unwrap_or(""),
+            position + row + 1
+        )))
+    }
+
     /// Takes a checkpoint at source row `position`: as before a checkpoint barrier, fires every
     /// pending mini-batch and delivers its changes (through `emit`), has the sink say where it
     /// stands, then writes the state. Returns the rows emitted.
@@ -516,6 +557,9 @@ impl PlannedQuery {
                 .replace(['\n', '\r'], " "),
         );
         meta.insert("output.rows".into(), stats.rows_out.to_string());
+        for (key, value) in &self.state_settings {
+            meta.insert(format!("setting.{key}"), value.clone());
+        }
         chk.id = dir.next_id()?;
         chk.entries.extend(self.pipeline.snapshot()?);
         dir.write(&chk)?;
@@ -664,6 +708,15 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         ctx.warn(w)?;
     }
     let update_before = settle_update_before(&mut ctx, &mut built)?;
+    // What shapes the state beyond the query: whether split-distinct applied, and its buckets.
+    let split = ctx.labels.iter().any(|(_, role)| *role == Role::Partial);
+    let mut state_settings = vec![(SPLIT_ENABLED, split.to_string())];
+    if split {
+        state_settings.push((
+            crate::config::SPLIT_BUCKET_NUM,
+            ctx.config.split_bucket_num.to_string(),
+        ));
+    }
     Ok(PlannedQuery {
         table: built.table,
         pipeline: Pipeline::new(built.stages, runtime),
@@ -678,6 +731,7 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
         update_before,
         checkpoints: None,
         resume_rows: 0,
+        state_settings,
     })
 }
 
