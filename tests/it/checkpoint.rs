@@ -55,15 +55,144 @@ fn table(lines: &[String]) -> Vec<(String, i64)> {
     m.0.into_iter().collect()
 }
 
+/// The final table of `data/replay.sql`, computed row by row by `examples/gen_data.rs`.
+fn replay_expected() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("data/replay_expected.csv")).unwrap();
+    let mut rows: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
+    rows.sort();
+    rows
+}
+
+/// The TTL query of [`resuming_from_any_checkpoint_matches_the_reference`]: per shop, COUNT(*)
+/// and SUM(amount) over `data/replay.arrow`, mini-batch off, state TTL 200 ms on recorded time.
+const TTL_QUERY: &str =
+    "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop;";
+
+/// Flink's per-record TTL rule over `data/replay.arrow` read in batches of `batch` rows, row at
+/// a time: the clock is the largest recorded time read so far (the replay sets it per batch);
+/// a key whose state was last written at least the TTL ago starts afresh (expiry emits nothing);
+/// a retraction of a key without state is dropped; a key whose record count reaches 0 is
+/// deleted (`-D`). Returns what an upsert consumer holds at the end: each key's last emitted
+/// row, unless deleted.
+fn ttl_reference(batch: usize, ttl_ms: i64) -> Vec<String> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Int8Type, Int64Type, TimestampMillisecondType};
+    let file = std::fs::File::open(root().join("data/replay.arrow")).unwrap();
+    let reader = arrow::ipc::reader::FileReader::try_new(file, None).unwrap();
+    let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+    let all = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let col = |n: &str| all.column(all.schema().index_of(n).unwrap()).clone();
+    let ops = tally::changelog::op_codes(&col("op")).unwrap();
+    let ops = ops.as_primitive::<Int8Type>();
+    let shop = col("shop");
+    let shop = shop.as_string::<i32>();
+    let amount = col("amount");
+    let amount = amount.as_primitive::<Int64Type>();
+    let ts = col("ts");
+    let ts = ts.as_primitive::<TimestampMillisecondType>();
+    // Per shop: record count, non-NULL amounts, their sum, last write.
+    let mut state: std::collections::BTreeMap<String, (i64, i64, i64, i64)> = Default::default();
+    let mut emitted: std::collections::BTreeMap<String, String> = Default::default();
+    let mut now = i64::MIN;
+    for start in (0..all.num_rows()).step_by(batch) {
+        let end = (start + batch).min(all.num_rows());
+        now = now.max((start..end).map(|r| ts.value(r)).max().unwrap());
+        for r in start..end {
+            let k = shop.value(r).to_string();
+            if state.get(&k).is_some_and(|s| now - s.3 >= ttl_ms) {
+                state.remove(&k);
+            }
+            let a = amount.is_valid(r).then(|| amount.value(r));
+            let (d, da) = if ops.value(r) & 1 == 1 {
+                (-1, -a.unwrap_or(0))
+            } else {
+                (1, a.unwrap_or(0))
+            };
+            if d < 0 && !state.contains_key(&k) {
+                continue;
+            }
+            let s = state.entry(k.clone()).or_insert((0, 0, 0, now));
+            s.0 += d;
+            s.1 += if a.is_some() { d } else { 0 };
+            s.2 += da;
+            s.3 = now;
+            if s.0 == 0 {
+                state.remove(&k);
+                emitted.remove(&k);
+            } else {
+                let sum = if s.1 == 0 {
+                    String::new()
+                } else {
+                    s.2.to_string()
+                };
+                emitted.insert(k.clone(), format!("{k},{},{sum}", s.0));
+            }
+        }
+    }
+    emitted.into_values().collect()
+}
+
+/// What an upsert consumer keyed by the first column holds after a changelog: `+I`/`+U`
+/// replace the key's row, `-D` removes it (`-U` rows are not needed), as sorted CSV lines.
+fn upsert_lines(lines: &[String]) -> Vec<String> {
+    let mut rows: std::collections::BTreeMap<String, String> = Default::default();
+    for line in lines {
+        let (kind, row) = line.split_at(2);
+        let row = row[1..row.len() - 1].replace(", ", ",").replace("null", "");
+        let key = row.split(',').next().unwrap().to_string();
+        match kind {
+            "+I" | "+U" => {
+                rows.insert(key, row);
+            }
+            "-D" => {
+                rows.remove(&key);
+            }
+            _ => {}
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// The rows of a materialized changelog as sorted CSV lines (NULL as an empty field).
+fn csv_lines(table: &[(String, i64)]) -> Vec<String> {
+    let mut rows = vec![];
+    for (row, n) in table {
+        let line = row[1..row.len() - 1].replace(", ", ",").replace("null", "");
+        for _ in 0..*n {
+            rows.push(line.clone());
+        }
+    }
+    rows.sort();
+    rows
+}
+
 /// Every checkpoint of a run is a point to resume from: restored (with another parallelism),
 /// the rest of the run's output appended to what the checkpoint says was delivered gives the
-/// final table of the whole run. Covers one aggregate, nested aggregates over a changelog,
-/// split-distinct (two aggregates, DISTINCT sets and MIN/MAX multisets under retraction), and a
-/// TTL driven by recorded time.
+/// final table computed without the engine (`data/replay_expected.csv`, the live orders of the
+/// changelog file, or a row-at-a-time TTL reference). Covers one aggregate, nested aggregates
+/// over a changelog, split-distinct (two aggregates, DISTINCT sets and MIN/MAX multisets under
+/// retraction), and a TTL driven by recorded time.
 #[test]
-fn resuming_from_any_checkpoint_gives_the_same_final_table() {
+fn resuming_from_any_checkpoint_matches_the_reference() {
+    let ttl_script = script(
+        "data/replay.sql",
+        "SET 'table.exec.state.ttl' = '200 ms'; SET 'table.exec.mini-batch.enabled' = 'false';",
+    );
+    let ttl_script = format!(
+        "{}{TTL_QUERY}",
+        &ttl_script[..ttl_script.find("SELECT shop").unwrap()]
+    )
+    .replace("SET 'table.exec.mini-batch.enabled' = 'true';", "")
+    .replace("SET 'table.exec.mini-batch.allow-latency' = '2 s';", "")
+    .replace("SET 'table.exec.mini-batch.size' = '100000';", "");
     let cases = [
-        ("replay", script("data/replay.sql", ""), 900, 2500),
+        (
+            "replay",
+            script("data/replay.sql", ""),
+            900,
+            2500,
+            replay_expected(),
+        ),
         (
             "nested",
             script(
@@ -72,6 +201,7 @@ fn resuming_from_any_checkpoint_gives_the_same_final_table() {
             ),
             1000,
             4000,
+            crate::common::orders_changelog_expected(),
         ),
         (
             "split",
@@ -81,26 +211,29 @@ fn resuming_from_any_checkpoint_gives_the_same_final_table() {
             ),
             700,
             3000,
+            replay_expected(),
         ),
-        (
-            "ttl",
-            script("data/replay.sql", "SET 'table.exec.state.ttl' = '2 s';"),
-            500,
-            2000,
-        ),
+        ("ttl", ttl_script, 500, 2000, ttl_reference(500, 200)),
     ];
-    for (name, script, batch, every) in cases {
+    // The TTL matters on this recording: without it the table differs.
+    assert_ne!(cases[3].4, ttl_reference(500, i64::MAX / 4));
+    for (name, script, batch, every, expected) in cases {
+        assert!(expected.len() > 5, "{name}: {expected:?}");
         let dir = scratch(name);
         let store = CheckpointDir::new(&dir).retain(1000);
         let mut q = plan_script(&script).unwrap();
         q.checkpoint_every(store.clone(), every).unwrap();
+        // Under a TTL the changelog is read by key: an expired key starts again with +I and
+        // its old row is never retracted (as in Flink, whose TTL serves upsert consumers).
+        let view = |lines: &[String]| {
+            if name == "ttl" {
+                upsert_lines(lines)
+            } else {
+                csv_lines(&table(lines))
+            }
+        };
         let full = run_lines(&mut q, batch);
-        let expected = table(&full);
-        if name != "ttl" {
-            // Checkpoints change when mini-batches fire, never the final table.
-            let plain = run_lines(&mut plan_script(&script).unwrap(), batch);
-            assert_eq!(table(&plain), expected, "{name}: checkpointed vs plain");
-        }
+        assert_eq!(view(&full), expected, "{name}: the whole run");
         let checkpoints = store.list().unwrap();
         assert!(checkpoints.len() >= 3, "{name}: {checkpoints:?}");
         for (id, folder) in checkpoints {
@@ -110,8 +243,6 @@ fn resuming_from_any_checkpoint_gives_the_same_final_table() {
             );
             let mut q = plan_script(&resumed_script).unwrap();
             let chk = q.restore(&folder).unwrap();
-            // Resumed with the same checkpoint interval: a checkpoint fires the pending
-            // mini-batches, which (as in Flink) writes the TTL timestamps of their keys.
             q.checkpoint_every(CheckpointDir::new(dir.join("resumed")), every)
                 .unwrap();
             assert_eq!(chk.id, id);
@@ -119,13 +250,72 @@ fn resuming_from_any_checkpoint_gives_the_same_final_table() {
             let mut lines = full[..delivered].to_vec();
             lines.extend(run_lines(&mut q, batch));
             assert_eq!(
-                table(&lines),
+                view(&lines),
                 expected,
                 "{name}: resumed from checkpoint {id}"
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The settings that shape the state (whether split-distinct applies, and how many buckets)
+/// are recorded in a checkpoint: restoring under others is refused, naming the setting (it
+/// used to count distinct values in two sets of buckets).
+#[test]
+fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
+    let dir = scratch("settings");
+    let split = |n: &str| {
+        format!(
+            "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+             SET 'table.optimizer.distinct-agg.split.bucket-num' = '{n}';"
+        )
+    };
+    for (taken, resumed, needle) in [
+        (
+            split("4"),
+            split("1024"),
+            "taken with 'table.optimizer.distinct-agg.split.bucket-num' = '4' and this run has '1024'",
+        ),
+        (
+            split("4"),
+            String::new(),
+            "taken with 'table.optimizer.distinct-agg.split.enabled' = 'true' and this run has 'false'",
+        ),
+        (
+            String::new(),
+            split("16"),
+            "taken with 'table.optimizer.distinct-agg.split.enabled' = 'false' and this run has 'true'",
+        ),
+    ] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut q = plan_script(&script("data/replay.sql", &taken)).unwrap();
+        q.checkpoint_every(CheckpointDir::new(&dir), 6000).unwrap();
+        run_lines(&mut q, 1000);
+        let mut other = plan_script(&script("data/replay.sql", &resumed)).unwrap();
+        let e = other.restore(&dir).unwrap_err();
+        assert!(e.is_user_error(), "{e}");
+        let e = e.to_string();
+        assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+        // Under the same settings (another parallelism) it resumes.
+        let mut same = plan_script(&script(
+            "data/replay.sql",
+            &format!("{taken} SET 'table.exec.resource.default-parallelism' = '3';"),
+        ))
+        .unwrap();
+        same.restore(&dir).unwrap();
+    }
+    // A query without DISTINCT is not split: the switch shapes nothing there.
+    let _ = std::fs::remove_dir_all(&dir);
+    let plain =
+        script("data/replay.sql", "").replace(",\n       COUNT(DISTINCT user_id) AS buyers", "");
+    assert!(!plain.contains("DISTINCT"), "{plain}");
+    let mut q = plan_script(&plain).unwrap();
+    q.checkpoint_every(CheckpointDir::new(&dir), 6000).unwrap();
+    run_lines(&mut q, 1000);
+    let mut q = plan_script(&format!("{} {plain}", split("16"))).unwrap();
+    q.restore(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Runs `tally sql ARGS…` from the repository root.
@@ -295,12 +485,15 @@ fn bad_checkpoints_and_resumptions_are_clear_errors() {
     let (code, _, err) = tally(&[
         "-f",
         "data/replay.sql",
+        "--emit",
+        "final",
         "--checkpoint-dir",
         &chk_s,
         "--checkpoint-every",
         "0",
     ]);
     assert_eq!(code, 1, "{err}");
+    assert!(err.contains("at least 1 row"), "{err}");
     corrupt(&newest);
     let restore = |from: &str| {
         tally(&[

@@ -209,3 +209,82 @@ pub fn tally_command(args: &[&str]) -> (i32, String, String) {
     all.extend(args);
     tally_run(&all)
 }
+
+#[cfg(feature = "cli")]
+/// Reads a Parquet file of orders into its live (shop, amount, status, ts) rows, applying its
+/// changelog.
+pub fn live_orders(path: &str) -> Vec<(String, Option<i64>, String, i64)> {
+    let file =
+        std::fs::File::open(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let schema = arrow::array::RecordBatchReader::schema(&reader);
+    let idx = |n: &str| schema.index_of(n).unwrap();
+    let mut live: BTreeMap<i64, (String, Option<i64>, String, i64)> = BTreeMap::new();
+    for b in reader {
+        let b = b.unwrap();
+        let op = b
+            .column(idx("op"))
+            .as_primitive::<arrow::datatypes::Int8Type>();
+        let id = b
+            .column(idx("order_id"))
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        let shop = b.column(idx("shop")).as_string::<i32>();
+        let amount = b
+            .column(idx("amount"))
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        let status = b.column(idx("status")).as_string::<i32>();
+        let ts = b
+            .column(idx("ts"))
+            .as_primitive::<arrow::datatypes::TimestampMillisecondType>();
+        for i in 0..b.num_rows() {
+            let row = (
+                shop.value(i).to_string(),
+                arrow::array::Array::is_valid(amount, i).then(|| amount.value(i)),
+                status.value(i).to_string(),
+                ts.value(i),
+            );
+            match op.value(i) {
+                0 | 2 => {
+                    live.insert(id.value(i), row);
+                }
+                _ => {
+                    assert_eq!(
+                        live.remove(&id.value(i)),
+                        Some(row),
+                        "the recorded changelog retracts a live row"
+                    );
+                }
+            }
+        }
+    }
+    live.into_values().collect()
+}
+
+/// The final table of `data/orders_changelog.sql` (`day, paid_orders, shops`), as sorted CSV
+/// lines, computed from the live rows without the engine.
+#[cfg(feature = "cli")]
+pub fn orders_changelog_expected() -> Vec<String> {
+    let mut per_shop_day: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for (shop, _, status, ts) in live_orders("data/orders_changelog.parquet") {
+        let day = chrono::DateTime::from_timestamp_millis(ts)
+            .unwrap()
+            .format("%Y-%m-%d")
+            .to_string();
+        *per_shop_day.entry((shop, day)).or_default() += i64::from(status == "PAID");
+    }
+    let mut expected: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    for ((_, day), paid) in per_shop_day {
+        if paid >= 100 {
+            *expected.entry((day, paid)).or_default() += 1;
+        }
+    }
+    let mut expected: Vec<String> = expected
+        .iter()
+        .map(|((d, p), n)| format!("{d},{p},{n}"))
+        .collect();
+    expected.sort();
+    expected
+}

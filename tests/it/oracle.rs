@@ -914,12 +914,15 @@ fn snapshot_and_restore_resume_the_aggregation() {
                 let mut first = make(before);
                 let batch = to_batch(&schema, key_type, &stream[..cut], false);
                 view.apply(&first.push(&batch).unwrap());
-                if cut > 0 && before.1.is_some_and(|s| s > 1) {
-                    // A mini-batch may be pending: a snapshot must refuse it.
-                    let pending = first.snapshot();
-                    if let Err(e) = &pending {
+                // A mini-batch is pending unless the rows filled whole rounds (size × workers
+                // rows): a snapshot must refuse it, and only it.
+                let pending = before.1.is_some_and(|size| cut % (size * before.0) != 0);
+                match first.snapshot() {
+                    Err(e) => {
+                        assert!(pending, "{ctx}: refused with nothing pending: {e}");
                         assert!(e.to_string().contains("finish()"), "{ctx}: {e}");
                     }
+                    Ok(_) => assert!(!pending, "{ctx}: a pending mini-batch was snapshotted"),
                 }
                 view.apply(&first.finish().unwrap());
                 let snapshot = first.snapshot().unwrap();
