@@ -98,6 +98,10 @@ pub trait Stage: Send + std::fmt::Debug {
         false
     }
 
+    /// Sets an aggregate's smallest slice worth a task of its own
+    /// ([`ParallelAggregate::set_min_slice_rows`]); other stages ignore it.
+    fn set_min_slice_rows(&mut self, _rows: usize) {}
+
     /// Switches an aggregate's `-U` rows off (for an upsert consumer keyed by its group keys).
     ///
     /// # Errors
@@ -365,6 +369,10 @@ impl Stage for AggregateStage {
     fn drop_update_before(&mut self) -> Result<()> {
         self.agg.set_emit_update_before(false);
         Ok(())
+    }
+
+    fn set_min_slice_rows(&mut self, rows: usize) {
+        self.agg.set_min_slice_rows(rows);
     }
 
     fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {

@@ -458,8 +458,13 @@ impl ParallelAggregate {
     /// Sets the smallest slice worth a task of its own (default [`MIN_SLICE_ROWS`]); smaller
     /// input is processed by fewer workers. Tests set 1 to spread even tiny batches.
     pub fn with_min_slice_rows(mut self, rows: usize) -> Self {
-        self.min_slice_rows = rows.max(1);
+        self.set_min_slice_rows(rows);
         self
+    }
+
+    /// As [`ParallelAggregate::with_min_slice_rows`], in place.
+    pub fn set_min_slice_rows(&mut self, rows: usize) {
+        self.min_slice_rows = rows.max(1);
     }
 
     /// Sets `tally.exec.emit.update-before` on every worker: with `false` no `-U` row is

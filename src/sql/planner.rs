@@ -159,6 +159,15 @@ impl PlannedQuery {
         self.update_before
     }
 
+    /// Sets every aggregate's smallest slice worth a task of its own (default 1024 rows): tests
+    /// set 1 so that small inputs run several local phases and exchanges, as large ones do.
+    #[doc(hidden)]
+    pub fn set_min_slice_rows(&mut self, rows: usize) {
+        for stage in self.pipeline.stages_mut() {
+            stage.set_min_slice_rows(rows);
+        }
+    }
+
     /// Warnings about settings that have no effect (each also in EXPLAIN).
     pub fn warnings(&self) -> &[String] {
         &self.warnings

@@ -10,4 +10,6 @@ mod generate;
 mod oracle;
 #[cfg(feature = "cli")]
 mod sql;
+#[cfg(feature = "sql")]
+mod sql_oracle;
 mod types;

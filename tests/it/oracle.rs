@@ -697,12 +697,13 @@ fn parallel_aggregate(
     schema: &SchemaRef,
     keys: Keys,
     cfg: tally::Config,
+    clock: &tally::clock::ManualClock,
 ) -> tally::ParallelAggregate {
     tally::GroupAggregate::builder(schema.clone())
         .group_by(key_exprs(keys))
         .aggregate(aggregates())
         .config(cfg)
-        .clock(Arc::new(tally::clock::ManualClock::new(0)))
+        .clock(Arc::new(clock.clone()))
         .build_parallel()
         .unwrap()
         .with_min_slice_rows(1)
@@ -716,6 +717,10 @@ struct Parallel {
     /// `Some((threshold, min rows, probe interval))`: the adaptive local phase with these
     /// settings; `None`: adaptive off.
     adaptive: Option<(f64, u64, u64)>,
+    /// `Some((latency ms, largest step))`: the clock moves forward by up to `largest step` ms
+    /// before each push, and mini-batches also fire when it crosses a `latency` boundary.
+    /// `None`: the clock stands still (only the size trigger fires).
+    clock: Option<(i64, i64)>,
 }
 
 /// The invariant for the parallel runtime: random streams pushed as random slices through P
@@ -745,14 +750,35 @@ fn check_parallel(
     if !par.two_phase {
         cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
     }
+    if let Some((latency, _)) = par.clock {
+        cfg.set("table.exec.mini-batch.allow-latency", &latency.to_string())
+            .unwrap();
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let stream = random_stream(&mut rng, 300, retractions, 12);
     let schema = schema(key_type, retractions);
-    let mut agg = parallel_aggregate(&schema, keys, cfg);
+    let clock = tally::clock::ManualClock::new(0);
+    let mut agg = parallel_aggregate(&schema, keys, cfg, &clock);
     assert_eq!(agg.is_two_phase(), par.two_phase, "{ctx}");
     let mut view = Materialized::default();
     let mut pushed = 0;
+    // Where the current mini-batch began (the rows before it have fired): a mini-batch ends
+    // after `size` × P rows, or when the clock crosses a latency boundary (before the rows of
+    // that push), which starts the next one from there.
+    let mut round_start = 0;
+    let mut last_interval = i64::MIN;
+    let mut latency_fires = 0;
     while pushed < stream.len() {
+        if let Some((latency, step)) = par.clock {
+            clock.advance_ms(rng.random_range(0..=step));
+            let now = tally::clock::Clock::now_ms(&clock);
+            let interval = now - now.rem_euclid(latency);
+            if mini_batch.is_some() && interval > last_interval {
+                last_interval = interval;
+                latency_fires += usize::from(pushed > round_start);
+                round_start = pushed;
+            }
+        }
         let n = rng.random_range(0..=60).min(stream.len() - pushed);
         let batch = to_batch(
             &schema,
@@ -776,7 +802,11 @@ fn check_parallel(
         // A mini-batch is `size` rows per worker.
         let fired = match mini_batch {
             None => pushed,
-            Some(size) => pushed / (size * par.workers) * (size * par.workers),
+            Some(size) => {
+                let round = size * par.workers;
+                round_start += (pushed - round_start) / round * round;
+                round_start
+            }
         };
         assert_eq!(
             view.rows(),
@@ -787,6 +817,12 @@ fn check_parallel(
     view.apply(&agg.finish().unwrap());
     let expected = reference(&stream, keys);
     assert_eq!(view.rows(), expected, "{ctx}: at the end");
+    if par.clock.is_some() && mini_batch.is_some_and(|s| s > 1) {
+        assert!(
+            latency_fires > 0,
+            "{ctx}: the clock never ended a mini-batch"
+        );
+    }
     let m = agg.metrics().unwrap();
     assert_eq!(m.rows_in, stream.len() as u64, "{ctx}: rows in");
     assert_eq!(
@@ -810,6 +846,9 @@ fn check_parallel(
 #[test]
 fn parallel_strategies_match_reference() {
     let mut seed = 3000;
+    // What the adaptive local phase with small thresholds did over the matrix: every path
+    // (bypassed, probed again) must have been taken for the matrix to test it.
+    let (mut bypasses, mut probes, mut bypassed_rows) = (0, 0, 0);
     for retractions in [false, true] {
         for (keys, kt) in [
             (Keys::One, KeyType::Utf8),
@@ -832,18 +871,30 @@ fn parallel_strategies_match_reference() {
                         };
                         for &adaptive in adaptive {
                             seed += 1;
+                            // Every other case moves the clock: the latency trigger fires too.
                             let par = Parallel {
                                 workers,
                                 two_phase,
                                 adaptive,
+                                clock: (seed % 2 == 0).then_some((10, 8)),
                             };
-                            check_parallel(seed, retractions, keys, kt, mb, par);
+                            let m = check_parallel(seed, retractions, keys, kt, mb, par);
+                            if let (Some((0.3, ..)), Some(local)) = (adaptive, m.local) {
+                                bypasses += local.bypass_decisions;
+                                probes += local.probes;
+                                bypassed_rows += local.rows_bypassed;
+                            }
                         }
                     }
                 }
             }
         }
     }
+    eprintln!("adaptive: bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}");
+    assert!(
+        bypasses > 20 && probes > 10 && bypassed_rows > 1000,
+        "bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}"
+    );
 }
 
 #[test]
@@ -853,6 +904,7 @@ fn adaptive_local_phase_bypasses_and_probes_again() {
         workers: 2,
         two_phase: true,
         adaptive: Some((0.3, 10, 40)),
+        clock: None,
     };
     let m = check_parallel(1, true, Keys::Two, KeyType::Utf8, Some(17), par);
     let local = m.local.clone().unwrap();
@@ -907,7 +959,7 @@ fn snapshot_and_restore_resume_the_aggregation() {
                     if !two_phase {
                         cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
                     }
-                    parallel_aggregate(&schema, keys, cfg)
+                    parallel_aggregate(&schema, keys, cfg, &tally::clock::ManualClock::new(0))
                 };
                 let cut = rng.random_range(0..=stream.len());
                 let mut view = Materialized::default();
@@ -1087,5 +1139,205 @@ fn ttl_expires_churning_keys_and_compaction_returns_memory() {
             peak >= m.state_bytes && peak >= halves[0].max(halves[1]),
             "{ctx}: peak {peak}, samples {halves:?}"
         );
+    }
+}
+
+/// What a TTL reference keeps per key.
+#[derive(Debug, Clone, Default)]
+struct TtlKey {
+    alive: bool,
+    /// The hidden record count, COUNT(*), COUNT(v), SUM(v) (wrapping).
+    count1: i64,
+    rows: i64,
+    values: i64,
+    sum: i64,
+    last_write: i64,
+}
+
+/// Fires one mini-batch of a TTL reference: `bundle` (retract?, row) in arrival order, the keys
+/// touched at `touch` (their expiry checked then), written at `fire`. `global`: Flink's global
+/// phase, which merges the bundle's local folds and drops no retraction; otherwise the one-phase
+/// operator, which drops a leading retraction of a key without state. Updates `view`, the last
+/// row emitted per key (an upsert consumer's table); returns how many keys expired.
+fn ttl_fire(
+    state: &mut BTreeMap<Option<String>, TtlKey>,
+    view: &mut BTreeMap<Option<String>, String>,
+    bundle: &[(bool, Row)],
+    (touch, fire, ttl): (i64, i64, i64),
+    global: bool,
+) -> usize {
+    let mut expired = 0;
+    let mut order: Vec<Option<String>> = vec![];
+    for (_, row) in bundle {
+        if !order.contains(&row.k) {
+            order.push(row.k.clone());
+        }
+    }
+    for k in order {
+        let s = state.entry(k.clone()).or_default();
+        if s.alive && touch - s.last_write >= ttl {
+            *s = TtlKey::default();
+            expired += 1;
+        }
+        let had_state = s.alive;
+        let mut seen_acc = false;
+        for (retract, row) in bundle.iter().filter(|(_, r)| r.k == k) {
+            let d = if *retract {
+                if !global && !had_state && !seen_acc {
+                    continue;
+                }
+                -1
+            } else {
+                seen_acc = true;
+                1
+            };
+            s.count1 += d;
+            s.rows += d;
+            if let Some(v) = row.v {
+                s.values += d;
+                s.sum = s.sum.wrapping_add(d * v);
+            }
+        }
+        if s.count1 != 0 {
+            s.alive = true;
+            s.last_write = fire;
+            let sum = if s.values != 0 {
+                s.sum.to_string()
+            } else {
+                "null".to_string()
+            };
+            view.insert(
+                k.clone(),
+                format!("[{}, {}, {}, {sum}]", opt(k.clone()), s.rows, s.values),
+            );
+        } else {
+            if had_state {
+                view.remove(&k);
+            }
+            *s = TtlKey::default();
+        }
+    }
+    expired
+}
+
+/// State TTL with mini-batch on and retractions, on a clock that moves past the latency at every
+/// push (so each push is one mini-batch): the changelog read by key must equal Flink's rules
+/// applied row by row (a key idle for the TTL starts afresh, unretracted; a one-phase operator
+/// checks expiry when a mini-batch first touches a key and drops leading retractions of a key
+/// without state; a global phase checks it when it merges, and drops none), for the one-phase
+/// operator and the parallel one in one and two phases.
+#[test]
+fn ttl_with_mini_batch_and_retractions_matches_reference() {
+    const TTL: i64 = 50;
+    let aggregates = || vec![count_star(), count(col("v")), sum(col("v"))];
+    let mut seed = 7000;
+    for retractions in [true, false] {
+        for (workers, two_phase) in [(0, false), (1, false), (3, false), (1, true), (2, true)] {
+            seed += 1;
+            let ctx = format!(
+                "seed {seed} retractions {retractions} workers {workers} two-phase {two_phase}"
+            );
+            let mut rng = StdRng::seed_from_u64(seed);
+            let stream = random_stream(&mut rng, 600, retractions, 8);
+            let schema = schema(KeyType::Utf8, retractions);
+            let mut cfg = config(Some(1_000_000), true);
+            cfg.set("table.exec.mini-batch.allow-latency", "10 ms")
+                .unwrap();
+            cfg.set("table.exec.state.ttl", &format!("{TTL} ms"))
+                .unwrap();
+            cfg.adaptive_local = false;
+            cfg.parallelism = workers.max(1);
+            if !two_phase {
+                cfg.agg_phase_strategy = tally::config::AggPhaseStrategy::OnePhase;
+            }
+            let clock = tally::clock::ManualClock::new(0);
+            let builder = tally::GroupAggregate::builder(schema.clone())
+                .group_by([col("k")])
+                .aggregate(aggregates())
+                .config(cfg)
+                .clock(Arc::new(clock.clone()));
+            // workers 0: the one-phase operator itself.
+            type Push = Box<dyn FnMut(&RecordBatch) -> Vec<RecordBatch>>;
+            let mut push: Push = if workers == 0 {
+                let mut agg = builder.build().unwrap();
+                Box::new(move |b| {
+                    let mut out = agg.push(b).unwrap();
+                    if b.num_rows() == 0 {
+                        out.extend(agg.finish().unwrap());
+                    }
+                    out
+                })
+            } else {
+                let mut agg = builder.build_parallel().unwrap().with_min_slice_rows(1);
+                assert_eq!(agg.is_two_phase(), two_phase, "{ctx}");
+                Box::new(move |b| {
+                    let mut out = agg.push(b).unwrap();
+                    if b.num_rows() == 0 {
+                        out.extend(agg.finish().unwrap());
+                    }
+                    out
+                })
+            };
+            let mut got = BTreeMap::new();
+            let mut state = BTreeMap::new();
+            let mut view = BTreeMap::new();
+            let mut bundle: Vec<(bool, Row)> = vec![];
+            let mut bundle_time = 0;
+            let mut pushed = 0;
+            let mut expiries = 0;
+            while pushed < stream.len() {
+                // Past at least one latency boundary: the pending mini-batch fires first.
+                clock.advance_ms(rng.random_range(10..=35));
+                let now = tally::clock::Clock::now_ms(&clock);
+                let touch = if two_phase { now } else { bundle_time };
+                expiries += ttl_fire(&mut state, &mut view, &bundle, (touch, now, TTL), two_phase);
+                let n = rng.random_range(0..=25).min(stream.len() - pushed);
+                bundle = stream[pushed..pushed + n].to_vec();
+                bundle_time = now;
+                let batch = to_batch(&schema, KeyType::Utf8, &bundle, rng.random_bool(0.5));
+                for line in format_changes(&push(&batch)) {
+                    apply_upsert(&mut got, &line);
+                }
+                pushed += n;
+                assert_eq!(sorted(&got), sorted(&view), "{ctx}: after {pushed} rows");
+            }
+            // End of input: the last mini-batch fires on the clock as it stands.
+            let now = tally::clock::Clock::now_ms(&clock);
+            let touch = if two_phase { now } else { bundle_time };
+            expiries += ttl_fire(&mut state, &mut view, &bundle, (touch, now, TTL), two_phase);
+            let empty = to_batch(&schema, KeyType::Utf8, &[], false);
+            for line in format_changes(&push(&empty)) {
+                apply_upsert(&mut got, &line);
+            }
+            assert_eq!(sorted(&got), sorted(&view), "{ctx}: at the end");
+            assert!(expiries > 10, "{ctx}: {expiries} expiries");
+        }
+    }
+}
+
+/// A table's rows, sorted.
+fn sorted<K>(table: &BTreeMap<K, String>) -> Vec<String> {
+    let mut rows: Vec<String> = table.values().cloned().collect();
+    rows.sort();
+    rows
+}
+
+/// Applies one changelog line (`+I[k, …]`) to a table keyed by its first field.
+fn apply_upsert(table: &mut BTreeMap<String, String>, line: &str) {
+    let (kind, row) = line.split_at(2);
+    let key = row[1..]
+        .split(", ")
+        .next()
+        .unwrap_or("")
+        .trim_end_matches(']')
+        .to_string();
+    match kind {
+        "+I" | "+U" => {
+            table.insert(key, row.to_string());
+        }
+        "-D" => {
+            table.remove(&key);
+        }
+        _ => {}
     }
 }

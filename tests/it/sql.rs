@@ -808,8 +808,10 @@ fn update_before_is_dropped_only_where_the_sink_upserts() {
 }
 
 /// The bundled scripts' final tables are the same under every strategy: mini-batch off and on,
-/// one and two phases, adaptive local phase on (with a threshold that bypasses it) and off,
-/// small mini-batches, 1 and 3 workers (the oracle tests cover 1 to 4 on random streams).
+/// one and two phases, adaptive local phase on (with a threshold that bypasses it where no shop
+/// holds more than a worker's share: on one worker, since the hot shop holds half the orders)
+/// and off, small mini-batches, 1 and 3 workers (the oracle tests cover 1 to 4 on random
+/// streams).
 #[test]
 fn every_strategy_gives_the_same_final_table() {
     let strategies: [&[(&str, &str)]; 6] = [
@@ -818,7 +820,7 @@ fn every_strategy_gives_the_same_final_table() {
         &[("table.optimizer.agg-phase-strategy", "TWO_PHASE")],
         &[("tally.exec.local-agg.adaptive.enabled", "false")],
         &[
-            ("tally.exec.local-agg.adaptive.threshold", "0.01"),
+            ("tally.exec.local-agg.adaptive.threshold", "0.005"),
             ("tally.exec.local-agg.adaptive.min-rows", "1000"),
             ("tally.exec.local-agg.adaptive.probe-interval", "20000"),
         ],
@@ -846,8 +848,28 @@ fn every_strategy_gives_the_same_final_table() {
                     sets.push_str(&format!("SET '{k}' = '{v}';\n"));
                 }
                 let script = format!("{}{sets}{}", &text[..at], &text[at..]);
-                let out = table(&ok(&script, &["--emit", "final", "--format", "csv"]));
-                assert_eq!(out, baseline, "{script}: {workers} workers, {settings:?}");
+                let (code, out, err) = tally(
+                    &script,
+                    &["--emit", "final", "--format", "csv", "--metrics"],
+                );
+                assert_eq!(code, 0, "{err}");
+                assert_eq!(
+                    table(&out),
+                    baseline,
+                    "{script}: {workers} workers, {settings:?}"
+                );
+                let bypasses: u64 = err
+                    .split("bypass decisions ")
+                    .skip(1)
+                    .map(|t| t.split(',').next().unwrap().parse::<u64>().unwrap())
+                    .sum();
+                let bypassing = settings.iter().any(|s| s.1 == "0.005");
+                if bypassing && workers == 1 {
+                    assert!(bypasses > 0, "{script}: never bypassed\n{err}");
+                } else if bypassing {
+                    // The hot shop holds more than 1/3 of each slice: the local phase stays.
+                    assert_eq!(bypasses, 0, "{script}\n{err}");
+                }
             }
         }
     }

@@ -1,0 +1,434 @@
+//! The invariant at the SQL level: seeded random streams (insert-only and changelogs with
+//! deletes and `-U/+U` updates, a hot key, NULL keys and values) written to an Arrow IPC file and
+//! run through `tally::sql` under random configurations (mini-batch off and on, one and two
+//! phases, split-distinct with several bucket counts, `tally.exec.emit.update-before` off, the
+//! adaptive local phase with small thresholds, 1 to 3 workers with several local phases each,
+//! random batch sizes) must give the final table of a reference computed here from the live rows:
+//! nested aggregates, HAVING, WHERE over an aggregate, DISTINCT with FILTER.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tally::sql::{Session, StatementResult, split_statements};
+
+use crate::common::{Materialized, format_changes};
+
+/// One input row: key, value, user.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    k: Option<String>,
+    v: Option<i64>,
+    u: i64,
+}
+
+fn random_row(rng: &mut StdRng) -> Row {
+    let k = if rng.random_bool(0.05) {
+        None
+    } else if rng.random_bool(0.4) {
+        Some("h".to_string())
+    } else {
+        Some(format!("k{}", rng.random_range(0..6)))
+    };
+    Row {
+        k,
+        v: rng.random_bool(0.9).then(|| rng.random_range(-20..40)),
+        u: rng.random_range(0..9),
+    }
+}
+
+/// (retract?, row): inserts, deletes of live rows, `-U`/`+U` updates of live rows.
+fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, Row)> {
+    let mut live: Vec<Row> = vec![];
+    let mut out = vec![];
+    while out.len() < len {
+        let r = rng.random_range(0..10);
+        if retractions && !live.is_empty() && r < 2 {
+            let i = rng.random_range(0..live.len());
+            out.push((true, live.swap_remove(i)));
+        } else if retractions && !live.is_empty() && r < 4 {
+            let i = rng.random_range(0..live.len());
+            let old = live.swap_remove(i);
+            let mut new = random_row(rng);
+            new.k = old.k.clone();
+            out.push((true, old));
+            out.push((false, new.clone()));
+            live.push(new);
+        } else {
+            let row = random_row(rng);
+            live.push(row.clone());
+            out.push((false, row));
+        }
+    }
+    out
+}
+
+/// Writes the stream as an Arrow IPC file of random batch sizes, with an `op` column (`-D` or
+/// `-U` for retractions, `+I` or `+U` for the rest).
+fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Int8, false),
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("u", DataType::Int64, false),
+    ]));
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema).unwrap();
+    let mut at = 0;
+    while at < stream.len() {
+        let n = rng.random_range(1..=90).min(stream.len() - at);
+        let rows = &stream[at..at + n];
+        let update = rng.random_bool(0.5);
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int8Array::from_iter_values(rows.iter().map(
+                |(r, _)| match (*r, update) {
+                    (false, false) => 0,
+                    (true, true) => 1,
+                    (false, true) => 2,
+                    (true, false) => 3,
+                },
+            ))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|(_, r)| r.k.clone()),
+            )),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|(_, r)| r.v))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.u))),
+        ];
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap())
+            .unwrap();
+        at += n;
+    }
+    w.finish().unwrap();
+}
+
+/// The rows a changelog leaves.
+fn live(stream: &[(bool, Row)]) -> Vec<Row> {
+    let mut rows: Vec<Row> = vec![];
+    for (retract, row) in stream {
+        if *retract {
+            let i = rows.iter().position(|r| r == row).unwrap();
+            rows.swap_remove(i);
+        } else {
+            rows.push(row.clone());
+        }
+    }
+    rows
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or("null".to_string(), |v| v.to_string())
+}
+
+fn line(fields: &[String]) -> String {
+    format!("[{}]", fields.join(", "))
+}
+
+/// Per key: (rows, their non-NULL values).
+fn by_key(rows: &[Row]) -> BTreeMap<Option<String>, Vec<&Row>> {
+    let mut m: BTreeMap<Option<String>, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        m.entry(r.k.clone()).or_default().push(r);
+    }
+    m
+}
+
+fn sum(rows: &[&Row]) -> Option<i64> {
+    let vs: Vec<i64> = rows.iter().filter_map(|r| r.v).collect();
+    (!vs.is_empty()).then(|| vs.iter().sum())
+}
+
+/// A query and its reference over the live rows (sorted lines like `[a, 1, 2]`).
+struct Query {
+    name: &'static str,
+    sql: &'static str,
+    /// Whether its last aggregate's changes go straight to the sink (it may drop `-U`).
+    upsert: bool,
+    /// Whether split-distinct applies to it.
+    distinct: bool,
+    reference: fn(&[Row]) -> Vec<String>,
+}
+
+const QUERIES: &[Query] = &[
+    Query {
+        name: "nested",
+        sql: "SELECT c, COUNT(*) AS n, SUM(s) AS total FROM \
+              (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k) GROUP BY c",
+        upsert: true,
+        distinct: false,
+        reference: |rows| {
+            let mut outer: BTreeMap<i64, Vec<Option<i64>>> = BTreeMap::new();
+            for rs in by_key(rows).values() {
+                outer.entry(rs.len() as i64).or_default().push(sum(rs));
+            }
+            outer
+                .iter()
+                .map(|(c, sums)| {
+                    let vs: Vec<i64> = sums.iter().flatten().copied().collect();
+                    let total = (!vs.is_empty()).then(|| vs.iter().sum::<i64>());
+                    line(&[c.to_string(), sums.len().to_string(), opt(total)])
+                })
+                .collect()
+        },
+    },
+    Query {
+        name: "having",
+        sql: "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(u) AS m FROM t GROUP BY k \
+              HAVING COUNT(*) < 75",
+        upsert: false,
+        distinct: false,
+        reference: |rows| {
+            by_key(rows)
+                .iter()
+                .filter(|(_, rs)| rs.len() < 75)
+                .map(|(k, rs)| {
+                    let m = rs.iter().map(|r| r.u).max();
+                    line(&[opt(k.clone()), rs.len().to_string(), opt(sum(rs)), opt(m)])
+                })
+                .collect()
+        },
+    },
+    Query {
+        name: "nested having and where",
+        sql: "SELECT c, COUNT(*) AS n FROM \
+              (SELECT k, COUNT(*) AS c FROM t GROUP BY k HAVING SUM(v) > 10) \
+              WHERE c > 1 GROUP BY c",
+        upsert: true,
+        distinct: false,
+        reference: |rows| {
+            let mut outer: BTreeMap<usize, i64> = BTreeMap::new();
+            for rs in by_key(rows).values() {
+                if sum(rs).is_some_and(|s| s > 10) && rs.len() > 1 {
+                    *outer.entry(rs.len()).or_default() += 1;
+                }
+            }
+            outer
+                .iter()
+                .map(|(c, n)| line(&[c.to_string(), n.to_string()]))
+                .collect()
+        },
+    },
+    Query {
+        name: "distinct",
+        sql: "SELECT k, COUNT(DISTINCT u) AS d, COUNT(*) AS n, \
+              SUM(v) FILTER (WHERE v > 0) AS p, MIN(v) AS lo FROM t GROUP BY k",
+        upsert: true,
+        distinct: true,
+        reference: |rows| {
+            by_key(rows)
+                .iter()
+                .map(|(k, rs)| {
+                    let users: BTreeSet<i64> = rs.iter().map(|r| r.u).collect();
+                    let pos: Vec<i64> = rs.iter().filter_map(|r| r.v).filter(|&v| v > 0).collect();
+                    let p = (!pos.is_empty()).then(|| pos.iter().sum::<i64>());
+                    let lo = rs.iter().filter_map(|r| r.v).min();
+                    line(&[
+                        opt(k.clone()),
+                        users.len().to_string(),
+                        rs.len().to_string(),
+                        opt(p),
+                        opt(lo),
+                    ])
+                })
+                .collect()
+        },
+    },
+];
+
+/// One random configuration, as SET statements, and the batch size.
+fn random_settings(rng: &mut StdRng, distinct: bool) -> (String, usize, String) {
+    let mut sets = vec![];
+    let mut desc = vec![];
+    let mut set = |k: &str, v: String, desc: &mut Vec<String>| {
+        desc.push(format!("{k}={v}"));
+        sets.push(format!("SET '{k}' = '{v}';"));
+    };
+    let workers = rng.random_range(1..=3);
+    set(
+        "table.exec.resource.default-parallelism",
+        workers.to_string(),
+        &mut desc,
+    );
+    if rng.random_bool(0.75) {
+        let size = [1, 4, 40][rng.random_range(0..3)];
+        set("table.exec.mini-batch.enabled", "true".into(), &mut desc);
+        set(
+            "table.exec.mini-batch.allow-latency",
+            "1 h".into(),
+            &mut desc,
+        );
+        set("table.exec.mini-batch.size", size.to_string(), &mut desc);
+        if rng.random_bool(0.3) {
+            set(
+                "table.optimizer.agg-phase-strategy",
+                "ONE_PHASE".into(),
+                &mut desc,
+            );
+        } else {
+            match rng.random_range(0..3) {
+                0 => set(
+                    "tally.exec.local-agg.adaptive.enabled",
+                    "false".into(),
+                    &mut desc,
+                ),
+                1 => {
+                    set(
+                        "tally.exec.local-agg.adaptive.threshold",
+                        "0.05".into(),
+                        &mut desc,
+                    );
+                    set(
+                        "tally.exec.local-agg.adaptive.min-rows",
+                        "20".into(),
+                        &mut desc,
+                    );
+                    set(
+                        "tally.exec.local-agg.adaptive.probe-interval",
+                        "60".into(),
+                        &mut desc,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    if rng.random_bool(0.5) {
+        set("tally.exec.emit.update-before", "false".into(), &mut desc);
+    }
+    if distinct && rng.random_bool(0.5) {
+        set(
+            "table.optimizer.distinct-agg.split.enabled",
+            "true".into(),
+            &mut desc,
+        );
+        let buckets = [1, 3, 1024][rng.random_range(0..3)];
+        set(
+            "table.optimizer.distinct-agg.split.bucket-num",
+            buckets.to_string(),
+            &mut desc,
+        );
+    }
+    let batch = [1, 7, 64, 8192][rng.random_range(0..4)];
+    (sets.join(" "), batch, desc.join(" "))
+}
+
+/// The final table a changelog gives: a multiset with `-U` rows, else upserts by the key columns.
+fn final_table(lines: &[String], update_before: bool, keys: &[usize]) -> Vec<String> {
+    if update_before {
+        let mut m = Materialized::default();
+        m.apply_lines(lines);
+        return m.rows();
+    }
+    let mut table: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    for l in lines {
+        let (kind, row) = l.split_at(2);
+        let fields: Vec<String> = row[1..row.len() - 1]
+            .split(", ")
+            .map(str::to_string)
+            .collect();
+        let key: Vec<String> = keys.iter().map(|&i| fields[i].clone()).collect();
+        match kind {
+            "+I" | "+U" => {
+                table.insert(key, row.to_string());
+            }
+            "-D" => {
+                assert_eq!(
+                    table.remove(&key).as_deref(),
+                    Some(row),
+                    "-D of a row not there"
+                );
+            }
+            other => panic!("{other} in a changelog without -U rows"),
+        }
+    }
+    let mut rows: Vec<String> = table.into_values().collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn sql_queries_match_the_reference_under_random_settings() {
+    let dir = std::env::temp_dir().join(format!("tally-sql-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = StdRng::seed_from_u64(4242);
+    let (mut bypasses, mut local_tasks, mut rounds, mut dropped_ub) = (0, 0, 0, 0);
+    for (s, retractions) in [false, true, true].into_iter().enumerate() {
+        let stream = random_stream(&mut rng, 500, retractions);
+        let path = dir.join(format!("t{s}.arrow"));
+        write_stream(&path, &stream, &mut rng);
+        let rows = live(&stream);
+        let table = format!(
+            "CREATE TABLE t (k STRING, v BIGINT, u BIGINT) WITH ('connector' = 'filesystem', \
+             'path' = '{}', 'format' = 'arrow'{});",
+            path.display(),
+            if retractions {
+                ", 'changelog-column' = 'op'"
+            } else {
+                ""
+            }
+        );
+        for q in QUERIES {
+            let mut expected = (q.reference)(&rows);
+            expected.sort();
+            assert!(!expected.is_empty(), "{}", q.name);
+            for _ in 0..10 {
+                let (settings, batch, desc) = random_settings(&mut rng, q.distinct);
+                let ctx = format!("{} (stream {s}): {desc} batch {batch}", q.name);
+                let mut session = Session::new();
+                let mut query = None;
+                for stmt in split_statements(&format!("{table} {settings} {};", q.sql)).unwrap() {
+                    if let StatementResult::Query(p) = session.execute(&stmt).unwrap() {
+                        query = Some(p);
+                    }
+                }
+                let mut query = query.unwrap();
+                query.set_min_slice_rows(1);
+                let ub_off = desc.contains("update-before=false");
+                assert_eq!(
+                    query.emits_update_before(),
+                    !(ub_off && q.upsert),
+                    "{ctx}: -U rows only where the sink upserts"
+                );
+                dropped_ub += usize::from(!query.emits_update_before());
+                let mut out = vec![];
+                let stats = query
+                    .run(
+                        batch,
+                        |b| {
+                            out.push(b.with_op_column()?);
+                            Ok(())
+                        },
+                        |_, _| {},
+                    )
+                    .unwrap();
+                let lines = format_changes(&out);
+                let keys = query
+                    .key_columns()
+                    .map(<[usize]>::to_vec)
+                    .unwrap_or_default();
+                let got = final_table(&lines, query.emits_update_before(), &keys);
+                assert_eq!(got, expected, "{ctx}");
+                for m in &stats.aggregates {
+                    if let Some(local) = &m.local {
+                        bypasses += local.bypass_decisions;
+                        if m.parallelism > 1 {
+                            let stage = m.stages.iter().find(|s| s.name == "LocalGroupAggregate");
+                            local_tasks += stage.map_or(0, |s| s.batches);
+                            rounds += m.rounds;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The paths the matrix is meant to take were taken.
+    assert!(bypasses > 0, "the adaptive local phase never stepped aside");
+    assert!(
+        local_tasks > rounds,
+        "never more than one local phase per mini-batch: {local_tasks} tasks, {rounds} rounds"
+    );
+    assert!(dropped_ub > 3, "{dropped_ub} runs without -U");
+}
