@@ -10,7 +10,7 @@ use arrow::array::RecordBatch;
 use tally::checkpoint::CheckpointDir;
 use tally::sql::plan_script;
 
-use crate::common::{Materialized, format_changes};
+use crate::common::Materialized;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tally");
 
@@ -35,18 +35,8 @@ fn script(file: &str, settings: &str) -> String {
 
 /// Runs a planned script and returns its changelog lines.
 fn run_lines(q: &mut tally::sql::PlannedQuery, batch: usize) -> Vec<String> {
-    let mut out: Vec<RecordBatch> = vec![];
     std::env::set_current_dir(root()).unwrap();
-    q.run(
-        batch,
-        |b| {
-            out.push(b.with_op_column()?);
-            Ok(())
-        },
-        |_, _| {},
-    )
-    .unwrap();
-    format_changes(&out)
+    crate::common::run_query(q, batch).0
 }
 
 fn table(lines: &[String]) -> Vec<(String, i64)> {

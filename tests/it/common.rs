@@ -288,3 +288,59 @@ pub fn orders_changelog_expected() -> Vec<String> {
     expected.sort();
     expected
 }
+
+/// Runs a planned query over its source in batches of `batch` rows; returns its changelog lines
+/// (as [`format_changes`] writes them) and what the run measured.
+#[cfg(feature = "sql")]
+pub fn run_query(
+    query: &mut tally::sql::PlannedQuery,
+    batch: usize,
+) -> (Vec<String>, tally::sql::planner::RunStats) {
+    let mut out: Vec<RecordBatch> = vec![];
+    let stats = query
+        .run(
+            batch,
+            |b| {
+                out.push(b.with_op_column()?);
+                Ok(())
+            },
+            |_, _| {},
+        )
+        .unwrap();
+    (format_changes(&out), stats)
+}
+
+/// A seeded changelog stream of (retract?, row): inserts of `new_row()`, deletes of live rows,
+/// and `-U`/`+U` updates of live rows (the new row keeps the old one's key through `rekey`).
+/// Without `retractions`, inserts only.
+pub fn changelog_stream<R: Clone>(
+    rng: &mut rand::rngs::StdRng,
+    len: usize,
+    retractions: bool,
+    mut new_row: impl FnMut(&mut rand::rngs::StdRng) -> R,
+    rekey: impl Fn(&R, &mut R),
+) -> Vec<(bool, R)> {
+    use rand::Rng;
+    let mut live: Vec<R> = vec![];
+    let mut out = vec![];
+    while out.len() < len {
+        let r = rng.random_range(0..10);
+        if retractions && !live.is_empty() && r < 2 {
+            let i = rng.random_range(0..live.len());
+            out.push((true, live.swap_remove(i)));
+        } else if retractions && !live.is_empty() && r < 4 {
+            let i = rng.random_range(0..live.len());
+            let old = live.swap_remove(i);
+            let mut new = new_row(rng);
+            rekey(&old, &mut new);
+            out.push((true, old));
+            out.push((false, new.clone()));
+            live.push(new);
+        } else {
+            let row = new_row(rng);
+            live.push(row.clone());
+            out.push((false, row));
+        }
+    }
+    out
+}

@@ -75,30 +75,17 @@ fn random_stream(
     retractions: bool,
     n_keys: usize,
 ) -> Vec<(bool, Row)> {
-    let mut live: Vec<Row> = vec![];
-    let mut out = vec![];
-    while out.len() < len {
-        let r = rng.random_range(0..10);
-        if retractions && !live.is_empty() && r < 2 {
-            let i = rng.random_range(0..live.len());
-            out.push((true, live.swap_remove(i)));
-        } else if retractions && !live.is_empty() && r < 4 {
-            // An update: -U old, +U new with the same key.
-            let i = rng.random_range(0..live.len());
-            let old = live.swap_remove(i);
-            let mut new = random_row(rng, n_keys);
+    // An update keeps the key: -U old, +U new.
+    crate::common::changelog_stream(
+        rng,
+        len,
+        retractions,
+        |rng| random_row(rng, n_keys),
+        |old, new| {
             new.k = old.k.clone();
             new.k2 = old.k2;
-            out.push((true, old));
-            out.push((false, new.clone()));
-            live.push(new);
-        } else {
-            let row = random_row(rng, n_keys);
-            live.push(row.clone());
-            out.push((false, row));
-        }
-    }
-    out
+        },
+    )
 }
 
 fn schema(key_type: KeyType, changelog: bool) -> SchemaRef {

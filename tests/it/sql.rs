@@ -1620,7 +1620,11 @@ fn decimal_sums_are_null_exactly_on_overflow_under_every_strategy() {
                     "SET 'table.exec.resource.default-parallelism' = '{workers}'; {table} {mb} {split} {query}"
                 );
                 let out = ok(&script, &["--emit", "final", "--format", "csv"]);
-                assert_eq!(csv_rows(&out), expected, "{workers} workers '{mb}' '{split}'");
+                assert_eq!(
+                    csv_rows(&out),
+                    expected,
+                    "{workers} workers '{mb}' '{split}'"
+                );
             }
         }
     }

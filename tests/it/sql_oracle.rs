@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tally::sql::{Session, StatementResult, split_statements};
 
-use crate::common::{Materialized, format_changes};
+use crate::common::{Materialized, changelog_stream, run_query};
 
 /// One input row: key, value, user.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,28 +42,9 @@ fn random_row(rng: &mut StdRng) -> Row {
 
 /// (retract?, row): inserts, deletes of live rows, `-U`/`+U` updates of live rows.
 fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, Row)> {
-    let mut live: Vec<Row> = vec![];
-    let mut out = vec![];
-    while out.len() < len {
-        let r = rng.random_range(0..10);
-        if retractions && !live.is_empty() && r < 2 {
-            let i = rng.random_range(0..live.len());
-            out.push((true, live.swap_remove(i)));
-        } else if retractions && !live.is_empty() && r < 4 {
-            let i = rng.random_range(0..live.len());
-            let old = live.swap_remove(i);
-            let mut new = random_row(rng);
-            new.k = old.k.clone();
-            out.push((true, old));
-            out.push((false, new.clone()));
-            live.push(new);
-        } else {
-            let row = random_row(rng);
-            live.push(row.clone());
-            out.push((false, row));
-        }
-    }
-    out
+    changelog_stream(rng, len, retractions, random_row, |old, new| {
+        new.k = old.k.clone()
+    })
 }
 
 /// Writes the stream as an Arrow IPC file of random batch sizes, with an `op` column (`-D` or
@@ -392,18 +373,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                     "{ctx}: -U rows only where the sink upserts"
                 );
                 dropped_ub += usize::from(!query.emits_update_before());
-                let mut out = vec![];
-                let stats = query
-                    .run(
-                        batch,
-                        |b| {
-                            out.push(b.with_op_column()?);
-                            Ok(())
-                        },
-                        |_, _| {},
-                    )
-                    .unwrap();
-                let lines = format_changes(&out);
+                let (lines, stats) = run_query(&mut query, batch);
                 let keys = query
                     .key_columns()
                     .map(<[usize]>::to_vec)
