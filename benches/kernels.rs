@@ -12,7 +12,7 @@ use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::eq;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use tally::datagen::{OrdersConfig, OrdersGenerator};
-use tally_kernels::accumulator::{AggregateKind, new_accumulator};
+use tally_kernels::aggregates::{AggregateKind, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
 use tally_kernels::group_values::new_group_values;
 use tally_kernels::hash::hash_columns;

@@ -27,7 +27,7 @@ use datafusion_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Expr, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility, function::AccumulatorArgs, lit,
 };
-use tally_kernels::accumulator::{AggregateKind, new_accumulator, result_type};
+use tally_kernels::aggregates::{AggregateKind, new_accumulator, result_type};
 
 /// A Tally aggregate function: a name and a return type; evaluation is the kernels' job.
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::expr::AggregateFunction;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
-use tally_kernels::accumulator::{AggregateKind, result_type};
+use tally_kernels::aggregates::{AggregateKind, result_type};
 use tally_kernels::group_values::key_type_supported;
 
 use crate::changelog::{OP_COLUMN, op_type_supported, retract_mask};

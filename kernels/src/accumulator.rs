@@ -1,17 +1,16 @@
-//! Accumulator columns: per-group aggregate state in flat vectors indexed by group id.
+//! Accumulator columns: per-group aggregate state in flat vectors indexed by group id — the
+//! trait every aggregate implements, and the checks and helpers they share.
 //!
 //! Every accumulator merges (the two-phase contract); COUNT, SUM, $SUM0 and AVG also retract by
 //! arithmetic, and MIN/MAX retract through a value → multiplicity multiset per group. Each call
 //! works on a whole batch: `groups[i]` is row `i`'s group id, and an optional filter selects rows.
 //! The (nulls × filter) case is decided once per call ([`crate::accumulate`]), and the typed inner
-//! loop is chosen once, when the accumulator is built.
+//! loop is chosen once, when the accumulator is built ([`crate::aggregates::new_accumulator`]).
 
-use arrow_array::{Array, ArrayRef};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray};
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::{ArrowError, DataType};
-
-use crate::min_max::{new_min_max, new_min_max_retract};
-use crate::numeric::{CountAccumulator, new_avg, new_sum};
 
 /// Aggregate state for many groups, one dynamic call per batch.
 pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
@@ -77,238 +76,6 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
     fn size(&self) -> usize;
 }
 
-/// The built-in aggregate functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AggregateKind {
-    /// `COUNT(*)`: rows, NULLs included.
-    CountStar,
-    /// `COUNT(x)`: non-NULL values.
-    Count,
-    /// `SUM(x)`: NULL when the group has no non-NULL value.
-    Sum,
-    /// `$SUM0(x)`: like SUM but 0 when empty.
-    Sum0,
-    /// `AVG(x)`.
-    Avg,
-    /// `MIN(x)`.
-    Min,
-    /// `MAX(x)`.
-    Max,
-}
-
-impl AggregateKind {
-    /// The name Flink prints for the function.
-    pub fn name(self) -> &'static str {
-        match self {
-            AggregateKind::CountStar | AggregateKind::Count => "COUNT",
-            AggregateKind::Sum => "SUM",
-            AggregateKind::Sum0 => "$SUM0",
-            AggregateKind::Avg => "AVG",
-            AggregateKind::Min => "MIN",
-            AggregateKind::Max => "MAX",
-        }
-    }
-}
-
-/// Whether `dt` is a numeric type SUM and AVG accept.
-fn is_numeric(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64
-            | DataType::Float32
-            | DataType::Float64
-            | DataType::Decimal128(_, _)
-    )
-}
-
-/// Whether MIN/MAX accept `dt` (after the casts [`min_max_input_type`] applies).
-fn is_orderable(dt: &DataType) -> bool {
-    is_numeric(dt)
-        || matches!(
-            dt,
-            DataType::Boolean
-                | DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Utf8View
-                | DataType::Date32
-                | DataType::Date64
-                | DataType::Time32(_)
-                | DataType::Time64(_)
-                | DataType::Timestamp(_, _)
-        )
-        || matches!(dt, DataType::Dictionary(_, v) if is_orderable(v))
-}
-
-/// The type a MIN/MAX result has: the argument's, or a dictionary's value type.
-fn min_max_result_type(dt: &DataType) -> DataType {
-    match dt {
-        DataType::Dictionary(_, v) => min_max_result_type(v),
-        other => other.clone(),
-    }
-}
-
-/// The type MIN/MAX work on internally: strings as Utf8, booleans as UInt8.
-fn min_max_input_type(dt: &DataType) -> DataType {
-    match min_max_result_type(dt) {
-        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
-        DataType::Boolean => DataType::UInt8,
-        other => other,
-    }
-}
-
-/// The result type of `kind` over an argument of type `arg` (None for `COUNT(*)`), following
-/// Flink: COUNT is BIGINT; SUM keeps the argument type (DECIMAL(38, s) for decimals, NULL when
-/// the sum overflows 38 digits; DECIMAL(76, s) over a DECIMAL256); AVG of an
-/// integer is that integer type, of FLOAT/DOUBLE that type, of DECIMAL(p, s) DECIMAL(38, max(6, s));
-/// MIN/MAX keep the argument type.
-///
-/// # Errors
-/// When the function does not accept the type.
-pub fn result_type(kind: AggregateKind, arg: Option<&DataType>) -> Result<DataType, ArrowError> {
-    let unsupported = |dt: &DataType| {
-        ArrowError::NotYetImplemented(format!("{} does not support type {dt}", kind.name()))
-    };
-    match (kind, arg) {
-        (AggregateKind::CountStar, _) | (AggregateKind::Count, Some(_)) => Ok(DataType::Int64),
-        (_, None) => Err(ArrowError::InvalidArgumentError(format!(
-            "{} takes one argument",
-            kind.name()
-        ))),
-        (AggregateKind::Sum | AggregateKind::Sum0, Some(dt)) => match dt {
-            DataType::Decimal128(_, s) => Ok(DataType::Decimal128(38, *s)),
-            // The split-distinct rewrite sums partial decimal sums exactly, as DECIMAL(76, s).
-            DataType::Decimal256(_, s) => Ok(DataType::Decimal256(76, *s)),
-            dt if is_numeric(dt) => Ok(dt.clone()),
-            dt => Err(unsupported(dt)),
-        },
-        (AggregateKind::Avg, Some(dt)) => match dt {
-            DataType::Decimal128(_, s) => Ok(DataType::Decimal128(38, (*s).max(6))),
-            dt if is_numeric(dt) => Ok(dt.clone()),
-            dt => Err(unsupported(dt)),
-        },
-        (AggregateKind::Min | AggregateKind::Max, Some(dt)) => {
-            if is_orderable(dt) {
-                Ok(min_max_result_type(dt))
-            } else {
-                Err(unsupported(dt))
-            }
-        }
-    }
-}
-
-/// Builds the accumulator for `kind` over an argument of type `arg` (None for `COUNT(*)`).
-/// `retractable` selects MIN/MAX with a value multiset (needed when the input has retractions);
-/// the other functions always retract.
-///
-/// # Errors
-/// When the function does not accept the type.
-pub fn new_accumulator(
-    kind: AggregateKind,
-    arg: Option<&DataType>,
-    retractable: bool,
-) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
-    let out = result_type(kind, arg)?;
-    Ok(match (kind, arg) {
-        (AggregateKind::CountStar, _) => Box::new(CountAccumulator::new(true)),
-        (AggregateKind::Count, _) => Box::new(CountAccumulator::new(false)),
-        (AggregateKind::Sum, Some(dt)) => new_sum(dt, false)?,
-        (AggregateKind::Sum0, Some(dt)) => new_sum(dt, true)?,
-        (AggregateKind::Avg, Some(dt)) => new_avg(dt)?,
-        (AggregateKind::Min | AggregateKind::Max, Some(dt)) => {
-            let is_max = kind == AggregateKind::Max;
-            let inner_type = min_max_input_type(dt);
-            let inner = if retractable {
-                new_min_max_retract(&inner_type, is_max)?
-            } else {
-                new_min_max(&inner_type, is_max)?
-            };
-            if &inner_type == dt {
-                inner
-            } else {
-                Box::new(CastAccumulator {
-                    input: inner_type,
-                    output: out,
-                    inner,
-                })
-            }
-        }
-        (_, None) => unreachable!("result_type rejects a missing argument"),
-    })
-}
-
-/// Casts arguments to the type the inner accumulator works on, and results back.
-#[derive(Debug)]
-struct CastAccumulator {
-    input: DataType,
-    output: DataType,
-    inner: Box<dyn GroupsAccumulator>,
-}
-
-impl CastAccumulator {
-    fn cast_in(&self, values: &[ArrayRef]) -> Result<Vec<ArrayRef>, ArrowError> {
-        values
-            .iter()
-            .map(|v| arrow_cast::cast(v, &self.input))
-            .collect()
-    }
-}
-
-impl GroupsAccumulator for CastAccumulator {
-    fn update(
-        &mut self,
-        values: &[ArrayRef],
-        groups: &[u32],
-        filter: Option<&BooleanBuffer>,
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        let v = self.cast_in(values)?;
-        self.inner.update(&v, groups, filter, total_groups)
-    }
-    fn retract(
-        &mut self,
-        values: &[ArrayRef],
-        groups: &[u32],
-        filter: Option<&BooleanBuffer>,
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        let v = self.cast_in(values)?;
-        self.inner.retract(&v, groups, filter, total_groups)
-    }
-    fn merge(
-        &mut self,
-        states: &[ArrayRef],
-        groups: &[u32],
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        self.inner.merge(states, groups, total_groups)
-    }
-    fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        arrow_cast::cast(&self.inner.evaluate(groups)?, &self.output)
-    }
-    fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        self.inner.state(groups)
-    }
-    fn state_types(&self) -> Vec<DataType> {
-        self.inner.state_types()
-    }
-    fn result_type(&self) -> DataType {
-        self.output.clone()
-    }
-    fn reset(&mut self, groups: &[u32]) {
-        self.inner.reset(groups);
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-}
-
 /// Checks that `values` holds one array of type `dt` as long as `groups`, and returns it.
 pub(crate) fn single_arg<'a>(
     values: &'a [ArrayRef],
@@ -346,4 +113,30 @@ pub(crate) fn check_filter(
         )),
         _ => Ok(()),
     }
+}
+
+/// Grows `v` to `n` entries of `fill`.
+#[inline]
+pub(crate) fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+    if v.len() < n {
+        v.resize(n, fill);
+    }
+}
+
+/// State column `i` of `states` as a `T` array as long as `groups`.
+pub(crate) fn state_arg<'a, T: ArrowPrimitiveType>(
+    states: &'a [ArrayRef],
+    i: usize,
+    groups: &[u32],
+) -> Result<&'a PrimitiveArray<T>, ArrowError> {
+    let a = states
+        .get(i)
+        .and_then(|a| a.as_primitive_opt::<T>())
+        .ok_or_else(|| ArrowError::InvalidArgumentError(format!("bad state column {i}")))?;
+    if a.len() != groups.len() {
+        return Err(ArrowError::InvalidArgumentError(
+            "state and group ids differ in length".to_string(),
+        ));
+    }
+    Ok(a)
 }

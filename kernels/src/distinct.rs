@@ -23,10 +23,11 @@ use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder, OffsetBuffer, ScalarBuff
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::HashMap;
 
-use crate::accumulator::{AggregateKind, GroupsAccumulator, new_accumulator};
+use crate::accumulator::GroupsAccumulator;
+use crate::accumulator::grow;
+use crate::aggregates::{AggregateKind, new_accumulator};
 use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
-use crate::numeric::grow;
 
 /// The DISTINCT aggregates over one argument, with their shared value → counters map.
 pub struct DistinctAccumulator {

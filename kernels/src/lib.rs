@@ -4,14 +4,14 @@
 //!
 //! 1. [`hash::hash_columns`] hashes each row's group key once;
 //! 2. a [`group_values::GroupValues`] table interns the keys into dense `u32` group ids;
-//! 3. [`accumulator::GroupsAccumulator`]s (one per aggregate, or one
+//! 3. [`accumulator::GroupsAccumulator`]s (built by [`aggregates::new_accumulator`]; one per aggregate, or one
 //!    [`distinct::DistinctAccumulator`] per DISTINCT argument) fold the rows into flat per-group
 //!    state, and evaluate the results of the groups that changed.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use arrow_array::{ArrayRef, Int64Array, StringArray, cast::AsArray, types::Int64Type};
-//! use tally_kernels::accumulator::{new_accumulator, AggregateKind};
+//! use tally_kernels::aggregates::{new_accumulator, AggregateKind};
 //! use tally_kernels::group_values::new_group_values;
 //! use tally_kernels::hash::hash_columns;
 //!
@@ -36,6 +36,8 @@
 
 pub mod accumulate;
 pub mod accumulator;
+pub mod aggregates;
+pub mod decimal;
 pub mod distinct;
 pub mod group_values;
 pub mod hash;

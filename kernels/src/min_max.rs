@@ -28,8 +28,8 @@ use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 use hashbrown::HashMap;
 
 use crate::accumulate::for_each_selected;
+use crate::accumulator::grow;
 use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
-use crate::numeric::grow;
 
 /// A value MIN/MAX can hold: ordered, owned, readable from and writable to an Arrow array.
 pub trait OrdValue: Ord + Hash + Clone + Send + Sync + Debug + 'static {

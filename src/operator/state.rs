@@ -7,7 +7,8 @@
 use arrow::array::ArrayRef;
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::Field;
-use tally_kernels::accumulator::{AggregateKind, GroupsAccumulator, new_accumulator};
+use tally_kernels::accumulator::GroupsAccumulator;
+use tally_kernels::aggregates::{AggregateKind, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
 use tally_kernels::group_values::GroupValues;
 use tally_kernels::hash::hash_columns;

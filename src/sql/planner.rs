@@ -35,7 +35,7 @@ use crate::plan::AggregatePlan;
 use crate::replay::{ReplayStats, Replayer};
 use crate::runtime::Runtime;
 use crate::source::FileTable;
-use tally_kernels::accumulator::AggregateKind;
+use tally_kernels::aggregates::AggregateKind;
 
 use super::Session;
 

@@ -1,0 +1,274 @@
+//! Interning one string key column: every key's bytes in one buffer, no allocation per group.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, DictionaryArray, StringArray};
+use arrow_buffer::{ArrowNativeType, BooleanBufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType};
+use hashbrown::HashTable;
+
+use super::{GroupValues, check_len, out_of_range};
+
+/// One string key column (Utf8, LargeUtf8, Utf8View or a dictionary of those): every key's
+/// bytes in one buffer.
+#[derive(Debug)]
+pub struct BytesGroupValues {
+    data_type: DataType,
+    map: HashTable<u32>,
+    bytes: Vec<u8>,
+    /// `offsets[g]..offsets[g + 1]` are group `g`'s bytes.
+    offsets: Vec<usize>,
+    hashes: Vec<u64>,
+    null_group: Option<u32>,
+    /// Per-batch cache of dictionary value index → group id.
+    dict_cache: Vec<u32>,
+}
+
+impl BytesGroupValues {
+    /// An empty table for keys of `data_type`.
+    pub fn new(data_type: DataType) -> Self {
+        Self {
+            data_type,
+            map: HashTable::with_capacity(128),
+            bytes: Vec::with_capacity(1024),
+            offsets: vec![0],
+            hashes: Vec::with_capacity(128),
+            null_group: None,
+            dict_cache: vec![],
+        }
+    }
+
+    fn null_group(&mut self) -> u32 {
+        match self.null_group {
+            Some(g) => g,
+            None => {
+                let g = self.hashes.len() as u32;
+                self.offsets.push(self.bytes.len());
+                self.hashes.push(crate::hash::NULL_HASH);
+                self.null_group = Some(g);
+                g
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn intern_one(&mut self, v: &[u8], h: u64) -> u32 {
+        let bytes = &self.bytes;
+        let offsets = &self.offsets;
+        let null_group = self.null_group;
+        let found = self.map.find(h, |&g| {
+            let g = g as usize;
+            &bytes[offsets[g]..offsets[g + 1]] == v && Some(g as u32) != null_group
+        });
+        match found {
+            Some(&g) => g,
+            None => {
+                let g = self.hashes.len() as u32;
+                self.bytes.extend_from_slice(v);
+                self.offsets.push(self.bytes.len());
+                self.hashes.push(h);
+                let hs = &self.hashes;
+                self.map.insert_unique(h, g, |&g| hs[g as usize]);
+                g
+            }
+        }
+    }
+
+    fn intern_strings<'a>(
+        &mut self,
+        len: usize,
+        nulls: Option<&NullBuffer>,
+        value: impl Fn(usize) -> &'a [u8],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) {
+        let nulls = nulls.filter(|n| n.null_count() > 0);
+        for (i, &h) in hashes.iter().enumerate().take(len) {
+            let g = if nulls.is_some_and(|n| n.is_null(i)) {
+                self.null_group()
+            } else {
+                self.intern_one(value(i), h)
+            };
+            groups.push(g);
+        }
+    }
+
+    fn intern_dictionary<K: ArrowDictionaryKeyType>(
+        &mut self,
+        dict: &DictionaryArray<K>,
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        let values = dict.values();
+        let string_at = string_accessor(values.as_ref())?;
+        let value_nulls = values.logical_nulls();
+        let keys = dict.keys();
+        let key_nulls = keys.nulls().filter(|n| n.null_count() > 0);
+        let mut cache = std::mem::take(&mut self.dict_cache);
+        cache.clear();
+        cache.resize(values.len(), u32::MAX);
+        for (i, k) in keys.values().iter().enumerate() {
+            if key_nulls.is_some_and(|n| n.is_null(i)) {
+                groups.push(self.null_group());
+                continue;
+            }
+            let k = k.as_usize();
+            let mut g = cache[k];
+            if g == u32::MAX {
+                g = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
+                    self.null_group()
+                } else {
+                    // The row's hash is the hash of the dictionary value it points at.
+                    self.intern_one(string_at(k), hashes[i])
+                };
+                cache[k] = g;
+            }
+            groups.push(g);
+        }
+        self.dict_cache = cache;
+        Ok(())
+    }
+}
+
+/// A by-index accessor to the bytes of a string array.
+type StringAt<'a> = Box<dyn Fn(usize) -> &'a [u8] + 'a>;
+
+/// A by-index accessor to the bytes of any string array (used once per distinct dictionary value,
+/// not per row).
+fn string_accessor<'a>(a: &'a dyn Array) -> Result<StringAt<'a>, ArrowError> {
+    Ok(match a.data_type() {
+        DataType::Utf8 => {
+            let a = a.as_string::<i32>();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        DataType::LargeUtf8 => {
+            let a = a.as_string::<i64>();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        DataType::Utf8View => {
+            let a = a.as_string_view();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        other => {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "expected a string array, got {other}"
+            )));
+        }
+    })
+}
+
+impl GroupValues for BytesGroupValues {
+    fn intern(
+        &mut self,
+        cols: &[ArrayRef],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        let n = check_len(cols, hashes, 1)?;
+        groups.clear();
+        groups.reserve(n);
+        let col = &cols[0];
+        match col.data_type() {
+            DataType::Utf8 => {
+                let a = col.as_string::<i32>();
+                self.intern_strings(n, a.nulls(), |i| a.value(i).as_bytes(), hashes, groups);
+            }
+            DataType::LargeUtf8 => {
+                let a = col.as_string::<i64>();
+                self.intern_strings(n, a.nulls(), |i| a.value(i).as_bytes(), hashes, groups);
+            }
+            DataType::Utf8View => {
+                let a = col.as_string_view();
+                self.intern_strings(n, a.nulls(), |i| a.value(i).as_bytes(), hashes, groups);
+            }
+            DataType::Dictionary(k, _) => {
+                macro_rules! dict {
+                    ($t:ty) => {
+                        self.intern_dictionary(col.as_dictionary::<$t>(), hashes, groups)?
+                    };
+                }
+                match k.as_ref() {
+                    DataType::Int8 => dict!(Int8Type),
+                    DataType::Int16 => dict!(Int16Type),
+                    DataType::Int32 => dict!(Int32Type),
+                    DataType::Int64 => dict!(Int64Type),
+                    DataType::UInt8 => dict!(UInt8Type),
+                    DataType::UInt16 => dict!(UInt16Type),
+                    DataType::UInt32 => dict!(UInt32Type),
+                    DataType::UInt64 => dict!(UInt64Type),
+                    other => {
+                        return Err(ArrowError::InvalidArgumentError(format!(
+                            "unexpected dictionary key type {other}"
+                        )));
+                    }
+                }
+            }
+            other => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "unexpected key type {other}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn size(&self) -> usize {
+        self.map.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.bytes.capacity()
+            + self.offsets.capacity() * std::mem::size_of::<usize>()
+            + self.hashes.capacity() * 8
+            + self.dict_cache.capacity() * 4
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.hashes.clear();
+        self.null_group = None;
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        let mut offsets = Vec::with_capacity(groups.len() + 1);
+        offsets.push(0i32);
+        let mut data = Vec::new();
+        let mut valid = BooleanBufferBuilder::new(groups.len());
+        for &g in groups {
+            let gi = g as usize;
+            if gi + 1 >= self.offsets.len() {
+                return Err(out_of_range(g));
+            }
+            data.extend_from_slice(&self.bytes[self.offsets[gi]..self.offsets[gi + 1]]);
+            let len = i32::try_from(data.len()).map_err(|_| {
+                ArrowError::ComputeError("key bytes exceed the Utf8 offset range".into())
+            })?;
+            offsets.push(len);
+            valid.append(Some(g) != self.null_group);
+        }
+        let nulls = self.null_group.map(|_| NullBuffer::new(valid.finish()));
+        // The bytes came from valid UTF-8 strings.
+        let arr = StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            data.into(),
+            nulls,
+        )?;
+        let arr: ArrayRef = Arc::new(arr);
+        let out = if &self.data_type == arr.data_type() {
+            arr
+        } else {
+            arrow_cast::cast(&arr, &self.data_type)?
+        };
+        Ok(vec![out])
+    }
+}

@@ -1,0 +1,123 @@
+//! Interning any key columns: keys encoded with arrow-row into comparable byte rows.
+
+use arrow_array::{Array, ArrayRef};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::{ArrowError, DataType};
+use hashbrown::HashTable;
+
+use super::{GroupValues, check_len, key_type_supported, out_of_range};
+
+/// Any key columns, encoded with arrow-row into comparable byte rows.
+pub struct RowGroupValues {
+    types: Vec<DataType>,
+    converter: RowConverter,
+    map: HashTable<u32>,
+    rows: Rows,
+    hashes: Vec<u64>,
+}
+
+impl std::fmt::Debug for RowGroupValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowGroupValues")
+            .field("groups", &self.hashes.len())
+            .finish()
+    }
+}
+
+impl RowGroupValues {
+    /// An empty table for keys of the given types.
+    ///
+    /// # Errors
+    /// When arrow-row cannot encode one of the types.
+    pub fn try_new(types: &[DataType]) -> Result<Self, ArrowError> {
+        for dt in types {
+            if !key_type_supported(dt) {
+                return Err(ArrowError::NotYetImplemented(format!(
+                    "a group key of type {dt} is not supported"
+                )));
+            }
+        }
+        let converter =
+            RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+        let rows = converter.empty_rows(128, 4096);
+        Ok(Self {
+            types: types.to_vec(),
+            converter,
+            map: HashTable::with_capacity(128),
+            rows,
+            hashes: Vec::with_capacity(128),
+        })
+    }
+}
+
+impl GroupValues for RowGroupValues {
+    fn intern(
+        &mut self,
+        cols: &[ArrayRef],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        check_len(cols, hashes, self.types.len())?;
+        let batch_rows = self.converter.convert_columns(cols)?;
+        groups.clear();
+        groups.reserve(hashes.len());
+        for (i, &h) in hashes.iter().enumerate() {
+            let row = batch_rows.row(i);
+            let stored = &self.rows;
+            let g = match self.map.find(h, |&g| stored.row(g as usize) == row) {
+                Some(&g) => g,
+                None => {
+                    let g = self.hashes.len() as u32;
+                    self.rows.push(row);
+                    self.hashes.push(h);
+                    let hs = &self.hashes;
+                    self.map.insert_unique(h, g, |&g| hs[g as usize]);
+                    g
+                }
+            };
+            groups.push(g);
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn size(&self) -> usize {
+        self.map.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.rows.size()
+            + self.hashes.capacity() * 8
+            + self.converter.size()
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.rows.clear();
+        self.hashes.clear();
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.hashes.len()) {
+            return Err(out_of_range(g));
+        }
+        let cols = self
+            .converter
+            .convert_rows(groups.iter().map(|&g| self.rows.row(g as usize)))?;
+        // arrow-row decodes dictionaries to their value type; give back the declared types.
+        cols.into_iter()
+            .zip(&self.types)
+            .map(|(c, t)| {
+                if c.data_type() == t {
+                    Ok(c)
+                } else {
+                    arrow_cast::cast(&c, t)
+                }
+            })
+            .collect()
+    }
+}
