@@ -10,53 +10,143 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// `table.exec.mini-batch.enabled`
-pub const MINI_BATCH_ENABLED: &str = "table.exec.mini-batch.enabled";
-/// `table.exec.mini-batch.allow-latency`
-pub const MINI_BATCH_ALLOW_LATENCY: &str = "table.exec.mini-batch.allow-latency";
-/// `table.exec.mini-batch.size`
-pub const MINI_BATCH_SIZE: &str = "table.exec.mini-batch.size";
-/// `table.exec.state.ttl`
-pub const STATE_TTL: &str = "table.exec.state.ttl";
-/// `table.optimizer.agg-phase-strategy`
-pub const AGG_PHASE_STRATEGY: &str = "table.optimizer.agg-phase-strategy";
-/// `table.optimizer.distinct-agg.split.enabled`
-pub const SPLIT_ENABLED: &str = "table.optimizer.distinct-agg.split.enabled";
-/// `table.optimizer.distinct-agg.split.bucket-num`
-pub const SPLIT_BUCKET_NUM: &str = "table.optimizer.distinct-agg.split.bucket-num";
-/// `table.exec.resource.default-parallelism`
-pub const DEFAULT_PARALLELISM: &str = "table.exec.resource.default-parallelism";
-/// `tally.strict`
-pub const STRICT: &str = "tally.strict";
-/// `tally.exec.emit.update-before`
-pub const EMIT_UPDATE_BEFORE: &str = "tally.exec.emit.update-before";
+/// Declares every option once: its key constant, its field (with its doc), its default, how a
+/// value is parsed and how it is printed. From that one list come [`Config`], its `Default`,
+/// [`KEYS`], [`Config::set`], [`Config::entries`] and [`Config::reset`].
+macro_rules! options {
+    ($(
+        $(#[doc = $doc:literal])*
+        $konst:ident = $key:literal => $field:ident: $ty:ty = $default:expr,
+            parse $parse:expr, show $show:expr;
+    )*) => {
+        $(
+            #[doc = concat!("`", $key, "`")]
+            pub const $konst: &str = $key;
+        )*
 
-/// `tally.exec.local-agg.adaptive.enabled`
-pub const ADAPTIVE_ENABLED: &str = "tally.exec.local-agg.adaptive.enabled";
-/// `tally.exec.local-agg.adaptive.threshold`
-pub const ADAPTIVE_THRESHOLD: &str = "tally.exec.local-agg.adaptive.threshold";
-/// `tally.exec.local-agg.adaptive.min-rows`
-pub const ADAPTIVE_MIN_ROWS: &str = "tally.exec.local-agg.adaptive.min-rows";
-/// `tally.exec.local-agg.adaptive.probe-interval`
-pub const ADAPTIVE_PROBE_INTERVAL: &str = "tally.exec.local-agg.adaptive.probe-interval";
+        /// Every key [`Config::set`] accepts.
+        pub const KEYS: &[&str] = &[$($konst),*];
 
-/// Every key [`Config::set`] accepts.
-pub const KEYS: &[&str] = &[
-    MINI_BATCH_ENABLED,
-    MINI_BATCH_ALLOW_LATENCY,
-    MINI_BATCH_SIZE,
-    STATE_TTL,
-    AGG_PHASE_STRATEGY,
-    SPLIT_ENABLED,
-    SPLIT_BUCKET_NUM,
-    DEFAULT_PARALLELISM,
-    STRICT,
-    EMIT_UPDATE_BEFORE,
-    ADAPTIVE_ENABLED,
-    ADAPTIVE_THRESHOLD,
-    ADAPTIVE_MIN_ROWS,
-    ADAPTIVE_PROBE_INTERVAL,
-];
+        /// The options Tally reads. Every field has Flink's default.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Config {
+            $(
+                $(#[doc = $doc])*
+                pub $field: $ty,
+            )*
+            /// The keys given to [`Config::set`] (and not reset since), so that a warning can
+            /// tell a chosen value from a default ([`Config::is_set`]).
+            pub(crate) explicit: std::collections::BTreeSet<&'static str>,
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Self {
+                    $($field: $default,)*
+                    explicit: std::collections::BTreeSet::new(),
+                }
+            }
+        }
+
+        impl Config {
+            /// Parses `value` into the option `key`.
+            fn set_value(&mut self, key: &str, value: &str) -> Result<()> {
+                match key {
+                    $($konst => self.$field = ($parse)(key, value)?,)*
+                    _ => {
+                        return Err(Error::config(
+                            key,
+                            format!("unknown option (known: {})", KEYS.join(", ")),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+
+            /// Every option and its current value, in [`KEYS`] order, as `SET` would print
+            /// them.
+            pub fn entries(&self) -> Vec<(&'static str, String)> {
+                vec![$(($konst, ($show)(&self.$field)),)*]
+            }
+
+            /// Resets one option to its default.
+            ///
+            /// # Errors
+            /// An unknown key.
+            pub fn reset(&mut self, key: &str) -> Result<()> {
+                self.explicit.remove(key);
+                let d = Config::default();
+                match key {
+                    $($konst => self.$field = d.$field,)*
+                    _ => return Err(Error::config(key, "unknown option")),
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+options! {
+    /// `table.exec.mini-batch.enabled` (default `false`): buffer input rows and fold each key's
+    /// changes into one output transition per mini-batch.
+    MINI_BATCH_ENABLED = "table.exec.mini-batch.enabled" => mini_batch_enabled: bool = false,
+        parse parse_bool, show show_value;
+    /// `table.exec.mini-batch.allow-latency` (default `0 ms`): a mini-batch fires when this much
+    /// clock time has passed. Must be positive when mini-batch is enabled.
+    MINI_BATCH_ALLOW_LATENCY = "table.exec.mini-batch.allow-latency" => mini_batch_allow_latency: Duration = Duration::ZERO,
+        parse parse_duration, show show_ms;
+    /// `table.exec.mini-batch.size` (default `-1`): a mini-batch fires when this many input rows
+    /// are buffered. Must be positive when mini-batch is enabled.
+    MINI_BATCH_SIZE = "table.exec.mini-batch.size" => mini_batch_size: i64 = -1,
+        parse parse_whole, show show_value;
+    /// `table.exec.state.ttl` (default `0 ms` = never): a group whose state has not been written
+    /// for this long (processing time, on the operator's clock) is dropped; a retraction for it is
+    /// then ignored and its next accumulation starts a new group (`+I`). While a TTL is set, an
+    /// update that leaves the values unchanged still emits `-U`/`+U` (Flink's FLINK-33936).
+    STATE_TTL = "table.exec.state.ttl" => state_ttl: Duration = Duration::ZERO,
+        parse parse_duration, show show_ms;
+    /// `table.optimizer.agg-phase-strategy` (default `AUTO`).
+    AGG_PHASE_STRATEGY = "table.optimizer.agg-phase-strategy" => agg_phase_strategy: AggPhaseStrategy = AggPhaseStrategy::Auto,
+        parse parse_strategy, show |s: &AggPhaseStrategy| s.name().to_string();
+    /// `table.optimizer.distinct-agg.split.enabled` (default `false`): split DISTINCT aggregates
+    /// into a bucketed partial and a final aggregate.
+    SPLIT_ENABLED = "table.optimizer.distinct-agg.split.enabled" => split_enabled: bool = false,
+        parse parse_bool, show show_value;
+    /// `table.optimizer.distinct-agg.split.bucket-num` (default 1024).
+    SPLIT_BUCKET_NUM = "table.optimizer.distinct-agg.split.bucket-num" => split_bucket_num: u32 = 1024,
+        parse parse_positive, show show_value;
+    /// `table.exec.resource.default-parallelism` (default: the available cores).
+    DEFAULT_PARALLELISM = "table.exec.resource.default-parallelism" => parallelism: usize =
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        parse |k: &str, v: &str| parse_positive::<u32>(k, v).map(|p| p as usize), show show_value;
+    /// `tally.strict` (default `false`): settings that would have no effect are errors instead
+    /// of warnings.
+    STRICT = "tally.strict" => strict: bool = false,
+        parse parse_bool, show show_value;
+    /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
+    /// for upsert consumers keyed on the group key (the SQL planner keeps them where an aggregate
+    /// feeds anything but the sink, as Flink decides from the sink).
+    EMIT_UPDATE_BEFORE = "tally.exec.emit.update-before" => emit_update_before: bool = true,
+        parse parse_bool, show show_value;
+    /// `tally.exec.local-agg.adaptive.enabled` (default `true`): bypass a local phase that does
+    /// not reduce its input (Flink has no such option).
+    ADAPTIVE_ENABLED = "tally.exec.local-agg.adaptive.enabled" => adaptive_local: bool = true,
+        parse parse_bool, show show_value;
+    /// `tally.exec.local-agg.adaptive.threshold` (default `0.2`): the local phase is bypassed when
+    /// its rows out / rows in is above this and no key holds more than 1 / P of its input.
+    /// BENCHMARKS.md ("Adaptive local phase: the threshold") has the measurement behind the
+    /// default.
+    ADAPTIVE_THRESHOLD = "tally.exec.local-agg.adaptive.threshold" => adaptive_threshold: f64 = 0.2,
+        parse parse_ratio, show show_value;
+    /// `tally.exec.local-agg.adaptive.min-rows` (default 100000): input rows the local phase
+    /// measures before it decides.
+    ADAPTIVE_MIN_ROWS = "tally.exec.local-agg.adaptive.min-rows" => adaptive_min_rows: u64 = 100_000,
+        parse parse_positive, show show_value;
+    /// `tally.exec.local-agg.adaptive.probe-interval` (default 1000000): input rows that bypass
+    /// the local phase before it is measured again.
+    ADAPTIVE_PROBE_INTERVAL = "tally.exec.local-agg.adaptive.probe-interval" => adaptive_probe_interval: u64 = 1_000_000,
+        parse parse_positive, show show_value;
+}
 
 /// `table.optimizer.agg-phase-strategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,78 +167,6 @@ impl AggPhaseStrategy {
             AggPhaseStrategy::Auto => "AUTO",
             AggPhaseStrategy::OnePhase => "ONE_PHASE",
             AggPhaseStrategy::TwoPhase => "TWO_PHASE",
-        }
-    }
-}
-
-/// The options Tally reads. Every field has Flink's default.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// `table.exec.mini-batch.enabled` (default `false`): buffer input rows and fold each key's
-    /// changes into one output transition per mini-batch.
-    pub mini_batch_enabled: bool,
-    /// `table.exec.mini-batch.allow-latency` (default `0 ms`): a mini-batch fires when this much
-    /// clock time has passed. Must be positive when mini-batch is enabled.
-    pub mini_batch_allow_latency: Duration,
-    /// `table.exec.mini-batch.size` (default `-1`): a mini-batch fires when this many input rows
-    /// are buffered. Must be positive when mini-batch is enabled.
-    pub mini_batch_size: i64,
-    /// `table.exec.state.ttl` (default `0 ms` = never): a group whose state has not been written
-    /// for this long (processing time, on the operator's clock) is dropped; a retraction for it is
-    /// then ignored and its next accumulation starts a new group (`+I`). While a TTL is set, an
-    /// update that leaves the values unchanged still emits `-U`/`+U` (Flink's FLINK-33936).
-    pub state_ttl: Duration,
-    /// `table.optimizer.agg-phase-strategy` (default `AUTO`).
-    pub agg_phase_strategy: AggPhaseStrategy,
-    /// `table.optimizer.distinct-agg.split.enabled` (default `false`): split DISTINCT aggregates
-    /// into a bucketed partial and a final aggregate.
-    pub split_enabled: bool,
-    /// `table.optimizer.distinct-agg.split.bucket-num` (default 1024).
-    pub split_bucket_num: u32,
-    /// `table.exec.resource.default-parallelism` (default: the available cores).
-    pub parallelism: usize,
-    /// `tally.strict` (default `false`): settings that would have no effect are errors instead
-    /// of warnings.
-    pub strict: bool,
-    /// `tally.exec.emit.update-before` (default `true`): emit `-U` rows before `+U` rows. Turn off
-    /// for upsert consumers keyed on the group key (Flink decides this from the sink).
-    pub emit_update_before: bool,
-    /// `tally.exec.local-agg.adaptive.enabled` (default `true`): bypass a local phase that does
-    /// not reduce its input (Flink has no such option).
-    pub adaptive_local: bool,
-    /// `tally.exec.local-agg.adaptive.threshold` (default `0.2`): the local phase is bypassed when
-    /// its rows out / rows in is above this and no key holds more than 1 / P of its input.
-    /// BENCHMARKS.md ("Adaptive local phase") has the measurement behind the default.
-    pub adaptive_threshold: f64,
-    /// `tally.exec.local-agg.adaptive.min-rows` (default 100000): input rows the local phase
-    /// measures before it decides.
-    pub adaptive_min_rows: u64,
-    /// `tally.exec.local-agg.adaptive.probe-interval` (default 1000000): input rows that bypass
-    /// the local phase before it is measured again.
-    pub adaptive_probe_interval: u64,
-    /// The keys given to [`Config::set`] (and not reset since), so that a warning can tell a
-    /// chosen value from a default ([`Config::is_set`]).
-    pub(crate) explicit: std::collections::BTreeSet<&'static str>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            mini_batch_enabled: false,
-            mini_batch_allow_latency: Duration::ZERO,
-            mini_batch_size: -1,
-            state_ttl: Duration::ZERO,
-            agg_phase_strategy: AggPhaseStrategy::Auto,
-            split_enabled: false,
-            split_bucket_num: 1024,
-            parallelism: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            strict: false,
-            emit_update_before: true,
-            adaptive_local: true,
-            adaptive_threshold: 0.2,
-            adaptive_min_rows: 100_000,
-            adaptive_probe_interval: 1_000_000,
-            explicit: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -197,117 +215,6 @@ impl Config {
         self.set_value(key, value)?;
         if let Some(k) = KEYS.iter().find(|k| **k == key) {
             self.explicit.insert(k);
-        }
-        Ok(())
-    }
-
-    fn set_value(&mut self, key: &str, value: &str) -> Result<()> {
-        match key {
-            MINI_BATCH_ENABLED => self.mini_batch_enabled = parse_bool(key, value)?,
-            MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = parse_duration(key, value)?,
-            MINI_BATCH_SIZE => {
-                self.mini_batch_size = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| Error::config(key, format!("'{value}' is not a whole number")))?;
-            }
-            STATE_TTL => self.state_ttl = parse_duration(key, value)?,
-            AGG_PHASE_STRATEGY => {
-                self.agg_phase_strategy = match value.trim().to_ascii_uppercase().as_str() {
-                    "AUTO" => AggPhaseStrategy::Auto,
-                    "ONE_PHASE" => AggPhaseStrategy::OnePhase,
-                    "TWO_PHASE" => AggPhaseStrategy::TwoPhase,
-                    _ => {
-                        return Err(Error::config(
-                            key,
-                            format!("'{value}' is not one of AUTO, ONE_PHASE, TWO_PHASE"),
-                        ));
-                    }
-                }
-            }
-            SPLIT_ENABLED => self.split_enabled = parse_bool(key, value)?,
-            SPLIT_BUCKET_NUM => {
-                self.split_bucket_num = parse_positive(key, value)?;
-            }
-            DEFAULT_PARALLELISM => {
-                self.parallelism = parse_positive::<u32>(key, value)? as usize;
-            }
-            STRICT => self.strict = parse_bool(key, value)?,
-            EMIT_UPDATE_BEFORE => self.emit_update_before = parse_bool(key, value)?,
-            ADAPTIVE_ENABLED => self.adaptive_local = parse_bool(key, value)?,
-            ADAPTIVE_THRESHOLD => {
-                self.adaptive_threshold = match value.trim().parse::<f64>() {
-                    Ok(v) if v > 0.0 && v <= 1.0 => v,
-                    _ => {
-                        return Err(Error::config(
-                            key,
-                            format!("'{value}' is not a ratio in (0, 1]"),
-                        ));
-                    }
-                }
-            }
-            ADAPTIVE_MIN_ROWS => self.adaptive_min_rows = parse_positive(key, value)?,
-            ADAPTIVE_PROBE_INTERVAL => self.adaptive_probe_interval = parse_positive(key, value)?,
-            _ => {
-                return Err(Error::config(
-                    key,
-                    format!("unknown option (known: {})", KEYS.join(", ")),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Every option and its current value, in [`KEYS`] order, as `SET` would print them.
-    pub fn entries(&self) -> Vec<(&'static str, String)> {
-        let ms = |d: Duration| format!("{} ms", d.as_millis());
-        vec![
-            (MINI_BATCH_ENABLED, self.mini_batch_enabled.to_string()),
-            (MINI_BATCH_ALLOW_LATENCY, ms(self.mini_batch_allow_latency)),
-            (MINI_BATCH_SIZE, self.mini_batch_size.to_string()),
-            (STATE_TTL, ms(self.state_ttl)),
-            (
-                AGG_PHASE_STRATEGY,
-                self.agg_phase_strategy.name().to_string(),
-            ),
-            (SPLIT_ENABLED, self.split_enabled.to_string()),
-            (SPLIT_BUCKET_NUM, self.split_bucket_num.to_string()),
-            (DEFAULT_PARALLELISM, self.parallelism.to_string()),
-            (STRICT, self.strict.to_string()),
-            (EMIT_UPDATE_BEFORE, self.emit_update_before.to_string()),
-            (ADAPTIVE_ENABLED, self.adaptive_local.to_string()),
-            (ADAPTIVE_THRESHOLD, self.adaptive_threshold.to_string()),
-            (ADAPTIVE_MIN_ROWS, self.adaptive_min_rows.to_string()),
-            (
-                ADAPTIVE_PROBE_INTERVAL,
-                self.adaptive_probe_interval.to_string(),
-            ),
-        ]
-    }
-
-    /// Resets one option to its default.
-    ///
-    /// # Errors
-    /// An unknown key.
-    pub fn reset(&mut self, key: &str) -> Result<()> {
-        self.explicit.remove(key);
-        let d = Config::default();
-        match key {
-            MINI_BATCH_ENABLED => self.mini_batch_enabled = d.mini_batch_enabled,
-            MINI_BATCH_ALLOW_LATENCY => self.mini_batch_allow_latency = d.mini_batch_allow_latency,
-            MINI_BATCH_SIZE => self.mini_batch_size = d.mini_batch_size,
-            STATE_TTL => self.state_ttl = d.state_ttl,
-            AGG_PHASE_STRATEGY => self.agg_phase_strategy = d.agg_phase_strategy,
-            SPLIT_ENABLED => self.split_enabled = d.split_enabled,
-            SPLIT_BUCKET_NUM => self.split_bucket_num = d.split_bucket_num,
-            DEFAULT_PARALLELISM => self.parallelism = d.parallelism,
-            STRICT => self.strict = d.strict,
-            EMIT_UPDATE_BEFORE => self.emit_update_before = d.emit_update_before,
-            ADAPTIVE_ENABLED => self.adaptive_local = d.adaptive_local,
-            ADAPTIVE_THRESHOLD => self.adaptive_threshold = d.adaptive_threshold,
-            ADAPTIVE_MIN_ROWS => self.adaptive_min_rows = d.adaptive_min_rows,
-            ADAPTIVE_PROBE_INTERVAL => self.adaptive_probe_interval = d.adaptive_probe_interval,
-            _ => return Err(Error::config(key, "unknown option")),
         }
         Ok(())
     }
@@ -434,6 +341,43 @@ pub(crate) fn strict_error(warning: &str) -> Error {
         STRICT,
         format!("{warning} (tally.strict = true turns this warning into an error)"),
     )
+}
+
+fn show_value(v: &impl ToString) -> String {
+    v.to_string()
+}
+
+fn show_ms(d: &Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+fn parse_whole(key: &str, value: &str) -> Result<i64> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| Error::config(key, format!("'{value}' is not a whole number")))
+}
+
+fn parse_strategy(key: &str, value: &str) -> Result<AggPhaseStrategy> {
+    match value.trim().to_ascii_uppercase().as_str() {
+        "AUTO" => Ok(AggPhaseStrategy::Auto),
+        "ONE_PHASE" => Ok(AggPhaseStrategy::OnePhase),
+        "TWO_PHASE" => Ok(AggPhaseStrategy::TwoPhase),
+        _ => Err(Error::config(
+            key,
+            format!("'{value}' is not one of AUTO, ONE_PHASE, TWO_PHASE"),
+        )),
+    }
+}
+
+fn parse_ratio(key: &str, value: &str) -> Result<f64> {
+    match value.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(Error::config(
+            key,
+            format!("'{value}' is not a ratio in (0, 1]"),
+        )),
+    }
 }
 
 fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(
