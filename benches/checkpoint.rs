@@ -11,10 +11,10 @@ use arrow::array::RecordBatch;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use datafusion_expr::{ExprFunctionExt, col};
 use tally::GroupAggregate;
+use tally::aggregates::{count, count_star, max, sum};
 use tally::checkpoint::{CheckpointDir, Checkpointed};
 use tally::clock::ManualClock;
 use tally::datagen::{OrdersConfig, OrdersGenerator};
-use tally::functions::{count, count_star, max, sum};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

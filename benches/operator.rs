@@ -8,9 +8,9 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use datafusion_expr::{Expr, ExprFunctionExt, col, lit};
+use tally::aggregates::{count, count_star, max, sum};
 use tally::clock::ManualClock;
 use tally::datagen::{OrdersConfig, OrdersGenerator};
-use tally::functions::{count, count_star, max, sum};
 use tally::{Config, GroupAggregate};
 
 const ROWS: usize = 10_000_000;

@@ -23,8 +23,8 @@ use arrow::compute::{SortOptions, sort_to_indices, take_record_batch};
 use arrow::datatypes::Int8Type;
 use datafusion_expr::{ExprFunctionExt, col, lit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tally::aggregates::{count, count_star, max, sum};
 use tally::changelog::RowKind;
-use tally::functions::{count, count_star, max, sum};
 use tally::sink::FinalTable;
 use tally::{Config, GroupAggregate};
 

@@ -23,9 +23,9 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use datafusion_expr::col;
+use tally::aggregates::{count_star, sum};
 use tally::clock::ManualClock;
 use tally::datagen::{OrdersConfig, OrdersGenerator};
-use tally::functions::{count_star, sum};
 use tally::{Config, GroupAggregate};
 
 #[global_allocator]

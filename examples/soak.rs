@@ -25,8 +25,8 @@ use std::time::Instant;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion_expr::{ExprFunctionExt, col};
+use tally::aggregates::{count, count_star, max, sum};
 use tally::clock::ManualClock;
-use tally::functions::{count, count_star, max, sum};
 use tally::{Config, GroupAggregate};
 
 #[global_allocator]

@@ -300,7 +300,7 @@ impl CheckpointDir {
 /// use arrow::datatypes::{DataType, Field, Schema};
 /// use datafusion_expr::col;
 /// use tally::checkpoint::{CheckpointDir, Checkpointed};
-/// use tally::functions::count_star;
+/// use tally::aggregates::count_star;
 /// use tally::GroupAggregate;
 ///
 /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));

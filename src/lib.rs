@@ -12,7 +12,7 @@
 //! use arrow::array::{Int64Array, RecordBatch, StringArray};
 //! use arrow::datatypes::{DataType, Field, Schema};
 //! use datafusion_expr::{col, lit, ExprFunctionExt};
-//! use tally::functions::{count, count_star, sum};
+//! use tally::aggregates::{count, count_star, sum};
 //! use tally::{Config, GroupAggregate};
 //!
 //! let schema = Arc::new(Schema::new(vec![
@@ -53,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregates;
 pub mod changelog;
 pub mod checkpoint;
 pub mod clock;
@@ -60,7 +61,6 @@ pub mod config;
 pub mod datagen;
 mod decode;
 pub mod error;
-pub mod functions;
 pub mod operator;
 pub mod phases;
 pub mod pipeline;

@@ -26,7 +26,7 @@ use libfuzzer_sys::fuzz_target;
 use tally::Config;
 use tally::clock::ManualClock;
 use tally::config::AggPhaseStrategy;
-use tally::functions::{avg, count, count_star, max, min, sum};
+use tally::aggregates::{avg, count, count_star, max, min, sum};
 use tally::{GroupAggregate, Result};
 
 #[derive(Arbitrary, Debug)]

@@ -111,7 +111,7 @@ impl GroupAggregateBuilder {
         self
     }
 
-    /// Aggregate calls ([`crate::functions`]), in output order.
+    /// Aggregate calls ([`crate::aggregates`]), in output order.
     pub fn aggregate(mut self, aggregates: impl IntoIterator<Item = Expr>) -> Self {
         self.aggregates.extend(aggregates);
         self
@@ -272,7 +272,7 @@ impl Bundle {
 /// use arrow::array::{Int64Array, RecordBatch, StringArray};
 /// use arrow::datatypes::{DataType, Field, Schema};
 /// use datafusion_expr::col;
-/// use tally::functions::{count_star, sum};
+/// use tally::aggregates::{count_star, sum};
 /// use tally::GroupAggregate;
 ///
 /// let schema = Arc::new(Schema::new(vec![

@@ -325,7 +325,7 @@ struct Worker {
 /// use arrow::array::{Int64Array, RecordBatch, StringArray};
 /// use arrow::datatypes::{DataType, Field, Schema};
 /// use datafusion_expr::col;
-/// use tally::functions::{count_star, sum};
+/// use tally::aggregates::{count_star, sum};
 /// use tally::{Config, GroupAggregate};
 ///
 /// let schema = Arc::new(Schema::new(vec![

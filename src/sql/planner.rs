@@ -37,7 +37,7 @@ use crate::runtime::Runtime;
 use crate::source::FileTable;
 use tally_kernels::aggregates::AggregateKind;
 
-use super::Session;
+use super::Catalog;
 
 /// EXPLAIN details.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -638,7 +638,7 @@ impl Built {
 }
 
 struct Ctx<'a> {
-    session: &'a mut Session,
+    catalog: &'a Catalog,
     config: Config,
     runtime: Arc<Runtime>,
     /// Aggregates planned so far.
@@ -658,13 +658,13 @@ struct Ctx<'a> {
     local_phases: usize,
 }
 
-/// Plans `plan` (from `sql`) for `session`.
+/// Plans `plan` over the tables of `catalog` under `config`.
 ///
 /// # Errors
 /// Unsupported constructs, bad configuration, and (with `tally.strict`) settings that have no
 /// effect.
-pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
-    let config = session.config().clone();
+pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<PlannedQuery> {
+    let config = config.clone();
     config.validate()?;
     let mut has_aggregate = false;
     plan.apply(|n| {
@@ -675,7 +675,7 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
     })?;
     let runtime = Runtime::new(config.parallelism)?;
     let mut ctx = Ctx {
-        session,
+        catalog,
         config,
         runtime: Arc::clone(&runtime),
         aggregates: 0,
@@ -702,7 +702,7 @@ pub fn plan(session: &mut Session, plan: &LogicalPlan) -> Result<PlannedQuery> {
     })?;
     if table_name
         .as_ref()
-        .and_then(|n| ctx.session.table(n))
+        .and_then(|n| ctx.catalog.table(n))
         .is_some_and(|t| t.time_column.is_some())
     {
         let clock = ManualClock::new(i64::MIN / 2);
@@ -844,7 +844,7 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
         LogicalPlan::TableScan(scan) => {
             let name = scan.table_name.table().to_string();
             let table = ctx
-                .session
+                .catalog
                 .table(&name)
                 .cloned()
                 .ok_or_else(|| Error::plan(format!("table '{name}' not found")))?;
@@ -1615,14 +1615,14 @@ fn show_in(e: &Expr, names: &HashMap<String, String>) -> String {
         Expr::Cast(c) => format!("CAST({} AS {})", show(&c.expr), c.field.data_type()),
         Expr::TryCast(c) => format!("TRY_CAST({} AS {})", show(&c.expr), c.field.data_type()),
         Expr::ScalarFunction(ScalarFunction { func, args })
-            if func.name() == crate::functions::BUCKET_FUNCTION =>
+            if func.name() == super::split_functions::BUCKET_FUNCTION =>
         {
-            let n = crate::functions::bucket_count(func).unwrap_or(0);
+            let n = super::split_functions::bucket_count(func).unwrap_or(0);
             let arg = args.first().map(&show).unwrap_or_default();
             format!("MOD(HASH_CODE({arg}), {n})")
         }
         Expr::ScalarFunction(ScalarFunction { func, args })
-            if func.name() == crate::functions::AVG_FINAL_FUNCTION && args.len() == 2 =>
+            if func.name() == super::split_functions::AVG_FINAL_FUNCTION && args.len() == 2 =>
         {
             let (s, c) = (show(&args[0]), show(&args[1]));
             format!("IF(({c} = 0), null, ({s} / {c}))")

@@ -34,8 +34,9 @@ use datafusion_expr::{
     Expr, ExprFunctionExt, ExprSchemable, LogicalPlan, cast, col, lit, try_cast,
 };
 
+use super::split_functions::{avg_final, avg_sum_type, bucket};
+use crate::aggregates::{count, count_star, max, min, sum, sum0};
 use crate::error::{Error, Result};
-use crate::functions::{avg_final, avg_sum_type, bucket, count, count_star, max, min, sum, sum0};
 
 /// The Expand of a split over several bucketed arguments.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arrow::array::{Int32Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion_expr::{ExprFunctionExt, col, lit};
-use tally::functions::{avg, count, count_star, max, min, sum};
+use tally::aggregates::{avg, count, count_star, max, min, sum};
 
 use crate::common::*;
 

@@ -8,7 +8,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use datafusion_expr::{ExprFunctionExt, col, lit};
-use tally::functions::{avg, count, count_star, sum};
+use tally::aggregates::{avg, count, count_star, sum};
 use tally::{GroupAggregate, Result};
 
 use crate::common::{build, config, format_changes, kv_batch, kv_schema};
@@ -259,7 +259,7 @@ fn failing_expressions_are_input_errors() {
 #[test]
 fn library_refuses_settings_it_cannot_honour() {
     use datafusion_expr::col;
-    use tally::functions::count_star;
+    use tally::aggregates::count_star;
     let schema = crate::common::kv_schema(false);
     let builder = || {
         tally::GroupAggregate::builder(schema.clone())

@@ -17,7 +17,7 @@ use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use datafusion_expr::{Expr, ExprFunctionExt, col, lit};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tally::functions::{avg, count, count_star, max, min, sum};
+use tally::aggregates::{avg, count, count_star, max, min, sum};
 
 use crate::common::{Materialized, build, config, format_changes};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use arrow::array::*;
 use arrow::datatypes::{DataType, Field, Int8Type, Int16Type, Schema};
 use datafusion_expr::col;
-use tally::functions::{avg, count, max, min, sum};
+use tally::aggregates::{avg, count, max, min, sum};
 
 use crate::common::{build, config, format_changes};
 
