@@ -18,13 +18,12 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 
-use arrow::array::{AsArray, RecordBatch, RecordBatchReader};
+use arrow::array::RecordBatchReader;
 use arrow::compute::{SortOptions, sort_to_indices, take_record_batch};
-use arrow::datatypes::Int8Type;
 use datafusion_expr::{ExprFunctionExt, col, lit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tally::aggregates::{count, count_star, max, sum};
-use tally::changelog::RowKind;
+use tally::changelog::{ChangeBatch, RowKind};
 use tally::sink::FinalTable;
 use tally::{Config, GroupAggregate};
 
@@ -66,14 +65,12 @@ fn run() -> tally::Result<()> {
         ])?)
         .build()?;
 
-    let mut table = FinalTable::try_new(agg.output_schema(), 1)?;
+    let mut table = FinalTable::try_new(agg.output_schema(), &[0])?;
     let mut kinds: BTreeMap<RowKind, u64> = BTreeMap::new();
-    let mut consume = |changes: Vec<RecordBatch>| -> tally::Result<()> {
+    let mut consume = |changes: Vec<ChangeBatch>| -> tally::Result<()> {
         for c in &changes {
-            for op in c.column(0).as_primitive::<Int8Type>().values() {
-                if let Some(k) = RowKind::from_code(i64::from(*op)) {
-                    *kinds.entry(k).or_default() += 1;
-                }
+            for k in c.row_kinds()? {
+                *kinds.entry(k).or_default() += 1;
             }
             table.apply(c)?;
         }

@@ -1,10 +1,13 @@
-//! Changelog row kinds and the `op` column.
+//! Changelogs: row kinds, and [`ChangeBatch`], the one form in which changes travel.
 //!
 //! Row kinds are Flink's, with Flink's byte values: `+I` = 0 (insert), `-U` = 1 (update before),
-//! `+U` = 2 (update after), `-D` = 3 (delete). In Arrow they are an `Int8` column named `op`;
-//! text formats print `+I`, `-U`, `+U`, `-D`. `+I`/`+U` accumulate, `-U`/`-D` retract.
+//! `+U` = 2 (update after), `-D` = 3 (delete); `+I`/`+U` accumulate, `-U`/`-D` retract. Between
+//! sources, operators, stages and sinks a changelog is a [`ChangeBatch`]: the rows, and their
+//! row kinds as `Int8` codes beside them. In files and in record batches with an `op` column
+//! (what a library caller may hand over, what the writers write) the kinds are a column named
+//! `op`, holding the codes or, in text formats, `+I`, `-U`, `+U`, `-D`.
 
-use arrow::array::{Array, ArrayRef, AsArray, Int8Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{
     DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
@@ -181,17 +184,132 @@ fn unsupported_type(dt: &DataType) -> Error {
     ))
 }
 
-/// Reads an `op` column (as [`op_codes`]) into a bitmap of retracting rows (`-U`, `-D`: the odd
-/// codes).
+/// Rows and, for a changelog, their row kinds (`Int8` codes 0..3): the form in which changes
+/// travel from sources through operators and stages to sinks.
 ///
-/// # Errors
-/// As [`op_codes`].
-pub fn retract_mask(op: &ArrayRef) -> Result<BooleanBuffer> {
-    let codes = op_codes(op)?;
-    let codes = codes.as_primitive::<arrow::datatypes::Int8Type>().values();
-    Ok(BooleanBuffer::collect_bool(codes.len(), |i| {
-        codes[i] & 1 == 1
-    }))
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{Int8Array, Int64Array, RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use tally::changelog::ChangeBatch;
+///
+/// let rows = RecordBatch::try_new(
+///     Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)])),
+///     vec![Arc::new(StringArray::from(vec!["a", "a"]))],
+/// ).unwrap();
+/// let changes = ChangeBatch::try_new(Some(Arc::new(Int8Array::from(vec![0, 3]))), rows).unwrap();
+/// let with_op = changes.with_op_column().unwrap(); // op, k
+/// assert_eq!(with_op.num_columns(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ChangeBatch {
+    /// Row kinds; `None` means every row is an insert.
+    pub op: Option<ArrayRef>,
+    /// The rows.
+    pub data: RecordBatch,
+}
+
+impl ChangeBatch {
+    /// Rows that are all inserts.
+    pub fn inserts(data: RecordBatch) -> Self {
+        Self { op: None, data }
+    }
+
+    /// Rows and their row kinds, checked: `Int8` codes 0..=3, no NULL, one per row.
+    ///
+    /// # Errors
+    /// Kinds that are not that, naming the row.
+    pub fn try_new(op: Option<ArrayRef>, data: RecordBatch) -> Result<Self> {
+        if let Some(op) = &op {
+            if op.len() != data.num_rows() {
+                return Err(Error::invalid_input(format!(
+                    "{} row kinds for {} rows",
+                    op.len(),
+                    data.num_rows()
+                )));
+            }
+            if op.data_type() != &DataType::Int8 {
+                return Err(Error::invalid_input(format!(
+                    "row kinds of type {}; expected Int8 codes 0..3",
+                    op.data_type()
+                )));
+            }
+            op_codes(op)?;
+        }
+        Ok(Self { op, data })
+    }
+
+    /// Rows in the batch.
+    pub fn num_rows(&self) -> usize {
+        self.data.num_rows()
+    }
+
+    /// Rows `offset..offset + len`, zero-copy.
+    pub fn slice(&self, offset: usize, len: usize) -> Self {
+        Self {
+            op: self.op.as_ref().map(|o| o.slice(offset, len)),
+            data: self.data.slice(offset, len),
+        }
+    }
+
+    /// The retracting rows (`-U`, `-D`: the odd codes), when the batch has row kinds.
+    ///
+    /// # Errors
+    /// Row kinds that are not non-NULL `Int8` codes 0..=3 (naming the row).
+    pub fn retract_mask(&self) -> Result<Option<BooleanBuffer>> {
+        let Some(op) = &self.op else {
+            return Ok(None);
+        };
+        let codes = op_codes(op)?;
+        let codes = codes.as_primitive::<Int8Type>().values();
+        Ok(Some(BooleanBuffer::collect_bool(codes.len(), |i| {
+            codes[i] & 1 == 1
+        })))
+    }
+
+    /// Each row's kind (all `+I` when the batch has none).
+    ///
+    /// # Errors
+    /// Row kinds that are not non-NULL `Int8` codes 0..=3 (naming the row).
+    pub fn row_kinds(&self) -> Result<Vec<RowKind>> {
+        let Some(op) = &self.op else {
+            return Ok(vec![RowKind::Insert; self.num_rows()]);
+        };
+        let codes = op_codes(op)?;
+        let codes = codes.as_primitive::<Int8Type>().values();
+        codes
+            .iter()
+            .enumerate()
+            .map(|(row, &c)| {
+                RowKind::from_code(i64::from(c)).ok_or_else(|| bad_code(row, &c.to_string()))
+            })
+            .collect()
+    }
+
+    /// The batch with an `op` column first (all `+I` when it has no kinds), as a record batch
+    /// of a changelog is written.
+    ///
+    /// # Errors
+    /// Row kinds that do not fit the rows (a bug).
+    pub fn with_op_column(&self) -> Result<RecordBatch> {
+        let op = self
+            .op
+            .clone()
+            .unwrap_or_else(|| std::sync::Arc::new(Int8Array::from(vec![0i8; self.num_rows()])));
+        let mut fields = vec![std::sync::Arc::new(arrow::datatypes::Field::new(
+            OP_COLUMN,
+            DataType::Int8,
+            false,
+        ))];
+        fields.extend(self.data.schema().fields().iter().cloned());
+        let mut cols = vec![op];
+        cols.extend(self.data.columns().iter().cloned());
+        Ok(RecordBatch::try_new(
+            std::sync::Arc::new(arrow::datatypes::Schema::new(fields)),
+            cols,
+        )?)
+    }
 }
 
 fn bad_code(row: usize, code: &str) -> Error {

@@ -44,9 +44,14 @@
 //! ]).unwrap();
 //! assert!(agg.push(&batch).unwrap().is_empty()); // the mini-batch is not full yet
 //! let changes = agg.finish().unwrap();           // end of input fires it
-//! let changes = arrow::util::pretty::pretty_format_batches(&changes).unwrap().to_string();
-//! assert!(changes.contains("| 0  | a    | 2      | 10   | 1      |"));
+//! let rows: Vec<_> = changes.iter().map(|c| c.with_op_column().unwrap()).collect();
+//! let text = arrow::util::pretty::pretty_format_batches(&rows).unwrap().to_string();
+//! assert!(text.contains("| 0  | a    | 2      | 10   | 1      |")); // +I
 //! ```
+//!
+//! The changes come as [`changelog::ChangeBatch`]es: the rows and their row kinds. A
+//! [`sink::ResultTable`] materializes them; a [`run::Job`] runs a pipeline over a file source
+//! into a [`sink::Sink`], with checkpoints and replay.
 //!
 //! The stateless vectorized building blocks (hashing, key interning, accumulator columns) live
 //! in the `tally-kernels` crate.
@@ -66,6 +71,7 @@ pub mod phases;
 pub mod pipeline;
 pub mod plan;
 pub mod replay;
+pub mod run;
 pub mod runtime;
 pub mod sink;
 pub mod source;

@@ -9,21 +9,17 @@
 //!             [--workers 1,2] [--repeat 3] [--json OUT]
 //! ```
 
-use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tally::changelog::RowKind;
-use tally::checkpoint::{Checkpoint, CheckpointDir};
-use tally::pipeline::ChangeBatch;
-use tally::sink::{FinalTable, MultisetTable};
+use tally::checkpoint::CheckpointDir;
+use tally::replay::ReplayStats;
+use tally::run::{Job, RunStats};
+use tally::sink::{ChangelogWriter, OutputFormat, Sink, Writer};
 use tally::sql::{
     PlannedQuery, Session, StatementKind, StatementResult, classify, split_statements,
 };
@@ -120,25 +116,22 @@ fn parse_speed(s: &str) -> std::result::Result<Speed, String> {
     }
 }
 
-/// Runs the query, or replays it when `--replay-speed` is given (its figures go to `replay`),
-/// writing checkpoints when asked (`on_checkpoint` makes the sink durable and says where it
-/// stands).
+/// Runs the job, or replays it when `--replay-speed` is given (its figures go to `replay`).
 fn run_or_replay(
-    query: &mut PlannedQuery,
+    job: &mut Job,
     args: &SqlArgs,
-    on_output: impl FnMut(&ChangeBatch) -> Result<()>,
+    sink: &mut impl Sink,
     progress: impl FnMut(u64, Option<u64>),
-    on_checkpoint: impl FnMut() -> Result<Checkpoint>,
-    replay: &mut Option<tally::replay::ReplayStats>,
-) -> Result<tally::sql::planner::RunStats> {
-    if let Some(dir) = &args.checkpoint_dir {
-        query.checkpoint_every(CheckpointDir::new(dir), args.checkpoint_every)?;
-    }
-    let speed = args.replay_speed.map(|s| s.0);
-    let (stats, r) =
-        query.run_checkpointed(args.batch_size, speed, on_output, progress, on_checkpoint)?;
-    *replay = r;
-    Ok(stats)
+    replay: &mut Option<ReplayStats>,
+) -> Result<RunStats> {
+    Ok(match args.replay_speed {
+        Some(Speed(speed)) => {
+            let (stats, r) = job.replay(args.batch_size, speed, sink, progress)?;
+            *replay = Some(r);
+            stats
+        }
+        None => job.run(args.batch_size, sink, progress)?,
+    })
 }
 
 /// Rows per generated batch.
@@ -245,7 +238,7 @@ struct SqlArgs {
     output: String,
     /// The output format (default: table on standard output, else from the file extension).
     #[arg(long, value_enum)]
-    format: Option<OutFormat>,
+    format: Option<OutputFormat>,
     /// Rows per input batch.
     #[arg(long, default_value_t = 8192)]
     batch_size: usize,
@@ -281,14 +274,6 @@ struct SqlArgs {
 enum Emit {
     Changelog,
     Final,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum OutFormat {
-    Csv,
-    Parquet,
-    Arrow,
-    Table,
 }
 
 fn main() -> ExitCode {
@@ -348,21 +333,9 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
     if args.batch_size == 0 {
         return Err(Error::invalid_input("--batch-size must be positive"));
     }
-    let format = match args.format {
-        Some(f) => f,
-        None if args.output == "-" => OutFormat::Table,
-        None => match args
-            .output
-            .rsplit('.')
-            .next()
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            Some("parquet") => OutFormat::Parquet,
-            Some("arrow" | "ipc") => OutFormat::Arrow,
-            _ => OutFormat::Csv,
-        },
-    };
+    let format = args
+        .format
+        .unwrap_or_else(|| OutputFormat::for_output(&args.output));
     let statements = split_statements(&script)?;
     let queries = statements
         .iter()
@@ -413,113 +386,6 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
     Ok(())
 }
 
-/// The changelog batch with its op column as text (`+I`, …) for text formats, or as Int8 codes.
-fn with_op(b: &ChangeBatch, text: bool) -> Result<RecordBatch> {
-    let batch = b.with_op_column()?;
-    if !text {
-        return Ok(batch);
-    }
-    let codes = batch.column(0).as_primitive::<Int8Type>();
-    let strings: StringArray = codes
-        .values()
-        .iter()
-        .map(|c| RowKind::from_code(i64::from(*c)).map(RowKind::short))
-        .collect();
-    let mut fields: Vec<Field> = vec![Field::new("op", DataType::Utf8, false)];
-    fields.extend(
-        batch.schema().fields()[1..]
-            .iter()
-            .map(|f| f.as_ref().clone()),
-    );
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(strings)];
-    cols.extend(batch.columns()[1..].iter().cloned());
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
-}
-
-/// Writes batches in one format.
-enum Writer<'a> {
-    Csv(arrow::csv::Writer<Box<dyn Write + 'a>>),
-    Parquet(parquet::arrow::ArrowWriter<File>),
-    Arrow(arrow::ipc::writer::FileWriter<Box<dyn Write + 'a>>),
-    Table(Box<dyn Write + 'a>, Vec<RecordBatch>),
-}
-
-impl<'a> Writer<'a> {
-    fn new(
-        format: OutFormat,
-        output: &str,
-        schema: &SchemaRef,
-        stdout: &'a mut dyn Write,
-    ) -> Result<Self> {
-        let sink = || -> Result<Box<dyn Write + 'a>> {
-            Ok(if output == "-" {
-                Box::new(std::io::stdout())
-            } else {
-                Box::new(std::io::BufWriter::new(
-                    File::create(output).map_err(|e| Error::io(format!("{output}: {e}")))?,
-                ))
-            })
-        };
-        Ok(match format {
-            OutFormat::Csv => Writer::Csv(
-                arrow::csv::WriterBuilder::new()
-                    .with_header(true)
-                    .build(sink()?),
-            ),
-            OutFormat::Parquet => {
-                if output == "-" {
-                    return Err(Error::invalid_input("--format parquet needs --output FILE"));
-                }
-                let file = File::create(output).map_err(|e| Error::io(format!("{output}: {e}")))?;
-                Writer::Parquet(parquet::arrow::ArrowWriter::try_new(
-                    file,
-                    Arc::clone(schema),
-                    None,
-                )?)
-            }
-            OutFormat::Arrow => {
-                Writer::Arrow(arrow::ipc::writer::FileWriter::try_new(sink()?, schema)?)
-            }
-            OutFormat::Table => {
-                let w: Box<dyn Write + 'a> = if output == "-" {
-                    Box::new(stdout)
-                } else {
-                    sink()?
-                };
-                Writer::Table(w, vec![])
-            }
-        })
-    }
-
-    fn write(&mut self, b: &RecordBatch) -> Result<()> {
-        match self {
-            Writer::Csv(w) => w.write(b)?,
-            Writer::Parquet(w) => w.write(b)?,
-            Writer::Arrow(w) => w.write(b)?,
-            Writer::Table(_, v) => v.push(b.clone()),
-        }
-        Ok(())
-    }
-
-    fn finish(self) -> Result<()> {
-        match self {
-            Writer::Csv(w) => w.into_inner().flush()?,
-            Writer::Parquet(w) => {
-                w.close()?;
-            }
-            Writer::Arrow(mut w) => w.finish()?,
-            Writer::Table(mut w, batches) => {
-                writeln!(
-                    w,
-                    "{}",
-                    arrow::util::pretty::pretty_format_batches(&batches)?
-                )?;
-            }
-        }
-        Ok(())
-    }
-}
-
 fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
     if !std::io::stderr().is_terminal() {
         return None;
@@ -540,10 +406,9 @@ fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
 fn run_query(
     query: &mut PlannedQuery,
     args: &SqlArgs,
-    format: OutFormat,
+    format: OutputFormat,
     stdout: &mut dyn Write,
 ) -> Result<()> {
-    let text = matches!(format, OutFormat::Csv | OutFormat::Table);
     // The bar starts with the first batch, when the source has said how many rows it holds.
     let mut bar: Option<Option<ProgressBar>> = None;
     let started = Instant::now();
@@ -555,11 +420,11 @@ fn run_query(
         }
     };
     let mut replay = None;
-    let checkpointing = args.checkpoint_dir.is_some() || args.restore.is_some();
     let restored = match &args.restore {
         Some(path) => {
-            let chk = query.restore(path)?;
-            if let (Ok(then), Some(now)) = (chk.meta("source.bytes"), query.input_bytes())
+            let job = query.job();
+            let chk = job.restore(path)?;
+            if let (Ok(then), Some(now)) = (chk.meta("source.bytes"), job.input_bytes())
                 && then != now.to_string()
             {
                 eprintln!(
@@ -571,95 +436,36 @@ fn run_query(
         }
         None => None,
     };
+    if let Some(dir) = &args.checkpoint_dir {
+        query
+            .job()
+            .checkpoint_every(CheckpointDir::new(dir), args.checkpoint_every)?;
+    }
+    let checkpointing = args.checkpoint_dir.is_some() || args.restore.is_some();
     let stats = match args.emit {
         Emit::Changelog => {
-            let op_type = if text { DataType::Utf8 } else { DataType::Int8 };
-            let mut fields = vec![Field::new("op", op_type, false)];
-            fields.extend(
-                query
-                    .output_schema()
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone()),
-            );
-            let schema: SchemaRef = Arc::new(Schema::new(fields));
-            if !checkpointing {
-                let mut writer = Writer::new(format, &args.output, &schema, stdout)?;
-                let stats = run_or_replay(
-                    query,
-                    args,
-                    |b| writer.write(&with_op(b, text)?),
-                    progress,
-                    || Ok(Checkpoint::default()),
-                    &mut replay,
-                )?;
-                writer.finish()?;
-                stats
-            } else {
-                if format != OutFormat::Csv || args.output == "-" {
+            let mut sink = if checkpointing {
+                if format != OutputFormat::Csv || args.output == "-" {
                     return Err(Error::invalid_input(
                         "--checkpoint-dir and --restore with --emit changelog need --output FILE in CSV (a resumed run truncates it to the checkpoint and appends); use --emit final for other outputs",
                     ));
                 }
-                let resume_at = match &restored {
-                    Some(chk) => Some(chk.meta("sink.bytes").map_err(|_| {
-                        Error::invalid_input(
-                            "the checkpoint was written with --emit final; resume with --emit final",
-                        )
-                    })?.parse::<u64>().map_err(|_| Error::invalid_input("checkpoint: bad sink.bytes"))?),
-                    None => None,
-                };
-                let file = TrackedFile::open(&args.output, resume_at)?;
-                let header = resume_at.unwrap_or(0) == 0;
-                let mut writer = Writer::Csv(
-                    arrow::csv::WriterBuilder::new()
-                        .with_header(header)
-                        .build(Box::new(file.clone())),
-                );
-                let stats = run_or_replay(
-                    query,
-                    args,
-                    |b| writer.write(&with_op(b, text)?),
-                    progress,
-                    || {
-                        let mut chk = Checkpoint::default();
-                        chk.meta
-                            .insert("sink.bytes".into(), file.sync()?.to_string());
-                        Ok(chk)
-                    },
-                    &mut replay,
-                )?;
-                writer.finish()?;
-                file.sync()?;
-                stats
-            }
+                ChangelogWriter::durable_csv(&args.output, restored.as_ref())?
+            } else {
+                ChangelogWriter::try_new(format, &args.output, &query.output_schema(), stdout)?
+            };
+            let stats = run_or_replay(query.job(), args, &mut sink, progress, &mut replay)?;
+            sink.finish()?;
+            stats
         }
         Emit::Final => {
-            let table = std::cell::RefCell::new(FinalResult::new(query)?);
+            let mut table = query.result_table()?;
             if let Some(chk) = &restored {
-                let rows = chk.entry("sink").map_err(|_| {
-                    Error::invalid_input(
-                        "the checkpoint was written with --emit changelog; resume with --emit changelog and the same --output",
-                    )
-                })?;
-                table.borrow_mut().restore(rows)?;
+                table.restore(chk)?;
             }
-            let stats = run_or_replay(
-                query,
-                args,
-                |b| table.borrow_mut().apply(b),
-                progress,
-                || {
-                    let current = table.borrow().current()?;
-                    let mut chk = Checkpoint::default();
-                    chk.entries
-                        .push(("sink".into(), current.schema(), vec![current]));
-                    Ok(chk)
-                },
-                &mut replay,
-            )?;
-            let result = table.into_inner().current()?;
-            let mut writer = Writer::new(format, &args.output, &result.schema(), stdout)?;
+            let stats = run_or_replay(query.job(), args, &mut table, progress, &mut replay)?;
+            let result = table.to_batch()?;
+            let mut writer = Writer::try_new(format, &args.output, &result.schema(), stdout)?;
             writer.write(&result)?;
             writer.finish()?;
             stats
@@ -692,148 +498,4 @@ fn run_query(
         }
     }
     Ok(())
-}
-
-/// The final table of a query's changelog: a multiset when the changelog has `-U` rows, upserts
-/// by the group keys otherwise.
-enum FinalResult {
-    Multiset(MultisetTable),
-    Upsert {
-        table: FinalTable,
-        order: Vec<usize>,
-        schema: SchemaRef,
-    },
-}
-
-impl FinalResult {
-    fn new(query: &PlannedQuery) -> Result<Self> {
-        let schema = query.output_schema();
-        let mut fields = vec![Field::new("op", DataType::Int8, false)];
-        if query.emits_update_before() || !query.is_changelog() {
-            fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
-            return Ok(FinalResult::Multiset(MultisetTable::try_new(Arc::new(
-                Schema::new(fields),
-            ))?));
-        }
-        let keys = query.key_columns().ok_or_else(|| {
-            Error::invalid_input(
-                "--emit final without -U rows ('tally.exec.emit.update-before' = 'false') needs the group keys in the SELECT list",
-            )
-        })?;
-        let mut order: Vec<usize> = keys.to_vec();
-        order.extend((0..schema.fields().len()).filter(|i| !keys.contains(i)));
-        fields.extend(order.iter().map(|&i| schema.field(i).clone()));
-        Ok(FinalResult::Upsert {
-            table: FinalTable::try_new(Arc::new(Schema::new(fields)), keys.len())?,
-            order,
-            schema,
-        })
-    }
-
-    fn apply(&mut self, b: &ChangeBatch) -> Result<()> {
-        let batch = b.with_op_column()?;
-        match self {
-            FinalResult::Multiset(t) => t.apply(&batch),
-            FinalResult::Upsert { table, order, .. } => {
-                let mut cols = vec![Arc::clone(batch.column(0))];
-                cols.extend(order.iter().map(|&i| Arc::clone(batch.column(i + 1))));
-                let reordered = RecordBatch::try_new(table.schema(), cols)?;
-                table.apply(&reordered)
-            }
-        }
-    }
-
-    /// Loads a table saved by [`FinalResult::current`] (a checkpoint's sink).
-    fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        for b in batches {
-            self.apply(&ChangeBatch {
-                op: None,
-                data: b.clone(),
-            })?;
-        }
-        Ok(())
-    }
-
-    /// The table so far, in the output's column order.
-    fn current(&self) -> Result<RecordBatch> {
-        match self {
-            FinalResult::Multiset(t) => t.to_batch(),
-            FinalResult::Upsert {
-                table,
-                order,
-                schema,
-            } => {
-                let sorted = table.to_batch()?;
-                let mut cols: Vec<ArrayRef> = vec![Arc::clone(sorted.column(0)); order.len()];
-                for (pos, &i) in order.iter().enumerate() {
-                    cols[i] = Arc::clone(sorted.column(pos));
-                }
-                Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
-            }
-        }
-    }
-}
-
-/// An output file that counts the bytes written and can be made durable mid-run (a checkpoint
-/// records its length; a resumed run truncates it back to that length and appends).
-#[derive(Clone)]
-struct TrackedFile(Arc<std::sync::Mutex<(std::io::BufWriter<File>, u64)>>);
-
-impl TrackedFile {
-    /// Creates `path`, or with `resume_at` opens it truncated to that many bytes.
-    fn open(path: &str, resume_at: Option<u64>) -> Result<Self> {
-        let err = |e: std::io::Error| Error::io(format!("{path}: {e}"));
-        let file = match resume_at {
-            None => File::create(path).map_err(err)?,
-            Some(len) => {
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(err)?;
-                let now = f.metadata().map_err(err)?.len();
-                if now < len {
-                    return Err(Error::invalid_input(format!(
-                        "the output {path} has {now} bytes, fewer than the {len} it had at the checkpoint: it was changed since"
-                    )));
-                }
-                f.set_len(len).map_err(err)?;
-                std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(err)?;
-                f
-            }
-        };
-        Ok(Self(Arc::new(std::sync::Mutex::new((
-            std::io::BufWriter::new(file),
-            resume_at.unwrap_or(0),
-        )))))
-    }
-
-    /// Flushes and fsyncs; returns the bytes written so far.
-    fn sync(&self) -> Result<u64> {
-        let mut g = self
-            .0
-            .lock()
-            .map_err(|_| Error::internal("output lock poisoned"))?;
-        g.0.flush()?;
-        g.0.get_ref().sync_data()?;
-        Ok(g.1)
-    }
-}
-
-impl Write for TrackedFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut g = self
-            .0
-            .lock()
-            .map_err(|_| std::io::Error::other("output lock poisoned"))?;
-        let n = g.0.write(buf)?;
-        g.1 += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("output lock poisoned"))?
-            .0
-            .flush()
-    }
 }

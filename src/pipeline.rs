@@ -12,58 +12,20 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, RecordBatchOptions,
-};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::Expr;
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 
+use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
-use crate::operator::parallel::split_rows;
+use crate::operator::exchange::even_slices;
 use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::runtime::Runtime;
-
-/// The name of the row-kind column inside an aggregate's input.
-pub const OP_FIELD: &str = "__op";
-
-/// Rows and, for a changelog, their row kinds (`Int8` codes 0..3).
-#[derive(Debug, Clone)]
-pub struct ChangeBatch {
-    /// Row kinds; `None` means every row is an insert.
-    pub op: Option<ArrayRef>,
-    /// The rows.
-    pub data: RecordBatch,
-}
-
-impl ChangeBatch {
-    /// Rows in the batch.
-    pub fn num_rows(&self) -> usize {
-        self.data.num_rows()
-    }
-
-    /// The batch with an `op` column first (all `+I` when it has no kinds), as the operators
-    /// emit changelogs.
-    pub fn with_op_column(&self) -> Result<RecordBatch> {
-        let op = self
-            .op
-            .clone()
-            .unwrap_or_else(|| Arc::new(Int8Array::from(vec![0i8; self.num_rows()])));
-        let mut fields = vec![Arc::new(Field::new(
-            crate::changelog::OP_COLUMN,
-            DataType::Int8,
-            false,
-        ))];
-        fields.extend(self.data.schema().fields().iter().cloned());
-        let mut cols = vec![op];
-        cols.extend(self.data.columns().iter().cloned());
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
-    }
-}
 
 /// A streaming transformation of change batches.
 pub trait Stage: Send + std::fmt::Debug {
@@ -251,111 +213,33 @@ impl Stage for CalcStage {
     }
 }
 
-/// A [`ParallelAggregate`] as a stage: its input is the data columns plus the row kinds in a
-/// last column named [`OP_FIELD`] (when the input is a changelog); its output is renamed to
-/// `output`.
+/// A [`ParallelAggregate`] as a stage: its input is the upstream's changes (the aggregate's
+/// plan names the data columns and whether they carry row kinds), its output the aggregate's
+/// changelog.
 #[derive(Debug)]
 pub struct AggregateStage {
     agg: ParallelAggregate,
-    changelog_input: bool,
-    input_schema: SchemaRef,
-    output: SchemaRef,
 }
 
 impl AggregateStage {
-    /// The input schema an aggregate over `data` needs: the data fields, then [`OP_FIELD`] when
-    /// the input is a changelog.
-    pub fn input_schema(data: &Schema, changelog: bool) -> SchemaRef {
-        let mut fields: Vec<_> = data.fields().iter().cloned().collect();
-        if changelog {
-            fields.push(Arc::new(Field::new(OP_FIELD, DataType::Int8, false)));
-        }
-        Arc::new(Schema::new(fields))
-    }
-
-    /// Wraps `agg` (built over [`AggregateStage::input_schema`]), naming its output columns as
-    /// `output` (which excludes the op column).
-    ///
-    /// # Errors
-    /// When `output` does not fit the aggregate's output.
-    pub fn try_new(
-        agg: ParallelAggregate,
-        changelog_input: bool,
-        output: SchemaRef,
-    ) -> Result<Self> {
-        let got = agg.output_schema();
-        if got.fields().len() != output.fields().len() + 1
-            || got.fields()[1..]
-                .iter()
-                .zip(output.fields())
-                .any(|(a, b)| a.data_type() != b.data_type())
-        {
-            return Err(Error::internal(format!(
-                "aggregate output {got:?} does not fit the planned schema {output:?}"
-            )));
-        }
-        let input_schema = agg.plan().input_schema.clone();
-        Ok(Self {
-            agg,
-            changelog_input,
-            input_schema,
-            output,
-        })
+    /// Wraps `agg`.
+    pub fn new(agg: ParallelAggregate) -> Self {
+        Self { agg }
     }
 
     /// The aggregate.
     pub fn aggregate(&self) -> &ParallelAggregate {
         &self.agg
     }
-
-    fn convert(&self, batches: Vec<RecordBatch>) -> Result<Vec<ChangeBatch>> {
-        batches
-            .into_iter()
-            .map(|b| {
-                let op = Arc::clone(b.column(0));
-                let data =
-                    RecordBatch::try_new(Arc::clone(&self.output), b.columns()[1..].to_vec())?;
-                Ok(ChangeBatch { op: Some(op), data })
-            })
-            .collect()
-    }
-}
-
-impl AggregateStage {
-    /// The aggregate's input batch for one slice: its columns plus the row kinds.
-    fn input(&self, batch: ChangeBatch) -> Result<RecordBatch> {
-        let n = batch.data.num_rows();
-        let mut cols = batch.data.columns().to_vec();
-        if self.changelog_input {
-            let op = batch
-                .op
-                .unwrap_or_else(|| Arc::new(Int8Array::from(vec![0i8; n])));
-            if op.data_type() != &DataType::Int8 || op.as_primitive::<Int8Type>().null_count() > 0 {
-                return Err(Error::internal("row kinds must be non-NULL Int8 codes"));
-            }
-            cols.push(op);
-        }
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.input_schema),
-            cols,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?)
-    }
 }
 
 impl Stage for AggregateStage {
     fn push(&mut self, slices: Vec<ChangeBatch>, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        let inputs = slices
-            .into_iter()
-            .map(|s| self.input(s))
-            .collect::<Result<Vec<_>>>()?;
-        let out = self.agg.push_slices(inputs)?;
-        self.convert(out)
+        self.agg.push_slices(slices)
     }
 
     fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        let out = self.agg.finish()?;
-        self.convert(out)
+        self.agg.finish()
     }
 
     fn metrics(&self) -> Result<Option<AggregateMetrics>> {
@@ -440,7 +324,7 @@ impl Pipeline {
     /// # Errors
     /// The first stage error.
     pub fn push(&mut self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let slices = split_rows(batch.num_rows(), self.runtime.parallelism())
+        let slices = even_slices(batch.num_rows(), self.runtime.parallelism())
             .into_iter()
             .map(|(offset, len)| ChangeBatch {
                 op: batch.op.as_ref().map(|o| o.slice(offset, len)),

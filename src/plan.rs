@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
@@ -18,7 +18,7 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use tally_kernels::aggregates::{AggregateKind, result_type};
 use tally_kernels::group_values::key_type_supported;
 
-use crate::changelog::{OP_COLUMN, op_type_supported, retract_mask};
+use crate::changelog::{ChangeBatch, OP_COLUMN, op_codes, op_type_supported};
 use crate::error::{Error, Result};
 
 /// One aggregate call of the query, resolved.
@@ -39,10 +39,21 @@ pub struct AggregateCall {
 }
 
 /// The query, resolved against the input schema.
+///
+/// Input arrives as [`ChangeBatch`]es: the rows (of [`AggregatePlan::input_schema`]) and, for a
+/// changelog, their row kinds beside them. Library callers may hand over record batches with the
+/// row kinds in a column instead ([`AggregatePlan::to_changes`]).
 #[derive(Debug)]
 pub struct AggregatePlan {
-    /// The schema input batches must have.
+    /// The schema of the input rows (without a changelog column).
     pub input_schema: SchemaRef,
+    /// Whether the input is a changelog (its rows carry row kinds, so groups can be deleted).
+    pub changelog: bool,
+    /// The schema of the record batches [`AggregatePlan::to_changes`] takes, and the position of
+    /// their changelog column, if any.
+    pub record_schema: SchemaRef,
+    /// The position of the changelog column in [`AggregatePlan::record_schema`].
+    pub op_column: Option<usize>,
     /// Group key column names (output order).
     pub key_names: Vec<String>,
     /// Group key types.
@@ -51,62 +62,162 @@ pub struct AggregatePlan {
     pub calls: Vec<AggregateCall>,
     /// Expression evaluation.
     pub calc: Calc,
-    /// Output: `op` (Int8), keys, then aggregate results.
+    /// The output rows: the keys, then the aggregate results (the row kinds travel beside
+    /// them, in the output [`ChangeBatch`]es).
     pub output_schema: SchemaRef,
 }
 
+/// Checks that `got` has `want`'s column names and types (nullability may differ).
+fn check_fields(got: &Schema, want: &Schema) -> Result<()> {
+    let (want, got) = (want.fields(), got.fields());
+    if want.len() != got.len()
+        || want
+            .iter()
+            .zip(got.iter())
+            .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+    {
+        let show = |f: &arrow::datatypes::Fields| {
+            f.iter()
+                .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::invalid_input(format!(
+            "batch schema ({}) does not match the input schema ({})",
+            show(got),
+            show(want)
+        )));
+    }
+    Ok(())
+}
+
 impl AggregatePlan {
-    /// Whether the input carries retractions (it has a changelog column).
+    /// Whether the input carries retractions (it is a changelog).
     pub fn has_retractions(&self) -> bool {
-        self.calc.op_index.is_some()
+        self.changelog
     }
 
-    /// Checks that `batch` has the input schema's column names and types (nullability may differ).
+    /// Checks that `changes` fits the plan: rows of the input schema (names and types;
+    /// nullability may differ), and row kinds only for a changelog input.
     ///
     /// # Errors
-    /// A one-line error listing both schemas.
-    pub fn check_input(&self, batch: &RecordBatch) -> Result<()> {
-        let want = self.input_schema.fields();
-        let got = batch.schema_ref().fields();
-        if want.len() != got.len()
-            || want
-                .iter()
-                .zip(got.iter())
-                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
-        {
-            let show = |f: &arrow::datatypes::Fields| {
-                f.iter()
-                    .map(|f| format!("{}: {}", f.name(), f.data_type()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            return Err(Error::invalid_input(format!(
-                "batch schema ({}) does not match the input schema ({})",
-                show(got),
-                show(want)
-            )));
+    /// A one-line error naming the mismatch.
+    pub fn check_input(&self, changes: &ChangeBatch) -> Result<()> {
+        check_fields(changes.data.schema_ref(), &self.input_schema)?;
+        if changes.op.is_some() && !self.changelog {
+            return Err(Error::invalid_input(
+                "the batch carries row kinds, but the aggregate was planned for insert-only input (give it a changelog column)",
+            ));
         }
         Ok(())
     }
 
-    /// Resolves `group_by` and `aggregates` against `input_schema`. The changelog column is
-    /// `changelog` if given, else a column named `op` if the schema has one.
+    /// The changes a record batch of [`AggregatePlan::record_schema`] holds: its changelog
+    /// column, if any, read as row kinds (codes or `+I`/`-U`/`+U`/`-D`) and taken out of the rows.
+    ///
+    /// # Errors
+    /// A batch of another schema, a bad row kind (naming the row).
+    pub fn to_changes(&self, batch: &RecordBatch) -> Result<ChangeBatch> {
+        check_fields(batch.schema_ref(), &self.record_schema)?;
+        let Some(i) = self.op_column else {
+            return Ok(ChangeBatch::inserts(RecordBatch::try_new_with_options(
+                Arc::clone(&self.input_schema),
+                batch.columns().to_vec(),
+                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )?));
+        };
+        let op = op_codes(batch.column(i))?;
+        let mut cols = batch.columns().to_vec();
+        cols.remove(i);
+        let data = RecordBatch::try_new_with_options(
+            Arc::clone(&self.input_schema),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )?;
+        Ok(ChangeBatch { op: Some(op), data })
+    }
+
+    /// Output changes of this plan's output schema, from the output columns and row kinds.
+    ///
+    /// # Errors
+    /// Columns that do not fit the output schema (a bug).
+    pub(crate) fn output(&self, op: ArrayRef, columns: Vec<ArrayRef>) -> Result<ChangeBatch> {
+        let data = RecordBatch::try_new(Arc::clone(&self.output_schema), columns)
+            .map_err(|e| Error::internal(format!("output batch: {e}")))?;
+        Ok(ChangeBatch { op: Some(op), data })
+    }
+
+    /// Renames the output columns (the SQL planner names them as the query does); the types
+    /// must be the same.
+    ///
+    /// # Errors
+    /// A schema of other types or another width.
+    pub fn rename_output(&mut self, schema: SchemaRef) -> Result<()> {
+        let same = schema.fields().len() == self.output_schema.fields().len()
+            && schema
+                .fields()
+                .iter()
+                .zip(self.output_schema.fields())
+                .all(|(a, b)| a.data_type() == b.data_type());
+        if !same {
+            return Err(Error::internal(format!(
+                "aggregate output {:?} does not fit the planned schema {schema:?}",
+                self.output_schema
+            )));
+        }
+        self.output_schema = schema;
+        Ok(())
+    }
+
+    /// Resolves `group_by` and `aggregates` against the record batches of `record_schema`
+    /// (as a library caller hands them over). The changelog column is `changelog` if given, else
+    /// a column named `op` if the schema has one; it is not part of the input rows.
     ///
     /// # Errors
     /// Unknown columns, unsupported functions or types, non-boolean filters (plan errors).
     pub fn try_new(
-        input_schema: SchemaRef,
+        record_schema: SchemaRef,
         group_by: &[Expr],
         aggregates: &[Expr],
         changelog: Option<&str>,
     ) -> Result<Self> {
+        let op_column = match changelog {
+            Some(name) => Some(record_schema.index_of(name).map_err(|_| {
+                Error::plan(format!(
+                    "changelog column '{name}' is not in the input schema"
+                ))
+            })?),
+            None => record_schema.index_of(OP_COLUMN).ok(),
+        };
+        let mut fields: Vec<_> = record_schema.fields().iter().cloned().collect();
+        if let Some(i) = op_column {
+            let dt = record_schema.field(i).data_type();
+            if !op_type_supported(dt) {
+                return Err(Error::plan(format!(
+                    "changelog column '{}' has type {dt}; expected Int8 codes or +I/-U/+U/-D strings",
+                    record_schema.field(i).name()
+                )));
+            }
+            fields.remove(i);
+        }
+        let input_schema = Arc::new(Schema::new(fields));
         let df_schema = DFSchema::try_from(input_schema.as_ref().clone())
             .map_err(|e| Error::plan(format!("input schema: {e}")))?;
-        Self::try_new_with(input_schema, &df_schema, group_by, aggregates, changelog)
+        let mut plan = Self::try_new_with(
+            input_schema,
+            &df_schema,
+            group_by,
+            aggregates,
+            op_column.is_some(),
+        )?;
+        plan.record_schema = record_schema;
+        plan.op_column = op_column;
+        Ok(plan)
     }
 
-    /// As [`AggregatePlan::try_new`], resolving expressions against `df_schema` (a qualified
-    /// schema whose fields are the first fields of `input_schema`, as a SQL planner's).
+    /// Resolves `group_by` and `aggregates` against the input rows of `input_schema` (whose
+    /// qualified form, as a SQL planner has it, is `df_schema`); `changelog`: whether the input
+    /// carries row kinds.
     ///
     /// # Errors
     /// As [`AggregatePlan::try_new`].
@@ -115,25 +226,8 @@ impl AggregatePlan {
         df_schema: &DFSchema,
         group_by: &[Expr],
         aggregates: &[Expr],
-        changelog: Option<&str>,
+        changelog: bool,
     ) -> Result<Self> {
-        let op_index = match changelog {
-            Some(name) => Some(input_schema.index_of(name).map_err(|_| {
-                Error::plan(format!(
-                    "changelog column '{name}' is not in the input schema"
-                ))
-            })?),
-            None => input_schema.index_of(OP_COLUMN).ok(),
-        };
-        if let Some(i) = op_index {
-            let dt = input_schema.field(i).data_type();
-            if !op_type_supported(dt) {
-                return Err(Error::plan(format!(
-                    "changelog column '{}' has type {dt}; expected Int8 codes or +I/-U/+U/-D strings",
-                    input_schema.field(i).name()
-                )));
-            }
-        }
         let mut planner = ExprPlanner {
             df_schema,
             schema: &input_schema,
@@ -172,7 +266,7 @@ impl AggregatePlan {
             return Err(Error::plan("a GROUP BY query needs at least one aggregate"));
         }
 
-        let mut fields = vec![Field::new(OP_COLUMN, DataType::Int8, false)];
+        let mut fields = vec![];
         for (n, t) in key_names.iter().zip(&key_types) {
             fields.push(Field::new(n, t.clone(), true));
         }
@@ -184,9 +278,11 @@ impl AggregatePlan {
             keys,
             args: planner.args,
             filters: planner.filters,
-            op_index,
         };
         Ok(Self {
+            record_schema: Arc::clone(&input_schema),
+            op_column: None,
+            changelog,
             input_schema,
             key_names,
             key_types,
@@ -344,8 +440,6 @@ pub struct Calc {
     pub args: Vec<Arc<dyn PhysicalExpr>>,
     /// Distinct FILTER expressions.
     pub filters: Vec<Arc<dyn PhysicalExpr>>,
-    /// The changelog column, if the input has one.
-    pub op_index: Option<usize>,
 }
 
 /// A batch after [`Calc`]: every column the aggregation needs.
@@ -400,7 +494,8 @@ impl Calc {
     ///
     /// # Errors
     /// When evaluation fails (a failing cast, say) or the changelog column is bad.
-    pub fn evaluate(&self, batch: &RecordBatch) -> Result<CalcBatch> {
+    pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
+        let batch = &changes.data;
         let n = batch.num_rows();
         let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
             Ok(p.evaluate(batch)?.into_array(n)?)
@@ -421,10 +516,7 @@ impl Calc {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let retract = match self.op_index {
-            Some(i) => Some(retract_mask(batch.column(i))?),
-            None => None,
-        };
+        let retract = changes.retract_mask()?;
         Ok(CalcBatch {
             num_rows: n,
             keys,

@@ -13,10 +13,10 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 
+use crate::changelog::ChangeBatch;
 use crate::changelog::op_codes;
 use crate::decode::{check_ipc_lengths, guarded};
 use crate::error::{Error, Result};
-use crate::pipeline::ChangeBatch;
 
 /// A file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

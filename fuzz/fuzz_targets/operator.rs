@@ -24,6 +24,7 @@ use arrow::datatypes::{DataType, Field, Int8Type, Int32Type, Int64Type, Schema, 
 use datafusion_expr::{ExprFunctionExt, col, lit};
 use libfuzzer_sys::fuzz_target;
 use tally::Config;
+use tally::changelog::ChangeBatch;
 use tally::clock::ManualClock;
 use tally::config::AggPhaseStrategy;
 use tally::aggregates::{avg, count, count_star, max, min, sum};
@@ -105,24 +106,29 @@ enum Op {
     Parallel(tally::ParallelAggregate),
 }
 
+/// The changes as record batches with the op column first, as the checks below read them.
+fn with_op(changes: Result<Vec<ChangeBatch>>) -> Result<Vec<RecordBatch>> {
+    changes?.iter().map(ChangeBatch::with_op_column).collect()
+}
+
 impl Op {
     fn push(&mut self, b: &RecordBatch) -> Result<Vec<RecordBatch>> {
-        match self {
+        with_op(match self {
             Op::Single(a) => a.push(b),
             Op::Parallel(a) => a.push(b),
-        }
+        })
     }
     fn poll(&mut self) -> Result<Vec<RecordBatch>> {
-        match self {
+        with_op(match self {
             Op::Single(a) => a.poll(),
             Op::Parallel(a) => a.poll(),
-        }
+        })
     }
     fn finish(&mut self) -> Result<Vec<RecordBatch>> {
-        match self {
+        with_op(match self {
             Op::Single(a) => a.finish(),
             Op::Parallel(a) => a.finish(),
-        }
+        })
     }
 }
 

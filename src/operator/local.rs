@@ -17,41 +17,27 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use tally_kernels::group_values::{GroupValues, new_group_values};
 
+use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
-use crate::operator::state::{AggState, hash_keys, intern_hashed};
+use crate::operator::accumulators::Accumulators;
+use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed};
 use crate::plan::{AggregatePlan, CalcBatch};
-
-/// The accumulator batch schema of `plan` (see the module docs).
-pub(crate) fn accumulator_schema(plan: &AggregatePlan, state: &AggState) -> SchemaRef {
-    let mut fields: Vec<Field> = plan
-        .key_names
-        .iter()
-        .zip(&plan.key_types)
-        .map(|(n, t)| Field::new(n, t.clone(), true))
-        .collect();
-    let state_fields = state.state_fields();
-    let count1 = format!("count1${}", state_fields.len());
-    fields.extend(state_fields);
-    fields.push(Field::new(count1, DataType::Int64, false));
-    Arc::new(Schema::new(fields))
-}
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
 #[derive(Debug)]
 pub struct LocalGroupAggregate {
     plan: Arc<AggregatePlan>,
     groups: Box<dyn GroupValues>,
-    state: AggState,
+    state: Accumulators,
     count1: Vec<i64>,
     schema: SchemaRef,
     hashes: Vec<u64>,
     gids: Vec<u32>,
     /// Per group: the input rows it received since the last flush.
     group_rows: Vec<u64>,
-    rows_in: u64,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -68,7 +54,7 @@ impl LocalGroupAggregate {
     /// # Errors
     /// When an accumulator cannot be built.
     pub fn try_new(plan: Arc<AggregatePlan>) -> Result<Self> {
-        let state = AggState::try_new(&plan)?;
+        let state = Accumulators::try_new(&plan)?;
         let schema = accumulator_schema(&plan, &state);
         let groups = new_group_values(&plan.key_types)
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
@@ -81,7 +67,6 @@ impl LocalGroupAggregate {
             hashes: vec![],
             gids: vec![],
             group_rows: vec![],
-            rows_in: 0,
         })
     }
 
@@ -96,22 +81,27 @@ impl LocalGroupAggregate {
         self.state.call_state_names()
     }
 
-    /// Input rows folded since the last flush.
-    pub fn rows_in(&self) -> u64 {
-        self.rows_in
-    }
-
-    /// Folds one input batch (of the plan's input schema) into the accumulators.
+    /// Folds one record batch of the plan's record schema (its changelog column, if any, read
+    /// as row kinds) into the accumulators.
     ///
     /// # Errors
-    /// A batch of another schema, a bad changelog op, an expression failing on the data.
+    /// As [`LocalGroupAggregate::push_changes`]; a batch of another schema.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.plan.check_input(batch)?;
-        let n = batch.num_rows();
+        let changes = self.plan.to_changes(batch)?;
+        self.push_changes(&changes)
+    }
+
+    /// Folds one batch of changes into the accumulators.
+    ///
+    /// # Errors
+    /// Rows of another schema, bad row kinds, an expression failing on the data.
+    pub fn push_changes(&mut self, changes: &ChangeBatch) -> Result<()> {
+        self.plan.check_input(changes)?;
+        let n = changes.num_rows();
         if n == 0 {
             return Ok(());
         }
-        let cb = self.plan.calc.evaluate(batch)?;
+        let cb = self.plan.calc.evaluate(changes)?;
         let mut hashes = std::mem::take(&mut self.hashes);
         let result =
             hash_keys(&cb.keys, n, &mut hashes).and_then(|()| self.push_evaluated(&cb, &hashes));
@@ -147,7 +137,6 @@ impl LocalGroupAggregate {
                 self.state.apply(cb, &self.gids, None, None, total)?;
             }
         }
-        self.rows_in += n as u64;
         Ok(())
     }
 
@@ -186,8 +175,7 @@ impl LocalGroupAggregate {
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
         let hashes = self.groups.hashes().to_vec();
         self.groups.clear();
-        self.state = AggState::try_new(&self.plan)?;
-        self.rows_in = 0;
+        self.state = Accumulators::try_new(&self.plan)?;
         Ok(Some(Flushed {
             batch,
             hashes,

@@ -1,10 +1,30 @@
-//! The streaming operators.
+//! The streaming operators and their parts.
+//!
+//! - [`GroupAggregate`] aggregates on one worker ([`group_aggregate`]), built by a
+//!   [`GroupAggregateBuilder`] ([`builder`]); its keyed state is [`keyed`] (the group table and
+//!   per-group columns) over [`accumulators`] (one per aggregate call); its mini-batches are
+//!   [`mini_batch`] (the trigger, what a mini-batch touched, the transitions it emits); its
+//!   snapshots, restores and compaction are [`snapshot`].
+//! - [`LocalGroupAggregate`] is the stateless first phase of local-global aggregation
+//!   ([`local`]).
+//! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
+//!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`].
+//! - [`metrics`]: what they measure.
 
+pub(crate) mod accumulators;
+pub mod adaptive;
+mod builder;
+pub mod exchange;
 pub mod group_aggregate;
+pub(crate) mod keyed;
 pub mod local;
+pub mod metrics;
+pub(crate) mod mini_batch;
 pub mod parallel;
-pub(crate) mod state;
+pub mod snapshot;
 
-pub use group_aggregate::{GroupAggregate, GroupAggregateBuilder, Metrics};
+pub use builder::GroupAggregateBuilder;
+pub use group_aggregate::GroupAggregate;
 pub use local::LocalGroupAggregate;
-pub use parallel::{AggregateMetrics, ParallelAggregate};
+pub use metrics::{AggregateMetrics, LocalPhaseMetrics, Metrics, StageMetrics, WorkerMetrics};
+pub use parallel::ParallelAggregate;

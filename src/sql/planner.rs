@@ -14,8 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::AsArray;
-use arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{Schema, SchemaRef};
 use datafusion_common::tree_node::TreeNode;
 use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::expr::{AggregateFunction, Alias, ScalarFunction};
@@ -28,12 +27,11 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
-use crate::pipeline::{
-    AggregateStage, CalcStage, ChangeBatch, ExpandStage, OP_FIELD, Pipeline, Stage,
-};
+use crate::pipeline::{AggregateStage, CalcStage, ExpandStage, Pipeline, Stage};
 use crate::plan::AggregatePlan;
-use crate::replay::{ReplayStats, Replayer};
+use crate::run::{Job, RunStats};
 use crate::runtime::Runtime;
+use crate::sink::{Discard, ResultTable, Sink};
 use crate::source::FileTable;
 use tally_kernels::aggregates::AggregateKind;
 
@@ -81,10 +79,9 @@ struct Advice {
     text: String,
 }
 
-/// A query planned into a pipeline over one file table.
+/// A query planned into a job (a pipeline over one file table) and its EXPLAIN.
 pub struct PlannedQuery {
-    table: FileTable,
-    pipeline: Pipeline,
+    job: Job,
     output: SchemaRef,
     /// Bottom-up chain of plan nodes.
     nodes: Vec<Node>,
@@ -94,48 +91,16 @@ pub struct PlannedQuery {
     changelog_output: bool,
     /// Output positions of the top aggregate's group keys, when they survive to the output.
     keys: Option<Vec<usize>>,
-    clock: Option<ManualClock>,
     update_before: bool,
-    /// Where and how often to checkpoint while running.
-    checkpoints: Option<CheckpointPolicy>,
-    /// Source rows to skip: the position of the checkpoint restored.
-    resume_rows: u64,
-    /// The settings that shape the query's state (how split-distinct buckets it): a checkpoint
-    /// records them, and restores only where they are the same.
-    state_settings: Vec<(&'static str, String)>,
-}
-
-/// When and where [`PlannedQuery::run`] writes checkpoints.
-#[derive(Debug, Clone)]
-pub struct CheckpointPolicy {
-    /// The checkpoint directory.
-    pub dir: crate::checkpoint::CheckpointDir,
-    /// A checkpoint is taken after the source batch that brings the rows read since the last
-    /// one to at least this many.
-    pub every_rows: u64,
 }
 
 impl std::fmt::Debug for PlannedQuery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PlannedQuery")
-            .field("table", &self.table.name)
+            .field("job", &self.job)
             .field("output", &self.output)
             .finish()
     }
-}
-
-/// What running a query did.
-#[derive(Debug, Clone, Default)]
-pub struct RunStats {
-    /// Rows read from the source (by this run: a restored run starts after the checkpoint's
-    /// position).
-    pub rows_in: u64,
-    /// Output rows (changelog rows, or rows of the insert-only result).
-    pub rows_out: u64,
-    /// Checkpoints written.
-    pub checkpoints: u64,
-    /// Per aggregate (bottom-up): its metrics.
-    pub aggregates: Vec<AggregateMetrics>,
 }
 
 impl PlannedQuery {
@@ -159,11 +124,48 @@ impl PlannedQuery {
         self.update_before
     }
 
+    /// The table the query's changelog materializes ([`ResultTable`]): upserts by the group
+    /// keys when the changelog has no `-U` rows, the multiset of its rows otherwise.
+    ///
+    /// # Errors
+    /// An upsert changelog whose group keys are not all in the SELECT list.
+    pub fn result_table(&self) -> Result<ResultTable> {
+        let upsert = self.changelog_output && !self.update_before;
+        let keys = match (&self.keys, upsert) {
+            (_, false) => None,
+            (Some(keys), true) => Some(keys.as_slice()),
+            (None, true) => {
+                return Err(Error::invalid_input(
+                    "--emit final without -U rows ('tally.exec.emit.update-before' = 'false') needs the group keys in the SELECT list",
+                ));
+            }
+        };
+        ResultTable::try_new(self.output_schema(), keys)
+    }
+
+    /// The job that runs the query: run, replay, checkpoint and restore it there.
+    pub fn job(&mut self) -> &mut Job {
+        &mut self.job
+    }
+
+    /// Runs the query ([`Job::run`]).
+    ///
+    /// # Errors
+    /// As [`Job::run`].
+    pub fn run(
+        &mut self,
+        batch_size: usize,
+        sink: &mut impl Sink,
+        on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<RunStats> {
+        self.job.run(batch_size, sink, on_progress)
+    }
+
     /// Sets every aggregate's smallest slice worth a task of its own (default 1024 rows): tests
     /// set 1 so that small inputs run several local phases and exchanges, as large ones do.
     #[doc(hidden)]
     pub fn set_min_slice_rows(&mut self, rows: usize) {
-        for stage in self.pipeline.stages_mut() {
+        for stage in self.job.pipeline_mut().stages_mut() {
             stage.set_min_slice_rows(rows);
         }
     }
@@ -192,7 +194,7 @@ impl PlannedQuery {
         batch_size: usize,
     ) -> Result<String> {
         let started = std::time::Instant::now();
-        let stats = self.run(batch_size, |_| Ok(()), |_, _| {})?;
+        let stats = self.job.run(batch_size, &mut Discard, |_, _| {})?;
         let mut text = self.explain_with(details, Some(&stats));
         text.push_str(&format!(
             "\n== Metrics ==\nrows read {}, output rows {}, wall time {:.1} ms\n",
@@ -248,332 +250,6 @@ impl PlannedQuery {
             }
         }
         out
-    }
-
-    /// Runs the query: reads the source in batches of `batch_size` rows, pushes them through the
-    /// pipeline and hands every output batch to `on_output`; `on_progress` gets the rows read so
-    /// far and the rows in the source (when the format says) after each batch.
-    ///
-    /// # Errors
-    /// Source errors, evaluation errors, and whatever `on_output` returns.
-    pub fn run(
-        &mut self,
-        batch_size: usize,
-        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
-        on_progress: impl FnMut(u64, Option<u64>),
-    ) -> Result<RunStats> {
-        self.run_with(batch_size, None, on_output, on_progress, || {
-            Ok(crate::checkpoint::Checkpoint::default())
-        })
-        .map(|(stats, _)| stats)
-    }
-
-    /// The size of the input file in bytes (None when it cannot be read).
-    pub fn input_bytes(&self) -> Option<u64> {
-        std::fs::metadata(&self.table.path).map(|m| m.len()).ok()
-    }
-
-    /// Writes a checkpoint to `dir` every `every_rows` source rows while running (see
-    /// [`PlannedQuery::run_checkpointed`]).
-    ///
-    /// # Errors
-    /// `every_rows` of 0.
-    pub fn checkpoint_every(
-        &mut self,
-        dir: crate::checkpoint::CheckpointDir,
-        every_rows: u64,
-    ) -> Result<()> {
-        if every_rows == 0 {
-            return Err(Error::invalid_input(
-                "the checkpoint interval must be at least 1 row",
-            ));
-        }
-        self.checkpoints = Some(CheckpointPolicy { dir, every_rows });
-        Ok(())
-    }
-
-    /// Restores the state of a checkpoint written by a run of the same query (the newest
-    /// under `path`, or the one `path` names) into this freshly planned query: the aggregate
-    /// states (redistributed over this run's workers) and the source position, so that the
-    /// next run starts with the row after it. Returns the checkpoint, whose metadata tells the
-    /// caller where its sink stood (`output.rows`, and what `on_checkpoint` added).
-    ///
-    /// The input is not checked beyond its length (a run that finds fewer rows than the
-    /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
-    /// checkpoint was taken, for the caller to compare (a file fixed after bad input may differ).
-    /// The settings that shape the state (whether split-distinct applies, and its bucket count)
-    /// are recorded in the checkpoint and must be the same; the others (parallelism, phases,
-    /// mini-batch size, …) may change.
-    ///
-    /// # Errors
-    /// A missing, corrupt or unsupported checkpoint; one of another query or of other state
-    /// settings (named); a query with state.
-    pub fn restore(&mut self, path: &std::path::Path) -> Result<crate::checkpoint::Checkpoint> {
-        let chk = crate::checkpoint::CheckpointDir::read(path)?;
-        for (key, value) in &self.state_settings {
-            let then = chk.meta(&format!("setting.{key}")).map_err(|_| {
-                Error::invalid_input(format!(
-                    "the checkpoint does not record '{key}', which shapes the state (it was written by an older Tally): resume it with that version"
-                ))
-            })?;
-            if then != value {
-                return Err(Error::invalid_input(format!(
-                    "the checkpoint was taken with '{key}' = '{then}' and this run has '{value}', which lays out the state differently: set '{key}' = '{then}' to resume from it"
-                )));
-            }
-        }
-        let rows: u64 = chk
-            .meta("source.rows")?
-            .parse()
-            .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
-        self.pipeline.restore(&chk)?;
-        self.resume_rows = rows;
-        Ok(chk)
-    }
-
-    /// [`PlannedQuery::run`] (or, with `speed`, [`PlannedQuery::replay`]) that writes
-    /// checkpoints as set by [`PlannedQuery::checkpoint_every`]. At each checkpoint, as Flink
-    /// does before a barrier, every pending mini-batch is fired and its changes handed to
-    /// `on_output`; then `on_checkpoint` makes the sink durable and returns what records where
-    /// it stands: metadata, and entries of its own (named other than `stage-<i>`), to which the
-    /// run adds `source.rows`, `source.bytes`, `source.path`, `output.rows` and the aggregate
-    /// states before the checkpoint is written. A run restored from that checkpoint resumes
-    /// from exactly there: the rows before it are not read again and the changes before it
-    /// not emitted again.
-    ///
-    /// # Errors
-    /// As [`PlannedQuery::run`], checkpoint I/O errors, and those of `on_checkpoint`.
-    pub fn run_checkpointed(
-        &mut self,
-        batch_size: usize,
-        speed: Option<Option<f64>>,
-        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
-        on_progress: impl FnMut(u64, Option<u64>),
-        on_checkpoint: impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
-    ) -> Result<(RunStats, Option<ReplayStats>)> {
-        if speed.is_some() && self.table.time_column.is_none() {
-            return Err(Error::invalid_input(format!(
-                "a replay needs a table with a 'time-column'; table '{}' has none",
-                self.table.name
-            )));
-        }
-        let replayer = speed.map(Replayer::new).transpose()?;
-        self.run_with(batch_size, replayer, on_output, on_progress, on_checkpoint)
-    }
-
-    /// Replays a recorded stream (a table with a `time-column`) at `speed` times its recorded
-    /// speed (None: as fast as possible), as [`PlannedQuery::run`] does, and measures the
-    /// end-to-end latency of its rows ([`crate::replay`]).
-    ///
-    /// # Errors
-    /// A table without a time column, and as [`PlannedQuery::run`].
-    pub fn replay(
-        &mut self,
-        batch_size: usize,
-        speed: Option<f64>,
-        on_output: impl FnMut(&ChangeBatch) -> Result<()>,
-        on_progress: impl FnMut(u64, Option<u64>),
-    ) -> Result<(RunStats, ReplayStats)> {
-        if self.table.time_column.is_none() {
-            return Err(Error::invalid_input(format!(
-                "a replay needs a table with a 'time-column'; table '{}' has none",
-                self.table.name
-            )));
-        }
-        let (stats, replay) = self.run_with(
-            batch_size,
-            Some(Replayer::new(speed)?),
-            on_output,
-            on_progress,
-            || Ok(crate::checkpoint::Checkpoint::default()),
-        )?;
-        Ok((stats, replay.unwrap_or_default()))
-    }
-
-    fn run_with(
-        &mut self,
-        batch_size: usize,
-        mut replayer: Option<Replayer>,
-        mut on_output: impl FnMut(&ChangeBatch) -> Result<()>,
-        mut on_progress: impl FnMut(u64, Option<u64>),
-        mut on_checkpoint: impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
-    ) -> Result<(RunStats, Option<ReplayStats>)> {
-        let mut stats = RunStats::default();
-        // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
-        // groups on up to P decoders, in file order.
-        let decoders = self.pipeline.parallelism();
-        let reader = self.table.open_with(batch_size, decoders)?.prefetch(4);
-        let total_rows = reader.total_rows;
-        let time_index = self
-            .table
-            .time_column
-            .as_ref()
-            .and_then(|t| self.table.schema.index_of(t).ok());
-        let mut emit = |batches: Vec<ChangeBatch>, stats: &mut RunStats| -> Result<usize> {
-            let mut rows = 0;
-            for b in batches {
-                rows += b.num_rows();
-                on_output(&b)?;
-            }
-            stats.rows_out += rows as u64;
-            Ok(rows)
-        };
-        // The source position (rows read, counting those before a restored checkpoint).
-        let mut position = 0u64;
-        let mut skip = std::mem::take(&mut self.resume_rows);
-        let mut since_checkpoint = 0u64;
-        for batch in reader {
-            // A row without its recorded time is bad input, like a corrupt file.
-            let batch = batch.and_then(|b| self.check_times(&b, time_index, position).map(|()| b));
-            let mut batch = match batch {
-                Ok(b) => b,
-                Err(e) => {
-                    // Bad input (a corrupt or malformed file): the rows before it are in the
-                    // state, which a checkpoint keeps, so that nothing accepted is lost.
-                    let Some(dir) = self.checkpoints.as_ref().map(|p| p.dir.clone()) else {
-                        return Err(e);
-                    };
-                    let saved = self
-                        .take_checkpoint(position, &mut stats, &mut emit, &mut on_checkpoint)
-                        .map(|_| dir.latest());
-                    return Err(match saved {
-                        Ok(Ok(Some(p))) => e.with_note(format!(
-                            "the state after the {position} rows before it is saved in checkpoint {}; resume from it with --restore once the input is fixed",
-                            p.display()
-                        )),
-                        _ => e,
-                    });
-                }
-            };
-            if skip > 0 {
-                let n = batch.num_rows() as u64;
-                let drop = skip.min(n);
-                skip -= drop;
-                position += drop;
-                if drop == n {
-                    continue;
-                }
-                let (off, len) = (drop as usize, (n - drop) as usize);
-                batch = ChangeBatch {
-                    op: batch.op.as_ref().map(|o| o.slice(off, len)),
-                    data: batch.data.slice(off, len),
-                };
-            }
-            stats.rows_in += batch.num_rows() as u64;
-            position += batch.num_rows() as u64;
-            since_checkpoint += batch.num_rows() as u64;
-            if let Some(i) = time_index {
-                // Replay: the recorded time drives the latency trigger (and the pacing).
-                let t = arrow::compute::cast(
-                    batch.data.column(i),
-                    &DataType::Timestamp(TimeUnit::Millisecond, None),
-                )?;
-                let t = arrow::compute::cast(&t, &DataType::Int64)?;
-                let t = t.as_primitive::<Int64Type>();
-                if let Some(r) = &mut replayer {
-                    r.before_push(t.values())?;
-                }
-                if let (Some(clock), Some(max)) = (&self.clock, arrow::compute::max(t)) {
-                    clock.set_ms(max);
-                }
-            }
-            let out = self.pipeline.push(batch)?;
-            let mut rows = emit(out, &mut stats)?;
-            if let Some(policy) = &self.checkpoints
-                && since_checkpoint >= policy.every_rows
-            {
-                since_checkpoint = 0;
-                rows +=
-                    self.take_checkpoint(position, &mut stats, &mut emit, &mut on_checkpoint)?;
-            }
-            if let Some(r) = &mut replayer {
-                r.after_push(rows);
-            }
-            on_progress(stats.rows_in, total_rows);
-        }
-        if skip > 0 {
-            return Err(Error::invalid_input(format!(
-                "the checkpoint's source position ({position} + {skip} rows) is past the end of {}: it was taken over another input",
-                self.table.path.display()
-            )));
-        }
-        let out = self.pipeline.finish()?;
-        let rows = emit(out, &mut stats)?;
-        if let Some(r) = &mut replayer {
-            // Whatever is still pending is emitted by the end of input (or never changes output).
-            r.after_push(rows.max(1));
-        }
-        stats.aggregates = self.pipeline.metrics()?;
-        Ok((stats, replayer.map(Replayer::finish)))
-    }
-}
-
-impl PlannedQuery {
-    /// Checks that every row of `batch` (the rows after source row `position`) has its recorded
-    /// time, when the table has a time column (its column `time_index`).
-    fn check_times(
-        &self,
-        batch: &ChangeBatch,
-        time_index: Option<usize>,
-        position: u64,
-    ) -> Result<()> {
-        let Some(i) = time_index else {
-            return Ok(());
-        };
-        let times = batch.data.column(i);
-        if times.null_count() == 0 {
-            return Ok(());
-        }
-        let row = (0..times.len()).find(|&r| times.is_null(r)).unwrap_or(0) as u64;
-        Err(Error::invalid_input(format!(
-            "table '{}' ({}): its time column '{}' is NULL at row {} of the input; a recorded stream needs every row's time (Flink: RowTime field should not be null)",
-            self.table.name,
-            self.table.path.display(),
-            self.table.time_column.as_deref().unwrap_or(""),
-            position + row + 1
-        )))
-    }
-
-    /// Takes a checkpoint at source row `position`: as before a checkpoint barrier, fires every
-    /// pending mini-batch and delivers its changes (through `emit`), has the sink say where it
-    /// stands, then writes the state. Returns the rows emitted.
-    fn take_checkpoint(
-        &mut self,
-        position: u64,
-        stats: &mut RunStats,
-        emit: &mut impl FnMut(Vec<ChangeBatch>, &mut RunStats) -> Result<usize>,
-        on_checkpoint: &mut impl FnMut() -> Result<crate::checkpoint::Checkpoint>,
-    ) -> Result<usize> {
-        let dir = self
-            .checkpoints
-            .as_ref()
-            .map(|p| p.dir.clone())
-            .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
-        let out = self.pipeline.finish()?;
-        let rows = emit(out, stats)?;
-        let mut chk = on_checkpoint()?;
-        let meta = &mut chk.meta;
-        meta.insert("source.rows".into(), position.to_string());
-        if let Some(b) = self.input_bytes() {
-            meta.insert("source.bytes".into(), b.to_string());
-        }
-        meta.insert(
-            "source.path".into(),
-            self.table
-                .path
-                .display()
-                .to_string()
-                .replace(['\n', '\r'], " "),
-        );
-        meta.insert("output.rows".into(), stats.rows_out.to_string());
-        for (key, value) in &self.state_settings {
-            meta.insert(format!("setting.{key}"), value.clone());
-        }
-        chk.id = dir.next_id()?;
-        chk.entries.extend(self.pipeline.snapshot()?);
-        dir.write(&chk)?;
-        stats.checkpoints += 1;
-        Ok(rows)
     }
 }
 
@@ -719,16 +395,16 @@ pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<Pl
     let update_before = settle_update_before(&mut ctx, &mut built)?;
     // What shapes the state beyond the query: whether split-distinct applied, and its buckets.
     let split = ctx.labels.iter().any(|(_, role)| *role == Role::Partial);
-    let mut state_settings = vec![(SPLIT_ENABLED, split.to_string())];
+    let mut state_settings = vec![(SPLIT_ENABLED.to_string(), split.to_string())];
     if split {
         state_settings.push((
-            crate::config::SPLIT_BUCKET_NUM,
+            crate::config::SPLIT_BUCKET_NUM.to_string(),
             ctx.config.split_bucket_num.to_string(),
         ));
     }
+    let pipeline = Pipeline::new(built.stages, runtime);
     Ok(PlannedQuery {
-        table: built.table,
-        pipeline: Pipeline::new(built.stages, runtime),
+        job: Job::new(built.table, pipeline, ctx.manual).with_state_settings(state_settings),
         output: Arc::new(plan.schema().as_arrow().clone()),
         nodes: built.nodes,
         advice: ctx.advice,
@@ -736,11 +412,7 @@ pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<Pl
         warnings: ctx.warnings,
         changelog_output: built.changelog,
         keys: built.keys,
-        clock: ctx.manual,
         update_before,
-        checkpoints: None,
-        resume_rows: 0,
-        state_settings,
     })
 }
 
@@ -1225,14 +897,14 @@ fn aggregate_on(
     }
     let input = agg.input.schema();
     let changelog = built.changelog;
-    let input_schema = AggregateStage::input_schema(input.as_arrow(), changelog);
-    let plan = AggregatePlan::try_new_with(
-        input_schema,
+    let mut plan = AggregatePlan::try_new_with(
+        Arc::new(input.as_arrow().clone()),
         input,
         &agg.group_expr,
         &agg.aggr_expr,
-        changelog.then_some(OP_FIELD),
+        changelog,
     )?;
+    plan.rename_output(Arc::new(agg.schema.as_arrow().clone()))?;
     // The resolved kind of each call (COUNT(*) or COUNT(x), MIN/MAX, …), for EXPLAIN.
     let kinds: Vec<AggregateKind> = plan.calls.iter().map(|c| c.kind).collect();
 
@@ -1274,10 +946,7 @@ fn aggregate_on(
     let count1_name = operator
         .accumulator_schema()
         .and_then(|s| s.fields().last().map(|f| f.name().clone()));
-    let output = Arc::new(agg.schema.as_arrow().clone());
-    built.stages.push(Box::new(AggregateStage::try_new(
-        operator, changelog, output,
-    )?));
+    built.stages.push(Box::new(AggregateStage::new(operator)));
 
     // Explain: Calc (keys, arguments, filters) → [LocalGroupAggregate →] Exchange →
     // GroupAggregate or GlobalGroupAggregate.

@@ -212,7 +212,7 @@ fn resuming_from_any_checkpoint_matches_the_reference() {
         let dir = scratch(name);
         let store = CheckpointDir::new(&dir).retain(1000);
         let mut q = plan_script(&script).unwrap();
-        q.checkpoint_every(store.clone(), every).unwrap();
+        q.job().checkpoint_every(store.clone(), every).unwrap();
         // Under a TTL the changelog is read by key: an expired key starts again with +I and
         // its old row is never retracted (as in Flink, whose TTL serves upsert consumers).
         let view = |lines: &[String]| {
@@ -232,8 +232,9 @@ fn resuming_from_any_checkpoint_matches_the_reference() {
                 1 + id % 3
             );
             let mut q = plan_script(&resumed_script).unwrap();
-            let chk = q.restore(&folder).unwrap();
-            q.checkpoint_every(CheckpointDir::new(dir.join("resumed")), every)
+            let chk = q.job().restore(&folder).unwrap();
+            q.job()
+                .checkpoint_every(CheckpointDir::new(dir.join("resumed")), every)
                 .unwrap();
             assert_eq!(chk.id, id);
             let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
@@ -280,10 +281,12 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
     ] {
         let _ = std::fs::remove_dir_all(&dir);
         let mut q = plan_script(&script("data/replay.sql", &taken)).unwrap();
-        q.checkpoint_every(CheckpointDir::new(&dir), 6000).unwrap();
+        q.job()
+            .checkpoint_every(CheckpointDir::new(&dir), 6000)
+            .unwrap();
         run_lines(&mut q, 1000);
         let mut other = plan_script(&script("data/replay.sql", &resumed)).unwrap();
-        let e = other.restore(&dir).unwrap_err();
+        let e = other.job().restore(&dir).unwrap_err();
         assert!(e.is_user_error(), "{e}");
         let e = e.to_string();
         assert!(e.contains(needle) && !e.contains('\n'), "{e}");
@@ -293,7 +296,7 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
             &format!("{taken} SET 'table.exec.resource.default-parallelism' = '3';"),
         ))
         .unwrap();
-        same.restore(&dir).unwrap();
+        same.job().restore(&dir).unwrap();
     }
     // A query without DISTINCT is not split: the switch shapes nothing there.
     let _ = std::fs::remove_dir_all(&dir);
@@ -301,10 +304,12 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
         script("data/replay.sql", "").replace(",\n       COUNT(DISTINCT user_id) AS buyers", "");
     assert!(!plain.contains("DISTINCT"), "{plain}");
     let mut q = plan_script(&plain).unwrap();
-    q.checkpoint_every(CheckpointDir::new(&dir), 6000).unwrap();
+    q.job()
+        .checkpoint_every(CheckpointDir::new(&dir), 6000)
+        .unwrap();
     run_lines(&mut q, 1000);
     let mut q = plan_script(&format!("{} {plain}", split("16"))).unwrap();
-    q.restore(&dir).unwrap();
+    q.job().restore(&dir).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -7,6 +7,7 @@ use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion_expr::Expr;
+use tally::changelog::ChangeBatch;
 use tally::clock::ManualClock;
 use tally::{Config, GroupAggregate};
 
@@ -54,11 +55,30 @@ pub fn kv_batch(schema: &SchemaRef, rows: &[&str]) -> RecordBatch {
     RecordBatch::try_new(schema.clone(), cols).unwrap()
 }
 
+/// A batch of changes as the tests read it: a record batch whose first column is the op column
+/// (as sinks and files hold a changelog), or an operator's [`ChangeBatch`].
+pub trait Changes {
+    fn with_op(&self) -> RecordBatch;
+}
+
+impl Changes for RecordBatch {
+    fn with_op(&self) -> RecordBatch {
+        self.clone()
+    }
+}
+
+impl Changes for ChangeBatch {
+    fn with_op(&self) -> RecordBatch {
+        self.with_op_column().unwrap()
+    }
+}
+
 /// Formats changelog batches as lines like `+I[a, 2, 10]`.
-pub fn format_changes(batches: &[RecordBatch]) -> Vec<String> {
+pub fn format_changes<B: Changes>(batches: &[B]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("null");
     let mut out = vec![];
     for b in batches {
+        let b = &b.with_op();
         let ops = b.column(0).as_primitive::<Int8Type>();
         let fmts: Vec<ArrayFormatter> = b.columns()[1..]
             .iter()
@@ -79,7 +99,7 @@ pub fn format_changes(batches: &[RecordBatch]) -> Vec<String> {
 pub struct Materialized(pub BTreeMap<String, i64>);
 
 impl Materialized {
-    pub fn apply(&mut self, batches: &[RecordBatch]) {
+    pub fn apply<B: Changes>(&mut self, batches: &[B]) {
         self.apply_lines(&format_changes(batches));
     }
 
@@ -295,18 +315,13 @@ pub fn orders_changelog_expected() -> Vec<String> {
 pub fn run_query(
     query: &mut tally::sql::PlannedQuery,
     batch: usize,
-) -> (Vec<String>, tally::sql::planner::RunStats) {
-    let mut out: Vec<RecordBatch> = vec![];
-    let stats = query
-        .run(
-            batch,
-            |b| {
-                out.push(b.with_op_column()?);
-                Ok(())
-            },
-            |_, _| {},
-        )
-        .unwrap();
+) -> (Vec<String>, tally::run::RunStats) {
+    let mut out: Vec<ChangeBatch> = vec![];
+    let mut sink = |b: &ChangeBatch| {
+        out.push(b.clone());
+        Ok(())
+    };
+    let stats = query.run(batch, &mut sink, |_, _| {}).unwrap();
     (format_changes(&out), stats)
 }
 

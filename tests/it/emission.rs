@@ -302,8 +302,8 @@ fn d5_integer_sum_wraps_and_avg_truncates() {
             format!("[{}, {}]", i32::MIN, 1i64 << 30),
             "{mb:?}"
         );
+        assert_eq!(agg.output_schema().field(0).data_type(), &DataType::Int32);
         assert_eq!(agg.output_schema().field(1).data_type(), &DataType::Int32);
-        assert_eq!(agg.output_schema().field(2).data_type(), &DataType::Int32);
 
         let (mut agg, _) = build(&schema, vec![], vec![avg(col("x"))], config(mb, true));
         let mut out = agg.push(&batch(vec![1, 2, 3, 4, 5, 6, 7, 1])).unwrap();

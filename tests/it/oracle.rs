@@ -19,7 +19,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tally::aggregates::{avg, count, count_star, max, min, sum};
 
-use crate::common::{Materialized, build, config, format_changes};
+use crate::common::{Changes, Materialized, build, config, format_changes};
+use tally::changelog::ChangeBatch;
 
 /// One input row.
 #[derive(Debug, Clone, PartialEq)]
@@ -280,7 +281,7 @@ fn reference(rows: &[(bool, Row)], keys: Keys) -> Vec<String> {
 struct Upserted(BTreeMap<String, String>);
 
 impl Upserted {
-    fn apply(&mut self, batches: &[RecordBatch], n_keys: usize) {
+    fn apply<B: Changes>(&mut self, batches: &[B], n_keys: usize) {
         for line in format_changes(batches) {
             let (kind, row) = line.split_at(2);
             let fields: Vec<&str> = row[1..row.len() - 1].split(", ").collect();
@@ -357,7 +358,7 @@ fn check_with(
     let n_out_keys = key_exprs(keys).len();
     let mut retract_view = Materialized::default();
     let mut upsert_view = Upserted::default();
-    let apply = |rv: &mut Materialized, uv: &mut Upserted, batches: &[RecordBatch]| {
+    let apply = |rv: &mut Materialized, uv: &mut Upserted, batches: &[ChangeBatch]| {
         if update_before {
             rv.apply(batches);
         } else {
@@ -782,7 +783,11 @@ fn check_parallel(
         cuts.sort_unstable();
         let slices = cuts
             .windows(2)
-            .map(|w| batch.slice(w[0], w[1] - w[0]))
+            .map(|w| {
+                agg.plan()
+                    .to_changes(&batch.slice(w[0], w[1] - w[0]))
+                    .unwrap()
+            })
             .collect();
         view.apply(&agg.push_slices(slices).unwrap());
         pushed += n;
@@ -1244,7 +1249,7 @@ fn ttl_with_mini_batch_and_retractions_matches_reference() {
                 .config(cfg)
                 .clock(Arc::new(clock.clone()));
             // workers 0: the one-phase operator itself.
-            type Push = Box<dyn FnMut(&RecordBatch) -> Vec<RecordBatch>>;
+            type Push = Box<dyn FnMut(&RecordBatch) -> Vec<ChangeBatch>>;
             let mut push: Push = if workers == 0 {
                 let mut agg = builder.build().unwrap();
                 Box::new(move |b| {

@@ -386,7 +386,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                         if m.parallelism > 1 {
                             let stage = m.stages.iter().find(|s| s.name == "LocalGroupAggregate");
                             local_tasks += stage.map_or(0, |s| s.batches);
-                            rounds += m.rounds;
+                            rounds += m.mini_batches;
                         }
                     }
                 }

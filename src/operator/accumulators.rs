@@ -1,4 +1,5 @@
-//! Keyed aggregate state shared by the operators: the accumulator slots of a query.
+//! The accumulators of every aggregate call of a query, indexed by group id (no keys: a
+//! [`crate::operator::keyed::KeyedState`] pairs them with its group table).
 //!
 //! Non-DISTINCT calls get one [`GroupsAccumulator`] each; DISTINCT calls over the same argument
 //! share one [`DistinctAccumulator`]. MIN/MAX with DISTINCT are planned as plain MIN/MAX (the
@@ -10,8 +11,6 @@ use arrow::datatypes::Field;
 use tally_kernels::accumulator::GroupsAccumulator;
 use tally_kernels::aggregates::{AggregateKind, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
-use tally_kernels::group_values::GroupValues;
-use tally_kernels::hash::hash_columns;
 
 use crate::error::{Error, Result};
 use crate::plan::{AggregatePlan, CalcBatch};
@@ -30,53 +29,19 @@ enum Slot {
     },
 }
 
-/// Interns the rows of `keys` whose hashes are `hashes` (a global aggregate, with no keys, puts
-/// every row in group 0; `hashes` then holds one arbitrary value per row).
-pub(crate) fn intern_hashed(
-    groups: &mut dyn GroupValues,
-    keys: &[ArrayRef],
-    hashes: &[u64],
-    gids: &mut Vec<u32>,
-) -> Result<()> {
-    groups.intern(keys, hashes, gids)?;
-    Ok(())
-}
-
-/// Hashes the rows of `keys` into `hashes` (`n` zeros when there are no keys).
-pub(crate) fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> Result<()> {
-    hash_columns(keys, hashes)?;
-    if keys.is_empty() {
-        hashes.resize(n, 0);
-    }
-    Ok(())
-}
-
-/// Hashes the `n` rows of `keys` once and interns them into `groups`, writing each row's group
-/// id to `gids` (a global aggregate, with no keys, puts every row in group 0).
-pub(crate) fn intern_keys(
-    groups: &mut dyn GroupValues,
-    keys: &[ArrayRef],
-    n: usize,
-    hashes: &mut Vec<u64>,
-    gids: &mut Vec<u32>,
-) -> Result<()> {
-    hash_keys(keys, n, hashes)?;
-    intern_hashed(groups, keys, hashes, gids)
-}
-
 /// DISTINCT calls over one argument: (argument, functions, filters, output positions).
 type DistinctGroup = (usize, Vec<AggregateKind>, Vec<Option<usize>>, Vec<usize>);
 
 /// The accumulators of every aggregate call, indexed by group id.
-pub(crate) struct AggState {
+pub(crate) struct Accumulators {
     slots: Vec<Slot>,
     /// Output column `j` is inner aggregate `.1` of slot `.0`.
     outputs: Vec<(usize, usize)>,
 }
 
-impl std::fmt::Debug for AggState {
+impl std::fmt::Debug for Accumulators {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AggState")
+        f.debug_struct("Accumulators")
             .field("slots", &self.slots.len())
             .finish()
     }
@@ -92,7 +57,7 @@ fn and(filter: Option<&BooleanBuffer>, mask: Option<&BooleanBuffer>) -> Option<B
     }
 }
 
-impl AggState {
+impl Accumulators {
     pub(crate) fn try_new(plan: &AggregatePlan) -> Result<Self> {
         let retractable = plan.has_retractions();
         let mut slots: Vec<Slot> = vec![];
@@ -250,7 +215,7 @@ impl AggState {
     }
 
     /// For each aggregate call in output order, the names of its accumulator fields in
-    /// [`AggState::state_fields`] (a DISTINCT call names its argument's shared value set).
+    /// [`Accumulators::state_fields`] (a DISTINCT call names its argument's shared value set).
     pub(crate) fn call_state_names(&self) -> Vec<Vec<String>> {
         let fields = self.state_fields();
         let mut per_slot = vec![];
@@ -274,7 +239,7 @@ impl AggState {
             .collect()
     }
 
-    /// The accumulator columns of `groups` (see [`AggState::state_fields`]).
+    /// The accumulator columns of `groups` (see [`Accumulators::state_fields`]).
     pub(crate) fn state(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
         let mut out = vec![];
         for slot in &self.slots {
@@ -286,7 +251,7 @@ impl AggState {
         Ok(out)
     }
 
-    /// Merges accumulator columns (as [`AggState::state`] produced them) into `groups`.
+    /// Merges accumulator columns (as [`Accumulators::state`] produced them) into `groups`.
     pub(crate) fn merge(
         &mut self,
         states: &[ArrayRef],

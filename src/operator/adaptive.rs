@@ -1,0 +1,143 @@
+//! The adaptive local phase: whether a parallel aggregation's local phases fold their input or
+//! step aside.
+//!
+//! A local phase pays off when it folds many rows into few accumulator rows, or when it folds a
+//! hot key that would otherwise pin one worker. It measures its reduction ratio (accumulator rows
+//! out / rows in) and the largest share of its input held by one key over at least
+//! `tally.exec.local-agg.adaptive.min-rows` input rows; when the ratio is above
+//! `tally.exec.local-agg.adaptive.threshold` and no key holds more than 1 / P of the input, the
+//! following mini-batches bypass it (rows go through the exchange to the global phases, which
+//! apply them as raw rows), and after `tally.exec.local-agg.adaptive.probe-interval` bypassed rows
+//! it is measured again. Decisions are taken between mini-batches, from row counts only, so a
+//! given input and configuration always takes the same decisions. Results do not depend on them:
+//! merging the fold of some rows equals applying the rows.
+
+use crate::config::Config;
+use crate::operator::metrics::LocalPhaseMetrics;
+
+/// The adaptive local phase's state machine (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Adaptive {
+    /// What it measured and decided.
+    pub(crate) m: LocalPhaseMetrics,
+    threshold: f64,
+    min_rows: u64,
+    probe_interval: u64,
+    window_in: u64,
+    window_out: u64,
+    window_hot_share: f64,
+    since_bypass: u64,
+    workers: usize,
+}
+
+impl Adaptive {
+    pub(crate) fn new(config: &Config, workers: usize) -> Self {
+        Self {
+            m: LocalPhaseMetrics {
+                adaptive: config.adaptive_local,
+                ..LocalPhaseMetrics::default()
+            },
+            threshold: config.adaptive_threshold,
+            min_rows: config.adaptive_min_rows,
+            probe_interval: config.adaptive_probe_interval,
+            workers,
+            ..Self::default()
+        }
+    }
+
+    /// Accounts for a finished mini-batch: `folded` input rows became `out` accumulator rows (the
+    /// hottest key held `hot_share` of a local phase's input), and `bypassed` rows went around
+    /// the local phase.
+    ///
+    /// The local phase is bypassed when its ratio is above the threshold and no key holds more
+    /// than a worker's fair share (1 / P) of its input: bypassing would send such a key's raw rows
+    /// to one worker, which is the skew the local phase exists to remove.
+    pub(crate) fn after_mini_batch(
+        &mut self,
+        folded: u64,
+        out: u64,
+        hot_share: f64,
+        bypassed: u64,
+    ) {
+        self.m.rows_in += folded;
+        self.m.rows_out += out;
+        self.m.rows_bypassed += bypassed;
+        if !self.m.adaptive {
+            return;
+        }
+        if self.m.bypassed {
+            self.since_bypass += bypassed;
+            if self.since_bypass >= self.probe_interval {
+                self.m.bypassed = false;
+                self.m.probes += 1;
+            }
+            return;
+        }
+        self.window_in += folded;
+        self.window_out += out;
+        self.window_hot_share = self.window_hot_share.max(hot_share);
+        if self.window_in >= self.min_rows {
+            let ratio = self.window_out as f64 / self.window_in as f64;
+            self.m.last_ratio = Some(ratio);
+            self.m.last_hot_share = Some(self.window_hot_share);
+            if ratio > self.threshold && self.window_hot_share <= 1.0 / self.workers as f64 {
+                self.m.bypassed = true;
+                self.m.bypass_decisions += 1;
+                self.since_bypass = 0;
+            }
+            self.window_in = 0;
+            self.window_out = 0;
+            self.window_hot_share = 0.0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_bypasses_without_a_hot_key_and_probes_again() {
+        let config = Config {
+            adaptive_threshold: 0.5,
+            adaptive_min_rows: 100,
+            adaptive_probe_interval: 1000,
+            ..Config::default()
+        };
+        let mut a = Adaptive::new(&config, 4);
+        // Not enough rows measured yet.
+        a.after_mini_batch(60, 59, 0.01, 0);
+        assert!(!a.m.bypassed && a.m.last_ratio.is_none());
+        // A hot key over 1/4 of the input keeps the local phase, whatever the ratio.
+        a.after_mini_batch(60, 59, 0.3, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_hot_share, Some(0.3));
+        // A low ratio keeps it too.
+        a.after_mini_batch(100, 40, 0.01, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_ratio, Some(0.4));
+        // High ratio, no hot key: bypassed, until the probe interval has gone around it.
+        a.after_mini_batch(100, 90, 0.01, 0);
+        assert!(a.m.bypassed);
+        assert_eq!(a.m.bypass_decisions, 1);
+        a.after_mini_batch(0, 0, 0.0, 999);
+        assert!(a.m.bypassed);
+        a.after_mini_batch(0, 0, 0.0, 1);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.probes, 1);
+        assert_eq!(
+            (a.m.rows_in, a.m.rows_out, a.m.rows_bypassed),
+            (320, 248, 1000)
+        );
+        // Off: never bypassed.
+        let mut off = Adaptive::new(
+            &Config {
+                adaptive_local: false,
+                ..config
+            },
+            4,
+        );
+        off.after_mini_batch(1000, 1000, 0.0, 0);
+        assert!(!off.m.bypassed && off.m.last_ratio.is_none());
+    }
+}

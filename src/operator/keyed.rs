@@ -1,0 +1,297 @@
+//! Keyed state: the group table (keys → dense group ids) and, per group, the accumulators,
+//! whether the group has state, its hidden record count, its last write time (for a TTL) and
+//! the input rows it received (for the hot keys). It exports its live groups as Arrow columns
+//! and imports them (snapshots, restores, compaction), and reports its size from capacity.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use tally_kernels::group_values::{GroupValues, new_group_values};
+use tally_kernels::hash::hash_columns;
+
+use crate::error::{Error, Result};
+use crate::operator::accumulators::Accumulators;
+use crate::plan::AggregatePlan;
+
+/// A snapshot's `$last_write_ms` for a group written without a TTL.
+pub(crate) const UNSTAMPED: i64 = i64::MIN;
+
+/// Hashes the rows of `keys` into `hashes` (`n` zeros when there are no keys).
+pub(crate) fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> Result<()> {
+    hash_columns(keys, hashes)?;
+    if keys.is_empty() {
+        hashes.resize(n, 0);
+    }
+    Ok(())
+}
+
+/// Interns the rows of `keys` whose hashes are `hashes` (a global aggregate, with no keys, puts
+/// every row in group 0; `hashes` then holds one arbitrary value per row).
+pub(crate) fn intern_hashed(
+    groups: &mut dyn GroupValues,
+    keys: &[ArrayRef],
+    hashes: &[u64],
+    gids: &mut Vec<u32>,
+) -> Result<()> {
+    groups.intern(keys, hashes, gids)?;
+    Ok(())
+}
+
+/// The accumulator batch schema of `plan` (see [`crate::operator::local`]): the keys, every
+/// call's accumulator columns, then `count1$N`, the signed number of input rows.
+pub(crate) fn accumulator_schema(plan: &AggregatePlan, accs: &Accumulators) -> SchemaRef {
+    let mut fields: Vec<Field> = plan
+        .key_names
+        .iter()
+        .zip(&plan.key_types)
+        .map(|(n, t)| Field::new(n, t.clone(), true))
+        .collect();
+    let state_fields = accs.state_fields();
+    let count1 = format!("count1${}", state_fields.len());
+    fields.extend(state_fields);
+    fields.push(Field::new(count1, DataType::Int64, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// The keyed state of one operator (see the module docs). A deleted or expired group keeps its
+/// id, with reset accumulators, until the table is rebuilt without it ([`KeyedState::rebuilt`]).
+#[derive(Debug)]
+pub(crate) struct KeyedState {
+    plan: Arc<AggregatePlan>,
+    pub(crate) groups: Box<dyn GroupValues>,
+    pub(crate) accs: Accumulators,
+    /// Whether each group has state (Flink: `state(k) != null`).
+    pub(crate) alive: Vec<bool>,
+    /// The hidden record count per group (retraction input only).
+    pub(crate) count1: Vec<i64>,
+    /// The last write time of each group (with a TTL only).
+    pub(crate) last_write: Vec<i64>,
+    /// Input rows received per group (for the hot keys).
+    pub(crate) key_rows: Vec<u64>,
+    /// Groups with state.
+    pub(crate) live: u64,
+    ttl: bool,
+}
+
+impl KeyedState {
+    /// Empty state for `plan`; `ttl`: whether groups keep their last write time.
+    pub(crate) fn try_new(plan: Arc<AggregatePlan>, ttl: bool) -> Result<Self> {
+        let groups = new_group_values(&plan.key_types)
+            .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        let accs = Accumulators::try_new(&plan)?;
+        Ok(Self {
+            plan,
+            groups,
+            accs,
+            alive: vec![],
+            count1: vec![],
+            last_write: vec![],
+            key_rows: vec![],
+            live: 0,
+            ttl,
+        })
+    }
+
+    /// Groups in the table, dead ones included.
+    pub(crate) fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Grows the per-group vectors to the groups in the table.
+    pub(crate) fn grow(&mut self) {
+        let total = self.groups.len();
+        if self.alive.len() < total {
+            self.alive.resize(total, false);
+            if self.plan.has_retractions() {
+                self.count1.resize(total, 0);
+            }
+            if self.ttl {
+                self.last_write.resize(total, 0);
+            }
+            self.key_rows.resize(total, 0);
+        }
+    }
+
+    /// Gives group `g` state.
+    pub(crate) fn revive(&mut self, g: usize) {
+        if !self.alive[g] {
+            self.alive[g] = true;
+            self.live += 1;
+        }
+    }
+
+    /// Drops the state of groups `ids` (all live): deleted or expired.
+    pub(crate) fn kill(&mut self, ids: &[u32]) {
+        for &g in ids {
+            let g = g as usize;
+            if self.alive[g] {
+                self.alive[g] = false;
+                self.live -= 1;
+            }
+            if let Some(c) = self.count1.get_mut(g) {
+                *c = 0;
+            }
+        }
+        self.accs.reset(ids);
+    }
+
+    /// Dead groups (deleted or expired, still in the table).
+    pub(crate) fn dead(&self) -> usize {
+        self.groups.len() - self.live as usize
+    }
+
+    /// The ids of the groups with state, in order.
+    pub(crate) fn live_groups(&self) -> Vec<u32> {
+        (0..self.alive.len() as u32)
+            .filter(|&g| self.alive[g as usize])
+            .collect()
+    }
+
+    /// Bytes held, from capacity.
+    pub(crate) fn size(&self) -> usize {
+        self.groups.size()
+            + self.accs.size()
+            + self.alive.capacity()
+            + self.count1.capacity() * 8
+            + self.last_write.capacity() * 8
+            + self.key_rows.capacity() * 8
+    }
+
+    /// The schema of [`KeyedState::export`]: the accumulator batch's (keys, accumulator columns,
+    /// `count1`), then `$last_write_ms` and `$input_rows`.
+    pub(crate) fn snapshot_schema(&self) -> SchemaRef {
+        let acc = accumulator_schema(&self.plan, &self.accs);
+        let mut fields: Vec<Field> = acc.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("$last_write_ms", DataType::Int64, false));
+        fields.push(Field::new("$input_rows", DataType::UInt64, false));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The snapshot rows of groups `ids` (all live), of `schema` ([`KeyedState::snapshot_schema`]).
+    pub(crate) fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
+        let mut cols = self.groups.keys(ids)?;
+        cols.extend(self.accs.state(ids)?);
+        let gather = |v: &[i64], none: i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter()
+                    .map(|&g| v.get(g as usize).copied().unwrap_or(none)),
+            ))
+        };
+        cols.push(gather(&self.count1, 0));
+        cols.push(gather(&self.last_write, UNSTAMPED));
+        cols.push(Arc::new(UInt64Array::from_iter_values(
+            ids.iter().map(|&g| self.key_rows[g as usize]),
+        )));
+        RecordBatch::try_new(Arc::clone(schema), cols)
+            .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
+    }
+
+    /// Interns the groups of a snapshot batch (with their key hashes) as new live groups;
+    /// returns whether one was restored without a TTL timestamp.
+    ///
+    /// # Errors
+    /// A key present twice (or already in the table), columns of the wrong types.
+    pub(crate) fn import(
+        &mut self,
+        batch: &RecordBatch,
+        hashes: &[u64],
+        gids: &mut Vec<u32>,
+    ) -> Result<bool> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(false);
+        }
+        let k = self.plan.key_types.len();
+        let width = batch.num_columns();
+        let before = self.groups.len();
+        intern_hashed(self.groups.as_mut(), &batch.columns()[..k], hashes, gids)?;
+        if self.groups.len() != before + n {
+            return Err(Error::invalid_input(
+                "snapshot holds a group key twice (or a key this operator already has)",
+            ));
+        }
+        self.grow();
+        self.accs
+            .merge(&batch.columns()[k..width - 3], gids, self.groups.len())?;
+        let int64 = |i: usize| -> Result<&Int64Array> {
+            batch
+                .column(i)
+                .as_primitive_opt()
+                .ok_or_else(|| Error::invalid_input(format!("snapshot column {i} is not Int64")))
+        };
+        let count1 = int64(width - 3)?;
+        let last_write = int64(width - 2)?;
+        let rows: &UInt64Array = batch
+            .column(width - 1)
+            .as_primitive_opt()
+            .ok_or_else(|| Error::invalid_input("snapshot column $input_rows is not UInt64"))?;
+        let mut unstamped = false;
+        for (i, &g) in gids.iter().enumerate() {
+            let g = g as usize;
+            self.alive[g] = true;
+            if let Some(c) = self.count1.get_mut(g) {
+                *c = count1.value(i);
+            }
+            if let Some(t) = self.last_write.get_mut(g) {
+                *t = last_write.value(i);
+                unstamped |= *t == UNSTAMPED;
+            }
+            self.key_rows[g] = rows.value(i);
+        }
+        self.live += n as u64;
+        Ok(unstamped)
+    }
+
+    /// The same state with only its live groups, in id order (live group ids stay in their
+    /// relative order), exported and imported `chunk` groups at a time.
+    pub(crate) fn rebuilt(&self, chunk: usize) -> Result<Self> {
+        let mut fresh = Self::try_new(Arc::clone(&self.plan), self.ttl)?;
+        let schema = self.snapshot_schema();
+        let all_hashes = self.groups.hashes();
+        let mut gids = vec![];
+        for ids in self.live_groups().chunks(chunk) {
+            let batch = self.export(ids, &schema)?;
+            let hashes: Vec<u64> = ids.iter().map(|&g| all_hashes[g as usize]).collect();
+            fresh.import(&batch, &hashes, &mut gids)?;
+        }
+        Ok(fresh)
+    }
+
+    /// The `k` keys that received the most input rows, hottest first, with their row counts;
+    /// each key is shown as its values joined by `, `.
+    ///
+    /// # Errors
+    /// When a key cannot be formatted (a bug).
+    pub(crate) fn hot_keys(&self, k: usize) -> Result<Vec<(String, u64)>> {
+        let mut top: Vec<(u64, u32)> = Vec::with_capacity(k + 1);
+        for (g, &rows) in self.key_rows.iter().enumerate() {
+            if rows == 0 || (top.len() == k && top.last().is_some_and(|t| t.0 >= rows)) {
+                continue;
+            }
+            let at = top.partition_point(|t| t.0 >= rows);
+            top.insert(at, (rows, g as u32));
+            top.truncate(k);
+        }
+        let ids: Vec<u32> = top.iter().map(|t| t.1).collect();
+        let keys = self.groups.keys(&ids)?;
+        let opts = arrow::util::display::FormatOptions::default().with_null("NULL");
+        let fmts = keys
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(top
+            .iter()
+            .enumerate()
+            .map(|(i, &(rows, _))| {
+                let parts: Vec<String> = fmts.iter().map(|f| f.value(i).to_string()).collect();
+                let key = if parts.is_empty() {
+                    "()".to_string()
+                } else {
+                    parts.join(", ")
+                };
+                (key, rows)
+            })
+            .collect())
+    }
+}

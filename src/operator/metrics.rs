@@ -1,0 +1,213 @@
+//! What the operators measure: an operator's counters ([`Metrics`]) and, for a parallel
+//! aggregation, its stages, its workers, skew, state, hot keys and the adaptive local phase
+//! ([`AggregateMetrics`], printed by `--metrics` and EXPLAIN ANALYZE).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Counters of a running aggregation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Input rows pushed.
+    pub rows_in: u64,
+    /// Input batches pushed.
+    pub batches_in: u64,
+    /// Changelog rows emitted.
+    pub rows_out: u64,
+    /// Changelog batches emitted.
+    pub batches_out: u64,
+    /// Mini-batches fired (with mini-batch off: runs of distinct keys).
+    pub mini_batches: u64,
+    /// Groups that currently have state.
+    pub keys_in_state: u64,
+    /// Bytes of keyed state (key table, accumulators, record counts), from capacity.
+    pub state_bytes: u64,
+    /// The largest `state_bytes` seen: measured before each compaction and now (between
+    /// compactions state only grows, so this is the peak).
+    pub peak_state_bytes: u64,
+    /// Retractions dropped because their key had no state (Flink drops them silently; a
+    /// retraction of a row never inserted, or arriving after its key's state expired).
+    pub dropped_retractions: u64,
+    /// Times the group table was rebuilt without its deleted and expired groups.
+    pub compactions: u64,
+}
+
+/// How many hot keys the metrics report.
+pub const HOT_KEYS: usize = 5;
+
+/// Counters of one stage of a parallel aggregation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageMetrics {
+    /// The stage, by its EXPLAIN name (`Calc`, `LocalGroupAggregate`, `Exchange`,
+    /// `GroupAggregate` or `GlobalGroupAggregate`).
+    pub name: &'static str,
+    /// Rows into the stage.
+    pub rows_in: u64,
+    /// Rows out of the stage (for the aggregate: changelog rows).
+    pub rows_out: u64,
+    /// Tasks run (slices, or worker calls).
+    pub batches: u64,
+    /// Time spent in the stage's tasks, summed over workers.
+    pub busy: Duration,
+}
+
+/// Counters of one worker of the aggregate stage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerMetrics {
+    /// Rows the exchange sent it (raw rows, or accumulator rows in two-phase mode).
+    pub rows_received: u64,
+    /// Input rows those rows stand for (equal to `rows_received` in one-phase mode).
+    pub input_rows: u64,
+    /// Time spent in its tasks.
+    pub busy: Duration,
+    /// The operator's own counters (rows, state keys and bytes, …).
+    pub operator: Metrics,
+}
+
+/// What the adaptive local phase measured and decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalPhaseMetrics {
+    /// Whether the adaptive bypass is enabled.
+    pub adaptive: bool,
+    /// Whether the local phase is bypassed now.
+    pub bypassed: bool,
+    /// The last measured reduction ratio (rows out / rows in), once one was measured.
+    pub last_ratio: Option<f64>,
+    /// The largest share of a local phase's input that one key held in the last measurement
+    /// (the share one worker would get from that key if the local phase were bypassed).
+    pub last_hot_share: Option<f64>,
+    /// Input rows the local phase folded.
+    pub rows_in: u64,
+    /// Accumulator rows it emitted.
+    pub rows_out: u64,
+    /// Input rows that went around it.
+    pub rows_bypassed: u64,
+    /// Times it was switched off.
+    pub bypass_decisions: u64,
+    /// Times it was switched on again to be measured.
+    pub probes: u64,
+}
+
+/// Metrics of a parallel aggregation: per stage, per worker, skew, state and hot keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AggregateMetrics {
+    /// Workers.
+    pub parallelism: usize,
+    /// Whether it runs a local and a global phase.
+    pub two_phase: bool,
+    /// Rows pushed into the aggregate.
+    pub rows_in: u64,
+    /// Changelog rows emitted.
+    pub rows_out: u64,
+    /// Mini-batches completed.
+    pub mini_batches: u64,
+    /// The stages, in data-flow order.
+    pub stages: Vec<StageMetrics>,
+    /// The workers of the aggregate stage.
+    pub workers: Vec<WorkerMetrics>,
+    /// Rows received by the busiest worker divided by the mean over workers (1 = even load;
+    /// P = everything on one worker). In two-phase mode workers receive accumulator rows, so a
+    /// hot key weighs what its local phases emit, not what they folded.
+    pub skew_ratio: f64,
+    /// Groups with state, over all workers.
+    pub keys_in_state: u64,
+    /// Bytes of keyed state over all workers (plus the local phases' buffers).
+    pub state_bytes: u64,
+    /// The sum of the workers' peak state bytes (an upper bound of the peak of the whole; see
+    /// [`Metrics::peak_state_bytes`]), plus the local phases' buffers.
+    pub peak_state_bytes: u64,
+    /// Retractions dropped, over all workers, because their key had no state.
+    pub dropped_retractions: u64,
+    /// Compactions of the workers' group tables.
+    pub compactions: u64,
+    /// The keys that received the most input rows, hottest first.
+    pub hot_keys: Vec<(String, u64)>,
+    /// The local phase (two-phase only).
+    pub local: Option<LocalPhaseMetrics>,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+impl fmt::Display for AggregateMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "parallelism {}, {}, rows in {}, changelog rows out {}, mini-batches {}",
+            self.parallelism,
+            if self.two_phase {
+                "two-phase"
+            } else {
+                "one-phase"
+            },
+            self.rows_in,
+            self.rows_out,
+            self.mini_batches
+        )?;
+        for s in &self.stages {
+            writeln!(
+                f,
+                "  {:<21} rows in {:>12}  rows out {:>12}  tasks {:>8}  busy {}",
+                s.name,
+                s.rows_in,
+                s.rows_out,
+                s.batches,
+                ms(s.busy)
+            )?;
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            writeln!(
+                f,
+                "  worker {i:<3} received {:>12} rows (input rows {:>12})  busy {}  keys {}  state {} bytes",
+                w.rows_received,
+                w.input_rows,
+                ms(w.busy),
+                w.operator.keys_in_state,
+                w.operator.state_bytes
+            )?;
+        }
+        writeln!(
+            f,
+            "  skew ratio {:.2} (busiest worker's rows received / mean)",
+            self.skew_ratio
+        )?;
+        writeln!(
+            f,
+            "  state: {} keys, {} bytes (peak {} bytes), compactions {}, dropped retractions {}",
+            self.keys_in_state,
+            self.state_bytes,
+            self.peak_state_bytes,
+            self.compactions,
+            self.dropped_retractions
+        )?;
+        if let Some(l) = &self.local {
+            let ratio = l
+                .last_ratio
+                .map_or("not measured yet".to_string(), |r| format!("{r:.3}"));
+            let hot = l
+                .last_hot_share
+                .map_or("-".to_string(), |r| format!("{r:.3}"));
+            writeln!(
+                f,
+                "  local phase: {} (adaptive {}), reduction ratio {ratio}, hottest key's share {hot}, rows in {}, rows out {}, rows bypassed {}, bypass decisions {}, probes {}",
+                if l.bypassed { "bypassed" } else { "active" },
+                if l.adaptive { "on" } else { "off" },
+                l.rows_in,
+                l.rows_out,
+                l.rows_bypassed,
+                l.bypass_decisions,
+                l.probes
+            )?;
+        }
+        if !self.hot_keys.is_empty() {
+            let keys: Vec<String> = self
+                .hot_keys
+                .iter()
+                .map(|(k, n)| format!("[{k}] {n}"))
+                .collect();
+            writeln!(f, "  hot keys (input rows): {}", keys.join(", "))?;
+        }
+        Ok(())
+    }
+}

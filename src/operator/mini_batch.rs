@@ -1,0 +1,412 @@
+//! The mini-batch: when one ends ([`Trigger`]), what it touched ([`MiniBatch`]), and the one
+//! transition per touched group it emits when it fires (Flink's `MiniBatchGroupAggFunction`,
+//! and with mini-batch off, its per-record `GroupAggFunction` over runs of distinct keys).
+//!
+//! Rows are applied to the keyed state as they arrive; on first touch in a mini-batch a group is
+//! marked and its current results are kept (vectorized `evaluate` over the newly touched groups).
+//! When the mini-batch fires, each touched group gets at most one transition: `+I` (new),
+//! `-U`/`+U` (changed values), nothing (unchanged), `-D` (record count back to 0). Old and new
+//! values are compared column-wise and the output is assembled with `interleave`. Applying
+//! rows eagerly and emitting at the end is equivalent to Flink's buffering because every
+//! accumulator is order-insensitive within a key; only the leading-retraction rule depends on
+//! order, and it is applied in arrival order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::cmp::distinct;
+use arrow::compute::{concat, interleave, or};
+
+use crate::changelog::{ChangeBatch, RowKind, op_array};
+use crate::error::{Error, Result};
+use crate::operator::GroupAggregate;
+use crate::plan::CalcBatch;
+
+/// When a mini-batch ends: after `size` rows, or when the clock crosses a multiple of the
+/// latency. The one trigger of the one-phase operator, of a global phase taking accumulator
+/// rows, and of the parallel operator (whose `size` counts the rows of all its workers).
+#[derive(Debug, Clone)]
+pub(crate) struct Trigger {
+    size: usize,
+    latency: Duration,
+    /// Rows in the current mini-batch.
+    rows: usize,
+    /// Start of the latency interval last seen on the clock.
+    last_interval: i64,
+}
+
+impl Trigger {
+    /// A trigger after `size` rows (at least 1) or `latency`.
+    pub(crate) fn new(size: usize, latency: Duration) -> Self {
+        Self {
+            size: size.max(1),
+            latency,
+            rows: 0,
+            last_interval: i64::MIN,
+        }
+    }
+
+    /// Whether the clock reading `now_ms` lies in a later latency interval than the last
+    /// reading: a mini-batch fires once per interval boundary the clock crosses.
+    pub(crate) fn latency_due(&mut self, now_ms: i64) -> bool {
+        crate::clock::crossed_interval(&mut self.last_interval, now_ms, self.latency)
+    }
+
+    /// Cuts `n` incoming rows at the mini-batch boundaries: `(offset, len, ends)` for each
+    /// piece, `ends` when the piece fills the mini-batch (which the caller then fires).
+    pub(crate) fn cut(&mut self, n: usize) -> Vec<(usize, usize, bool)> {
+        let mut pieces = vec![];
+        let mut off = 0;
+        while off < n {
+            let take = (n - off).min(self.size - self.rows);
+            self.rows += take;
+            let ends = self.rows >= self.size;
+            if ends {
+                self.rows = 0;
+            }
+            pieces.push((off, take, ends));
+            off += take;
+        }
+        pieces
+    }
+
+    /// Whether `n` more rows fit in the current mini-batch without filling it.
+    pub(crate) fn cut_free(&self, n: usize) -> bool {
+        self.rows + n < self.size
+    }
+
+    /// The mini-batch ended early (latency, end of input): count afresh.
+    pub(crate) fn reset(&mut self) {
+        self.rows = 0;
+    }
+}
+
+/// The groups one mini-batch (with mini-batch off: one run of distinct keys) touched.
+#[derive(Debug, Default)]
+pub(crate) struct MiniBatch {
+    /// The current mini-batch's id; `mark[g] == id` means `g` was touched in it.
+    pub(crate) id: u32,
+    pub(crate) touched: Vec<u32>,
+    /// Whether each touched group had state before the mini-batch.
+    pub(crate) had_state: Vec<bool>,
+    pub(crate) mark: Vec<u32>,
+    /// `seen_acc[g] == id`: an accumulate of `g` came in this mini-batch.
+    pub(crate) seen_acc: Vec<u32>,
+    /// Results of the touched groups before the mini-batch, per output column, in pieces.
+    pub(crate) old: Vec<Vec<ArrayRef>>,
+}
+
+impl MiniBatch {
+    /// Bookkeeping for `outputs` output columns.
+    pub(crate) fn new(outputs: usize) -> Self {
+        Self {
+            id: 1,
+            old: vec![vec![]; outputs],
+            ..Self::default()
+        }
+    }
+
+    /// Grows the per-group marks to `total` groups.
+    pub(crate) fn grow(&mut self, total: usize) {
+        if self.mark.len() < total {
+            self.mark.resize(total, 0);
+            self.seen_acc.resize(total, 0);
+        }
+    }
+
+    /// Whether a mini-batch is in progress (some group touched).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.touched.is_empty()
+    }
+
+    /// Starts the next mini-batch.
+    pub(crate) fn next(&mut self) {
+        self.touched.clear();
+        self.had_state.clear();
+        self.old.iter_mut().for_each(Vec::clear);
+        if self.id == u32::MAX {
+            self.mark.fill(0);
+            self.seen_acc.fill(0);
+            self.id = 0;
+        }
+        self.id += 1;
+    }
+
+    /// Forgets the per-group marks (the group ids changed) and starts afresh.
+    pub(crate) fn clear_marks(&mut self) {
+        self.mark = vec![];
+        self.seen_acc = vec![];
+    }
+
+    /// Bytes of the per-group marks.
+    pub(crate) fn size(&self) -> usize {
+        (self.mark.capacity() + self.seen_acc.capacity()) * 4
+    }
+}
+
+/// Transitions waiting to be emitted: row kinds, groups, and for each output column the arrays
+/// their values come from (`picks` index into them).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    pub(crate) kinds: Vec<RowKind>,
+    groups: Vec<u32>,
+    sources: Vec<Vec<ArrayRef>>,
+    picks: Vec<(usize, usize)>,
+}
+
+impl Pending {
+    /// Adds one mini-batch's transitions; `picks` are `(0 = old | 1 = new, position)`.
+    fn add(
+        &mut self,
+        kinds: Vec<RowKind>,
+        groups: Vec<u32>,
+        picks: &[(usize, usize)],
+        old: Vec<ArrayRef>,
+        new: Vec<ArrayRef>,
+    ) {
+        if self.sources.is_empty() {
+            self.sources = vec![vec![]; old.len()];
+        }
+        let base = self.sources[0].len();
+        for ((col, o), n) in self.sources.iter_mut().zip(old).zip(new) {
+            col.push(o);
+            col.push(n);
+        }
+        self.kinds.extend(kinds);
+        self.groups.extend(groups);
+        self.picks
+            .extend(picks.iter().map(|&(which, pos)| (base + which, pos)));
+    }
+
+    /// The collected transitions, if any, leaving this empty.
+    fn take(&mut self) -> Option<Pending> {
+        if self.kinds.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(self))
+    }
+}
+
+/// Rows where any column differs between `old` and `new` (NULL-aware).
+fn changed_rows(old: &[ArrayRef], new: &[ArrayRef]) -> Result<BooleanBuffer> {
+    let mut acc: Option<BooleanArray> = None;
+    for (o, n) in old.iter().zip(new) {
+        let d = distinct(o, n)?;
+        acc = Some(match acc {
+            None => d,
+            Some(a) => or(&a, &d)?,
+        });
+    }
+    let acc = acc.ok_or_else(|| Error::internal("no aggregate columns"))?;
+    Ok(acc.values().clone())
+}
+
+/// Applying rows and firing mini-batches.
+impl GroupAggregate {
+    /// Marks the groups of `gids` touched in the current mini-batch; on first touch, expires a
+    /// group whose TTL passed and keeps the results of the newly touched groups before they
+    /// change. With `raw_rows`, each id is one input row and counts towards its key's rows.
+    pub(super) fn touch(&mut self, gids: &[u32], raw_rows: bool) -> Result<()> {
+        let batch = &mut self.mini_batch;
+        let keyed = &mut self.keyed;
+        let first_new = batch.touched.len();
+        let mut expired = vec![];
+        for &g in gids {
+            let gi = g as usize;
+            if raw_rows {
+                // Each raw row counts for the hot keys (in the pass that marks the group).
+                keyed.key_rows[gi] += 1;
+            }
+            if batch.mark[gi] != batch.id {
+                batch.mark[gi] = batch.id;
+                batch.touched.push(g);
+                if keyed.alive[gi]
+                    && self.ttl_ms > 0
+                    && self.now.saturating_sub(keyed.last_write[gi]) >= self.ttl_ms
+                {
+                    // The state expired: the key is new again.
+                    keyed.alive[gi] = false;
+                    keyed.live -= 1;
+                    expired.push(g);
+                }
+                batch.had_state.push(keyed.alive[gi]);
+            }
+        }
+        if !expired.is_empty() {
+            keyed.kill(&expired);
+        }
+        if batch.touched.len() > first_new {
+            let old = keyed.accs.evaluate(&batch.touched[first_new..])?;
+            for (pieces, a) in batch.old.iter_mut().zip(old) {
+                pieces.push(a);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies rows `off..off + len` (group ids `gids`) to the state.
+    pub(super) fn apply(
+        &mut self,
+        cb: &CalcBatch,
+        off: usize,
+        len: usize,
+        gids: &[u32],
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let sliced;
+        let cb = if off == 0 && len == cb.num_rows {
+            cb
+        } else {
+            sliced = cb.slice(off, len);
+            &sliced
+        };
+        self.touch(gids, true)?;
+        let total = self.keyed.len();
+        // A global phase drops no retraction (it takes raw rows when its local phase is
+        // bypassed).
+        let global = self.is_global();
+        // Over insert-only input no group is ever deleted, so no record count is kept (a merged
+        // local count is always positive), in the global phase as in the one-phase operator.
+        let Some(retract) = cb.retract.as_ref() else {
+            return self.keyed.accs.apply(cb, gids, None, None, total);
+        };
+        // Retraction input: drop leading retractions of stateless keys, count the rest.
+        let batch = &mut self.mini_batch;
+        let keyed = &mut self.keyed;
+        let mut dropped: Option<BooleanBufferBuilder> = None;
+        for (r, &g) in gids.iter().enumerate() {
+            let gi = g as usize;
+            if retract.value(r) {
+                if !global && !keyed.alive[gi] && batch.seen_acc[gi] != batch.id {
+                    dropped
+                        .get_or_insert_with(|| {
+                            let mut b = BooleanBufferBuilder::new(len);
+                            b.append_n(len, false);
+                            b
+                        })
+                        .set_bit(r, true);
+                } else {
+                    keyed.count1[gi] -= 1;
+                }
+            } else {
+                batch.seen_acc[gi] = batch.id;
+                keyed.count1[gi] += 1;
+            }
+        }
+        let retracts = retract.count_set_bits();
+        if retracts == 0 {
+            return keyed.accs.apply(cb, gids, None, None, total);
+        }
+        let acc_mask = !retract;
+        let ret_mask = match dropped {
+            Some(mut d) => {
+                let d = d.finish();
+                self.metrics.dropped_retractions += d.count_set_bits() as u64;
+                retract & &!&d
+            }
+            None => retract.clone(),
+        };
+        keyed
+            .accs
+            .apply(cb, gids, Some(&acc_mask), Some(&ret_mask), total)
+    }
+
+    /// Ends the mini-batch: derives one transition per touched group and queues it for
+    /// [`Self::emit`].
+    pub(super) fn fire(&mut self) -> Result<()> {
+        if !self.mini_batch.is_open() {
+            self.mini_batch.next();
+            return Ok(());
+        }
+        self.metrics.mini_batches += 1;
+        let touched = std::mem::take(&mut self.mini_batch.touched);
+        let had_state = std::mem::take(&mut self.mini_batch.had_state);
+        let new = self.keyed.accs.evaluate(&touched)?;
+        let old = self
+            .mini_batch
+            .old
+            .iter()
+            .map(|pieces| {
+                if pieces.len() == 1 {
+                    Ok(Arc::clone(&pieces[0]))
+                } else {
+                    let refs: Vec<&dyn Array> = pieces.iter().map(|a| a.as_ref()).collect();
+                    concat(&refs)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let retractions = self.plan.has_retractions();
+        let changed = if had_state.iter().any(|&h| h) {
+            Some(changed_rows(&old, &new)?)
+        } else {
+            None
+        };
+        let ub = self.config.emit_update_before;
+        let ttl = self.ttl_ms > 0;
+        let mut kinds = Vec::with_capacity(touched.len());
+        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(touched.len());
+        let mut emit_groups = Vec::with_capacity(touched.len());
+        let mut deleted = vec![];
+        for (p, &g) in touched.iter().enumerate() {
+            let gi = g as usize;
+            let zero = retractions && self.keyed.count1[gi] == 0;
+            if !zero {
+                self.keyed.revive(gi);
+                if ttl {
+                    self.keyed.last_write[gi] = self.now;
+                }
+                if !had_state[p] {
+                    kinds.push(RowKind::Insert);
+                    picks.push((1, p));
+                    emit_groups.push(g);
+                } else if ttl || changed.as_ref().is_some_and(|c| c.value(p)) {
+                    if ub {
+                        kinds.push(RowKind::UpdateBefore);
+                        picks.push((0, p));
+                        emit_groups.push(g);
+                    }
+                    kinds.push(RowKind::UpdateAfter);
+                    picks.push((1, p));
+                    emit_groups.push(g);
+                }
+            } else {
+                if had_state[p] {
+                    kinds.push(RowKind::Delete);
+                    picks.push((0, p));
+                    emit_groups.push(g);
+                }
+                deleted.push(g);
+            }
+        }
+        self.keyed.kill(&deleted);
+        self.mini_batch.touched = touched;
+        self.mini_batch.had_state = had_state;
+        self.mini_batch.next();
+        if !kinds.is_empty() {
+            self.pending.add(kinds, emit_groups, &picks, old, new);
+        }
+        Ok(())
+    }
+
+    /// Emits the transitions collected since the last call as one changelog batch.
+    pub(super) fn emit(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        let Some(pending) = self.pending.take() else {
+            return self.maybe_compact();
+        };
+        let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
+        columns.extend(self.keyed.groups.keys(&pending.groups)?);
+        for sources in &pending.sources {
+            let refs: Vec<&dyn Array> = sources.iter().map(|a| a.as_ref()).collect();
+            columns.push(interleave(&refs, &pending.picks)?);
+        }
+        let batch = self.plan.output(op_array(&pending.kinds), columns)?;
+        self.metrics.rows_out += batch.num_rows() as u64;
+        self.metrics.batches_out += 1;
+        out.push(batch);
+        self.maybe_compact()
+    }
+}

@@ -1,0 +1,159 @@
+//! Snapshots, restores and compaction of a [`GroupAggregate`]: its live groups exported as Arrow
+//! batches ([`GroupAggregate::snapshot`]: keys, accumulator columns, record counts, last write
+//! times, input rows) and imported into an operator without state; compaction is the same export
+//! and import into fresh tables, so that the memory of deleted and expired groups is returned.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+
+use crate::error::{Error, Result};
+use crate::operator::GroupAggregate;
+use crate::operator::keyed::hash_keys;
+
+/// The fewest dead (deleted or expired) groups that make a compaction due; it also needs at
+/// least as many dead groups as live ones, so its cost is amortized over the deletions that
+/// made it due (BENCHMARKS.md, "Soak": state flat under a churning key space).
+pub const COMPACT_MIN_DEAD: usize = 1024;
+
+/// Groups exported per step by compactions and snapshots (bounds the transient copy).
+const EXPORT_CHUNK: usize = 1 << 16;
+
+impl GroupAggregate {
+    /// The schema of [`GroupAggregate::snapshot`]: the group keys, the accumulator columns (as
+    /// the local phase names them), `count1` (the record count, 0 over insert-only input),
+    /// `$last_write_ms` (the TTL clock of the group's last write; `i64::MIN` without a TTL, which
+    /// an operator with a TTL reads as written at its first clock reading after the restore) and
+    /// `$input_rows` (input rows the group received, for the hot keys).
+    pub fn snapshot_schema(&self) -> SchemaRef {
+        self.keyed.snapshot_schema()
+    }
+
+    /// Whether a mini-batch (or a run) is in progress: rows applied but not yet fired and
+    /// emitted.
+    pub fn has_pending(&self) -> bool {
+        self.mini_batch.is_open() || !self.pending.kinds.is_empty()
+    }
+
+    /// The state of every live group as batches of [`GroupAggregate::snapshot_schema`] (at most
+    /// 65536 groups each). Like Flink's checkpoint of a mini-batch operator, it needs the
+    /// pending mini-batch fired first ([`GroupAggregate::finish`], whose changes are delivered
+    /// before the snapshot is taken, so that none is lost or emitted twice on restore).
+    ///
+    /// # Errors
+    /// A mini-batch still pending.
+    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        if self.has_pending() {
+            return Err(Error::invalid_input(
+                "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
+            ));
+        }
+        let schema = self.snapshot_schema();
+        self.keyed
+            .live_groups()
+            .chunks(EXPORT_CHUNK)
+            .map(|chunk| self.keyed.export(chunk, &schema))
+            .collect()
+    }
+
+    /// Loads batches made by [`GroupAggregate::snapshot`] (of an operator of the same query;
+    /// the parallelism and options may differ) into this operator, which must hold no state.
+    ///
+    /// # Errors
+    /// An operator with state, a batch of another schema (another query), or a key present
+    /// twice.
+    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        let k = self.plan.key_types.len();
+        let mut parts = Vec::with_capacity(batches.len());
+        for b in batches {
+            let mut hashes = vec![];
+            if b.num_columns() >= k {
+                hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            }
+            parts.push((b.clone(), hashes));
+        }
+        self.restore_hashed(&parts)
+    }
+
+    /// [`GroupAggregate::restore_snapshot`] of batches whose key hashes are known (the parallel
+    /// restore routes by them).
+    pub(crate) fn restore_hashed(&mut self, parts: &[(RecordBatch, Vec<u64>)]) -> Result<()> {
+        if self.keyed.len() > 0 || self.has_pending() {
+            return Err(Error::invalid_input(
+                "restore needs an operator without state",
+            ));
+        }
+        let schema = self.snapshot_schema();
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            for (b, hashes) in parts {
+                check_snapshot_schema(&schema, b)?;
+                self.unstamped |= self.keyed.import(b, hashes, &mut gids)?;
+                self.grow();
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result
+    }
+
+    /// Compacts when at least half the groups, and at least [`COMPACT_MIN_DEAD`], are dead and
+    /// no mini-batch is in progress.
+    pub(super) fn maybe_compact(&mut self) -> Result<()> {
+        let dead = self.keyed.dead();
+        if dead < COMPACT_MIN_DEAD || dead < self.keyed.live as usize || self.has_pending() {
+            return Ok(());
+        }
+        self.compact()
+    }
+
+    /// Rebuilds the group table and the accumulators with only the live groups (their ids
+    /// change: the per-group marks start afresh).
+    fn compact(&mut self) -> Result<()> {
+        let peak = self.state_bytes();
+        self.metrics.peak_state_bytes = self.metrics.peak_state_bytes.max(peak);
+        self.keyed = self.keyed.rebuilt(EXPORT_CHUNK)?;
+        self.mini_batch.clear_marks();
+        self.run_mark = vec![];
+        self.grow();
+        self.metrics.compactions += 1;
+        Ok(())
+    }
+}
+
+impl crate::checkpoint::Checkpointed for GroupAggregate {
+    fn snapshot_schema(&self) -> SchemaRef {
+        GroupAggregate::snapshot_schema(self)
+    }
+    fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        GroupAggregate::snapshot(self)
+    }
+    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        GroupAggregate::restore_snapshot(self, batches)
+    }
+}
+
+/// Checks that a snapshot batch was made for this operator's query.
+fn check_snapshot_schema(expected: &SchemaRef, batch: &RecordBatch) -> Result<()> {
+    let got = batch.schema();
+    let same = got.fields().len() == expected.fields().len()
+        && got
+            .fields()
+            .iter()
+            .zip(expected.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if !same {
+        let names = |s: &Schema| -> String {
+            s.fields()
+                .iter()
+                .map(|f| format!("{} {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::invalid_input(format!(
+            "the snapshot was taken for another query: its state columns are ({}), this query's are ({})",
+            names(&got),
+            names(expected)
+        )));
+    }
+    Ok(())
+}

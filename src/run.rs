@@ -1,0 +1,396 @@
+//! Running a pipeline over a file source: reading it in batches, pushing them through the
+//! [`Pipeline`], handing the changes to a [`Sink`], and, when asked, replaying the recorded
+//! stream at its recorded pace ([`crate::replay`]), writing checkpoints and resuming from them
+//! ([`crate::checkpoint`]).
+//!
+//! A [`Job`] is what the SQL planner builds for a query (`PlannedQuery` wraps one with its
+//! EXPLAIN), and what a library user builds from their own pipeline.
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+
+use crate::changelog::ChangeBatch;
+use crate::checkpoint::{Checkpoint, CheckpointDir};
+use crate::clock::ManualClock;
+use crate::error::{Error, Result};
+use crate::operator::AggregateMetrics;
+use crate::pipeline::Pipeline;
+use crate::replay::{ReplayStats, Replayer};
+use crate::sink::Sink;
+use crate::source::FileTable;
+
+/// When and where [`Job::run`] writes checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointPolicy {
+    /// The checkpoint directory.
+    pub dir: CheckpointDir,
+    /// A checkpoint is taken after the source batch that brings the rows read since the last
+    /// one to at least this many.
+    pub every_rows: u64,
+}
+
+/// What running a query did.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// Rows read from the source (by this run: a restored run starts after the checkpoint's
+    /// position).
+    pub rows_in: u64,
+    /// Output rows (changelog rows, or rows of the insert-only result).
+    pub rows_out: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Per aggregate (bottom-up): its metrics.
+    pub aggregates: Vec<AggregateMetrics>,
+}
+
+/// A pipeline over a file source, ready to run (and to checkpoint, restore and replay).
+pub struct Job {
+    source: FileTable,
+    pipeline: Pipeline,
+    /// The clock of the latency trigger when the source's recorded time drives it (a table
+    /// with a time column); the system clock otherwise.
+    event_clock: Option<ManualClock>,
+    /// Where and how often to checkpoint while running.
+    checkpoints: Option<CheckpointPolicy>,
+    /// Source rows to skip: the position of the checkpoint restored.
+    resume_rows: u64,
+    /// The settings that shape the state (how split-distinct buckets it): a checkpoint
+    /// records them, and restores only where they are the same.
+    state_settings: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("source", &self.source.name)
+            .field("pipeline", &self.pipeline)
+            .finish()
+    }
+}
+
+impl Job {
+    /// A job that reads `source` into `pipeline`. When the source has a time column, its
+    /// pipeline's latency triggers must run on `event_clock`, which the job sets to the
+    /// recorded time as it reads.
+    pub fn new(source: FileTable, pipeline: Pipeline, event_clock: Option<ManualClock>) -> Self {
+        Self {
+            source,
+            pipeline,
+            event_clock,
+            checkpoints: None,
+            resume_rows: 0,
+            state_settings: vec![],
+        }
+    }
+
+    /// Records `(key, value)` settings that shape the pipeline's state in every checkpoint;
+    /// [`Job::restore`] refuses a checkpoint taken under other values.
+    pub fn with_state_settings(mut self, settings: Vec<(String, String)>) -> Self {
+        self.state_settings = settings;
+        self
+    }
+
+    /// The source.
+    pub fn source(&self) -> &FileTable {
+        &self.source
+    }
+
+    /// The pipeline.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The pipeline, to change its stages' settings before running.
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+
+    /// Runs the job: reads the source in batches of `batch_size` rows, pushes them through the
+    /// pipeline and hands every batch of changes to `sink`; `on_progress` gets the rows read so
+    /// far and the rows in the source (when the format says) after each batch.
+    ///
+    /// With checkpoints set ([`Job::checkpoint_every`]), at each one, as Flink does before a
+    /// barrier, every pending mini-batch is fired and its changes handed to the sink; then
+    /// [`Sink::checkpoint`] makes the sink durable and says where it stands, and the run adds
+    /// `source.rows`, `source.bytes`, `source.path`, `output.rows`, the settings that shape the
+    /// state and the aggregate states before the checkpoint is written. A run restored from it
+    /// ([`Job::restore`]) resumes from exactly there: the rows before it are not read again and
+    /// the changes before it not emitted again. When the source turns out to be bad (a corrupt
+    /// file, a row without its recorded time), the state of the rows before it is checkpointed
+    /// and the error says where.
+    ///
+    /// # Errors
+    /// Source errors, evaluation errors, checkpoint I/O errors, and the sink's.
+    pub fn run(
+        &mut self,
+        batch_size: usize,
+        sink: &mut impl Sink,
+        on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<RunStats> {
+        self.run_with(batch_size, None, sink, on_progress)
+            .map(|(stats, _)| stats)
+    }
+
+    /// Replays a recorded stream (a source with a time column) at `speed` times its recorded
+    /// speed (None: as fast as possible), as [`Job::run`] does, and measures the end-to-end
+    /// latency of its rows ([`crate::replay`]).
+    ///
+    /// # Errors
+    /// A source without a time column, a speed out of [`crate::replay::SPEED_RANGE`], and as
+    /// [`Job::run`].
+    pub fn replay(
+        &mut self,
+        batch_size: usize,
+        speed: Option<f64>,
+        sink: &mut impl Sink,
+        on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<(RunStats, ReplayStats)> {
+        if self.source.time_column.is_none() {
+            return Err(Error::invalid_input(format!(
+                "a replay needs a table with a 'time-column'; table '{}' has none",
+                self.source.name
+            )));
+        }
+        let replayer = Replayer::new(speed)?;
+        let (stats, replay) = self.run_with(batch_size, Some(replayer), sink, on_progress)?;
+        Ok((stats, replay.unwrap_or_default()))
+    }
+
+    /// The size of the input file in bytes (None when it cannot be read).
+    pub fn input_bytes(&self) -> Option<u64> {
+        std::fs::metadata(&self.source.path).map(|m| m.len()).ok()
+    }
+
+    /// Writes a checkpoint to `dir` every `every_rows` source rows while running (see
+    /// [`Job::run`]).
+    ///
+    /// # Errors
+    /// `every_rows` of 0.
+    pub fn checkpoint_every(&mut self, dir: CheckpointDir, every_rows: u64) -> Result<()> {
+        if every_rows == 0 {
+            return Err(Error::invalid_input(
+                "the checkpoint interval must be at least 1 row",
+            ));
+        }
+        self.checkpoints = Some(CheckpointPolicy { dir, every_rows });
+        Ok(())
+    }
+
+    /// Restores the state of a checkpoint written by a run of the same job (the newest under
+    /// `path`, or the one `path` names) into this fresh job: the aggregate states (redistributed
+    /// over this run's workers) and the source position, so that the next run starts with the
+    /// row after it. Returns the checkpoint, whose metadata tells the caller where its sink
+    /// stood (`output.rows`, and what [`Sink::checkpoint`] recorded).
+    ///
+    /// The input is not checked beyond its length (a run that finds fewer rows than the
+    /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
+    /// checkpoint was taken, for the caller to compare (a file fixed after bad input may differ).
+    /// The settings that shape the state ([`Job::with_state_settings`]) must be the same; the
+    /// others (parallelism, phases, mini-batch size, …) may change.
+    ///
+    /// # Errors
+    /// A missing, corrupt or unsupported checkpoint; one of another query or of other state
+    /// settings (named).
+    pub fn restore(&mut self, path: &std::path::Path) -> Result<Checkpoint> {
+        let chk = CheckpointDir::read(path)?;
+        for (key, value) in &self.state_settings {
+            let then = chk.meta(&format!("setting.{key}")).map_err(|_| {
+                Error::invalid_input(format!(
+                    "the checkpoint does not record '{key}', which shapes the state (it was written by an older Tally): resume it with that version"
+                ))
+            })?;
+            if then != value {
+                return Err(Error::invalid_input(format!(
+                    "the checkpoint was taken with '{key}' = '{then}' and this run has '{value}', which lays out the state differently: set '{key}' = '{then}' to resume from it"
+                )));
+            }
+        }
+        let rows: u64 = chk
+            .meta("source.rows")?
+            .parse()
+            .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
+        self.pipeline.restore(&chk)?;
+        self.resume_rows = rows;
+        Ok(chk)
+    }
+
+    fn run_with(
+        &mut self,
+        batch_size: usize,
+        mut replayer: Option<Replayer>,
+        sink: &mut impl Sink,
+        mut on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<(RunStats, Option<ReplayStats>)> {
+        let mut stats = RunStats::default();
+        // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
+        // groups on up to P decoders, in file order.
+        let decoders = self.pipeline.parallelism();
+        let reader = self.source.open_with(batch_size, decoders)?.prefetch(4);
+        let total_rows = reader.total_rows;
+        let time_index = self
+            .source
+            .time_column
+            .as_ref()
+            .and_then(|t| self.source.schema.index_of(t).ok());
+        // The source position (rows read, counting those before a restored checkpoint).
+        let mut position = 0u64;
+        let mut skip = std::mem::take(&mut self.resume_rows);
+        let mut since_checkpoint = 0u64;
+        for batch in reader {
+            // A row without its recorded time is bad input, like a corrupt file.
+            let batch = batch.and_then(|b| self.check_times(&b, time_index, position).map(|()| b));
+            let mut batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    // Bad input (a corrupt or malformed file): the rows before it are in the
+                    // state, which a checkpoint keeps, so that nothing accepted is lost.
+                    let Some(dir) = self.checkpoints.as_ref().map(|p| p.dir.clone()) else {
+                        return Err(e);
+                    };
+                    let saved = self
+                        .take_checkpoint(position, &mut stats, sink)
+                        .map(|_| dir.latest());
+                    return Err(match saved {
+                        Ok(Ok(Some(p))) => e.with_note(format!(
+                            "the state after the {position} rows before it is saved in checkpoint {}; resume from it with --restore once the input is fixed",
+                            p.display()
+                        )),
+                        _ => e,
+                    });
+                }
+            };
+            if skip > 0 {
+                let n = batch.num_rows() as u64;
+                let drop = skip.min(n);
+                skip -= drop;
+                position += drop;
+                if drop == n {
+                    continue;
+                }
+                let (off, len) = (drop as usize, (n - drop) as usize);
+                batch = batch.slice(off, len);
+            }
+            stats.rows_in += batch.num_rows() as u64;
+            position += batch.num_rows() as u64;
+            since_checkpoint += batch.num_rows() as u64;
+            if let Some(i) = time_index {
+                // Replay: the recorded time drives the latency trigger (and the pacing).
+                let t = arrow::compute::cast(
+                    batch.data.column(i),
+                    &DataType::Timestamp(TimeUnit::Millisecond, None),
+                )?;
+                let t = arrow::compute::cast(&t, &DataType::Int64)?;
+                let t = t.as_primitive::<Int64Type>();
+                if let Some(r) = &mut replayer {
+                    r.before_push(t.values())?;
+                }
+                if let (Some(clock), Some(max)) = (&self.event_clock, arrow::compute::max(t)) {
+                    clock.set_ms(max);
+                }
+            }
+            let out = self.pipeline.push(batch)?;
+            let mut rows = deliver(sink, out, &mut stats)?;
+            if let Some(policy) = &self.checkpoints
+                && since_checkpoint >= policy.every_rows
+            {
+                since_checkpoint = 0;
+                rows += self.take_checkpoint(position, &mut stats, sink)?;
+            }
+            if let Some(r) = &mut replayer {
+                r.after_push(rows);
+            }
+            on_progress(stats.rows_in, total_rows);
+        }
+        if skip > 0 {
+            return Err(Error::invalid_input(format!(
+                "the checkpoint's source position ({position} + {skip} rows) is past the end of {}: it was taken over another input",
+                self.source.path.display()
+            )));
+        }
+        let out = self.pipeline.finish()?;
+        let rows = deliver(sink, out, &mut stats)?;
+        if let Some(r) = &mut replayer {
+            // Whatever is still pending is emitted by the end of input (or never changes output).
+            r.after_push(rows.max(1));
+        }
+        stats.aggregates = self.pipeline.metrics()?;
+        Ok((stats, replayer.map(Replayer::finish)))
+    }
+
+    /// Checks that every row of `batch` (the rows after source row `position`) has its recorded
+    /// time, when the table has a time column (its column `time_index`).
+    fn check_times(
+        &self,
+        batch: &ChangeBatch,
+        time_index: Option<usize>,
+        position: u64,
+    ) -> Result<()> {
+        let Some(i) = time_index else {
+            return Ok(());
+        };
+        let times = batch.data.column(i);
+        if times.null_count() == 0 {
+            return Ok(());
+        }
+        let row = (0..times.len()).find(|&r| times.is_null(r)).unwrap_or(0) as u64;
+        Err(Error::invalid_input(format!(
+            "table '{}' ({}): its time column '{}' is NULL at row {} of the input; a recorded stream needs every row's time (Flink: RowTime field should not be null)",
+            self.source.name,
+            self.source.path.display(),
+            self.source.time_column.as_deref().unwrap_or(""),
+            position + row + 1
+        )))
+    }
+
+    /// Takes a checkpoint at source row `position`: as before a checkpoint barrier, fires every
+    /// pending mini-batch and delivers its changes to the sink, has the sink say where it
+    /// stands, then writes the state. Returns the rows emitted.
+    fn take_checkpoint(
+        &mut self,
+        position: u64,
+        stats: &mut RunStats,
+        sink: &mut impl Sink,
+    ) -> Result<usize> {
+        let dir = self
+            .checkpoints
+            .as_ref()
+            .map(|p| p.dir.clone())
+            .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
+        let out = self.pipeline.finish()?;
+        let rows = deliver(sink, out, stats)?;
+        let mut chk = sink.checkpoint()?;
+        let meta = &mut chk.meta;
+        meta.insert("source.rows".into(), position.to_string());
+        if let Some(b) = self.input_bytes() {
+            meta.insert("source.bytes".into(), b.to_string());
+        }
+        meta.insert(
+            "source.path".into(),
+            self.source
+                .path
+                .display()
+                .to_string()
+                .replace(['\n', '\r'], " "),
+        );
+        meta.insert("output.rows".into(), stats.rows_out.to_string());
+        for (key, value) in &self.state_settings {
+            meta.insert(format!("setting.{key}"), value.clone());
+        }
+        chk.id = dir.next_id()?;
+        chk.entries.extend(self.pipeline.snapshot()?);
+        dir.write(&chk)?;
+        stats.checkpoints += 1;
+        Ok(rows)
+    }
+}
+
+/// Hands `batches` to the sink; returns their rows.
+fn deliver(sink: &mut impl Sink, batches: Vec<ChangeBatch>, stats: &mut RunStats) -> Result<usize> {
+    let mut rows = 0;
+    for b in batches {
+        rows += b.num_rows();
+        sink.write(&b)?;
+    }
+    stats.rows_out += rows as u64;
+    Ok(rows)
+}
