@@ -66,6 +66,7 @@ pub mod config;
 pub mod datagen;
 mod decode;
 pub mod error;
+pub mod explain;
 pub mod operator;
 pub mod phases;
 pub mod pipeline;

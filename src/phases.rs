@@ -8,8 +8,8 @@
 //! with no effect, which the decision reports.
 
 use crate::config::{
-    AGG_PHASE_STRATEGY, AggPhaseStrategy, Config, MINI_BATCH_ALLOW_LATENCY, MINI_BATCH_ENABLED,
-    MINI_BATCH_SIZE,
+    ADAPTIVE_ENABLED, AGG_PHASE_STRATEGY, AggPhaseStrategy, Config, MINI_BATCH_ALLOW_LATENCY,
+    MINI_BATCH_ENABLED, MINI_BATCH_SIZE,
 };
 
 /// How one aggregate runs, and the requested settings that had no effect on it.
@@ -19,6 +19,78 @@ pub struct PhaseDecision {
     pub two_phase: bool,
     /// Settings that had no effect on this aggregate, as warnings.
     pub warnings: Vec<String>,
+    /// Whether the input was already partitioned by the group keys.
+    pub partitioned: bool,
+}
+
+impl PhaseDecision {
+    /// What EXPLAIN says about the decision for the aggregate `label` on `workers` workers:
+    /// how it runs and why.
+    pub fn note(&self, label: &str, config: &Config, workers: usize) -> String {
+        let strategy = config.agg_phase_strategy;
+        let mut note = format!(
+            "{label}: runs {} on {workers} worker{}. Requested '{AGG_PHASE_STRATEGY}' = '{}'",
+            if self.two_phase {
+                "TWO_PHASE"
+            } else {
+                "ONE_PHASE"
+            },
+            if workers == 1 { "" } else { "s" },
+            strategy.name()
+        );
+        if self.partitioned {
+            note.push_str("; the input is already partitioned by the group keys, so a local phase would not reduce the exchange (Flink keeps one phase too).");
+        } else if self.two_phase {
+            note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them by key hash, each worker's GlobalGroupAggregate merges them.");
+            if config.adaptive_local {
+                note.push_str(&format!(
+                    " Adaptive local phase: bypassed while its rows out / rows in is above {} and no key holds more than 1/{workers} of its input (measured over {} rows, probed again after {} bypassed rows).",
+                    config.adaptive_threshold,
+                    config.adaptive_min_rows,
+                    config.adaptive_probe_interval
+                ));
+            } else {
+                note.push_str(&format!(
+                    " Adaptive local phase off ('{ADAPTIVE_ENABLED}' = 'false')."
+                ));
+            }
+        } else if strategy == AggPhaseStrategy::OnePhase {
+            note.push_str(" (one phase, as requested).");
+        } else if !config.mini_batch_enabled {
+            note.push_str(&format!(
+                "; two phases need mini-batch, and '{MINI_BATCH_ENABLED}' is false."
+            ));
+        }
+        note
+    }
+
+    /// Flink's advice (its `GroupAggregationAnalyzer`) for an aggregate that runs in one phase
+    /// for want of settings: what to set for two phases. None when it runs in two, or its input
+    /// is partitioned.
+    pub fn advice(&self, config: &Config) -> Option<String> {
+        if self.two_phase || self.partitioned {
+            return None;
+        }
+        let mut unmet = vec![];
+        if config.agg_phase_strategy == AggPhaseStrategy::OnePhase {
+            unmet.push(format!("'{AGG_PHASE_STRATEGY}' to 'AUTO'"));
+        }
+        if !config.mini_batch_enabled {
+            unmet.push(format!("'{MINI_BATCH_ENABLED}' to 'true'"));
+        }
+        if config.mini_batch_allow_latency.as_millis() == 0 {
+            unmet.push(format!(
+                "'{MINI_BATCH_ALLOW_LATENCY}' to a positive long value"
+            ));
+        }
+        if config.mini_batch_size <= 0 {
+            unmet.push(format!("'{MINI_BATCH_SIZE}' to a positive long value"));
+        }
+        Some(format!(
+            "You might want to enable local-global two-phase optimization by configuring ({}).",
+            unmet.join(", ")
+        ))
+    }
 }
 
 /// Decides the phases of an aggregate under `config`, its input being `partitioned` by its
@@ -46,6 +118,7 @@ pub fn decide(
     PhaseDecision {
         two_phase,
         warnings,
+        partitioned,
     }
 }
 
@@ -72,7 +145,8 @@ mod tests {
             decide(&auto, true, |_| "a".into()),
             PhaseDecision {
                 two_phase: false,
-                warnings: vec![]
+                warnings: vec![],
+                partitioned: true,
             }
         );
         let mut two = mb.to_vec();

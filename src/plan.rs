@@ -237,6 +237,8 @@ impl AggregatePlan {
             arg_index: HashMap::new(),
             filters: vec![],
             filter_index: HashMap::new(),
+            arg_names: vec![],
+            filter_names: vec![],
         };
 
         let mut keys = vec![];
@@ -278,6 +280,8 @@ impl AggregatePlan {
             keys,
             args: planner.args,
             filters: planner.filters,
+            arg_names: planner.arg_names,
+            filter_names: planner.filter_names,
         };
         Ok(Self {
             record_schema: Arc::clone(&input_schema),
@@ -316,6 +320,9 @@ struct ExprPlanner<'a> {
     arg_index: HashMap<Expr, usize>,
     filters: Vec<Arc<dyn PhysicalExpr>>,
     filter_index: HashMap<Expr, usize>,
+    /// The arguments and filters as written.
+    arg_names: Vec<String>,
+    filter_names: Vec<String>,
 }
 
 impl ExprPlanner<'_> {
@@ -376,6 +383,7 @@ impl ExprPlanner<'_> {
                 None => {
                     let p = self.physical(a)?;
                     self.args.push(p);
+                    self.arg_names.push(a.human_display().to_string());
                     self.arg_index.insert(a.clone(), self.args.len() - 1);
                     self.args.len() - 1
                 }
@@ -407,6 +415,7 @@ impl ExprPlanner<'_> {
                                 )));
                             }
                             self.filters.push(p);
+                            self.filter_names.push(f.human_display().to_string());
                             self.filter_index.insert(f.clone(), self.filters.len() - 1);
                             self.filters.len() - 1
                         }
@@ -438,8 +447,12 @@ pub struct Calc {
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Distinct aggregate argument expressions.
     pub args: Vec<Arc<dyn PhysicalExpr>>,
+    /// The arguments as written (for EXPLAIN).
+    pub arg_names: Vec<String>,
     /// Distinct FILTER expressions.
     pub filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// The filters as written (for EXPLAIN).
+    pub filter_names: Vec<String>,
 }
 
 /// A batch after [`Calc`]: every column the aggregation needs.

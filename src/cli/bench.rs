@@ -279,7 +279,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let stages: Vec<String> = stats
                 .aggregates
                 .iter()
-                .flat_map(|m| m.stages.iter().map(|s| format!("{} {}", s.name, s.rows_in)))
+                .flat_map(|m| {
+                    m.stages
+                        .iter()
+                        .map(|s| format!("{} {}", s.step.name(), s.rows_in))
+                })
                 .collect();
             println!(
                 "| {strategy} | {p} | {:.2} | {wall:.3} | {:.1} | {skew:.2} | {} |",
@@ -309,7 +313,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "dropped_retractions": m.dropped_retractions,
                     "skew_ratio": m.skew_ratio,
                     "stages": m.stages.iter().map(|s| json!({
-                        "name": s.name,
+                        "name": s.step.name(),
                         "rows_in": s.rows_in,
                         "rows_out": s.rows_out,
                         "busy_secs": s.busy.as_secs_f64(),

@@ -5,6 +5,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::error::Result;
+use crate::explain::AggregateStep;
+use crate::operator::{LocalGroupAggregate, ParallelAggregate};
+
 /// Counters of a running aggregation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metrics {
@@ -36,11 +40,10 @@ pub struct Metrics {
 pub const HOT_KEYS: usize = 5;
 
 /// Counters of one stage of a parallel aggregation.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StageMetrics {
-    /// The stage, by its EXPLAIN name (`Calc`, `LocalGroupAggregate`, `Exchange`,
-    /// `GroupAggregate` or `GlobalGroupAggregate`).
-    pub name: &'static str,
+    /// The step of the aggregate.
+    pub step: AggregateStep,
     /// Rows into the stage.
     pub rows_in: u64,
     /// Rows out of the stage (for the aggregate: changelog rows).
@@ -49,6 +52,19 @@ pub struct StageMetrics {
     pub batches: u64,
     /// Time spent in the stage's tasks, summed over workers.
     pub busy: Duration,
+}
+
+impl StageMetrics {
+    /// Zero counters for `step`.
+    pub fn new(step: AggregateStep) -> Self {
+        Self {
+            step,
+            rows_in: 0,
+            rows_out: 0,
+            batches: 0,
+            busy: Duration::ZERO,
+        }
+    }
 }
 
 /// Counters of one worker of the aggregate stage.
@@ -149,7 +165,7 @@ impl fmt::Display for AggregateMetrics {
             writeln!(
                 f,
                 "  {:<21} rows in {:>12}  rows out {:>12}  tasks {:>8}  busy {}",
-                s.name,
+                s.step.name(),
                 s.rows_in,
                 s.rows_out,
                 s.batches,
@@ -209,5 +225,70 @@ impl fmt::Display for AggregateMetrics {
             writeln!(f, "  hot keys (input rows): {}", keys.join(", "))?;
         }
         Ok(())
+    }
+}
+
+impl ParallelAggregate {
+    /// The metrics so far.
+    ///
+    /// # Errors
+    /// When a hot key cannot be formatted (a bug).
+    pub fn metrics(&self) -> Result<AggregateMetrics> {
+        let workers: Vec<WorkerMetrics> = self
+            .workers
+            .iter()
+            .map(|w| WorkerMetrics {
+                rows_received: w.rows_received,
+                input_rows: w.input_rows,
+                busy: w.busy,
+                operator: w.agg.metrics(),
+            })
+            .collect();
+        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
+        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
+        let skew_ratio = if total == 0 {
+            1.0
+        } else {
+            max as f64 * workers.len() as f64 / total as f64
+        };
+        let mut hot_keys = vec![];
+        for w in &self.workers {
+            hot_keys.extend(w.agg.hot_keys(HOT_KEYS)?);
+        }
+        hot_keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hot_keys.truncate(HOT_KEYS);
+        let mut aggregate = self.aggregate.clone();
+        aggregate.rows_in = workers.iter().map(|w| w.rows_received).sum();
+        aggregate.batches = workers.iter().map(|w| w.operator.batches_in).sum();
+        aggregate.busy = workers.iter().map(|w| w.busy).sum();
+        let mut stages = vec![self.calc.clone()];
+        if self.two_phase {
+            stages.push(self.local.clone());
+        }
+        stages.push(self.exchange.clone());
+        stages.push(aggregate);
+        let local_bytes: usize = self.locals.iter().map(LocalGroupAggregate::size).sum();
+        Ok(AggregateMetrics {
+            parallelism: self.workers.len(),
+            two_phase: self.two_phase,
+            rows_in: self.calc.rows_in,
+            rows_out: self.aggregate.rows_out,
+            mini_batches: self.mini_batches,
+            stages,
+            keys_in_state: workers.iter().map(|w| w.operator.keys_in_state).sum(),
+            state_bytes: workers.iter().map(|w| w.operator.state_bytes).sum::<u64>()
+                + local_bytes as u64,
+            peak_state_bytes: workers
+                .iter()
+                .map(|w| w.operator.peak_state_bytes)
+                .sum::<u64>()
+                + local_bytes as u64,
+            dropped_retractions: workers.iter().map(|w| w.operator.dropped_retractions).sum(),
+            compactions: workers.iter().map(|w| w.operator.compactions).sum(),
+            workers,
+            skew_ratio,
+            hot_keys,
+            local: self.two_phase.then(|| self.adaptive.m.clone()),
+        })
     }
 }

@@ -9,12 +9,14 @@
 //!   ([`local`]).
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
 //!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`].
-//! - [`metrics`]: what they measure.
+//! - [`metrics`]: what they measure; `explain` (their `explain()`): what runs, as EXPLAIN
+//!   shows it.
 
 pub(crate) mod accumulators;
 pub mod adaptive;
 mod builder;
 pub mod exchange;
+mod explain;
 pub mod group_aggregate;
 pub(crate) mod keyed;
 pub mod local;

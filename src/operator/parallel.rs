@@ -36,25 +36,27 @@ use crate::changelog::ChangeBatch;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::explain::AggregateStep;
 use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{
     Evaluated, Hashed, MIN_SLICE_ROWS, Routed, Rows, balance, route, route_accumulators,
-    route_snapshot, slice_evenly,
+    slice_evenly,
 };
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
-use crate::operator::metrics::{AggregateMetrics, HOT_KEYS, StageMetrics, WorkerMetrics};
+use crate::operator::metrics::StageMetrics;
 use crate::operator::mini_batch::Trigger;
 use crate::operator::{GroupAggregate, LocalGroupAggregate};
 use crate::plan::AggregatePlan;
 use crate::runtime::Runtime;
 
+/// One worker: its keyed aggregate and what it was sent.
 #[derive(Debug)]
-struct Worker {
-    agg: GroupAggregate,
-    rows_received: u64,
-    input_rows: u64,
-    busy: Duration,
+pub(super) struct Worker {
+    pub(super) agg: GroupAggregate,
+    pub(super) rows_received: u64,
+    pub(super) input_rows: u64,
+    pub(super) busy: Duration,
 }
 
 /// A streaming GROUP BY over the workers of a [`Runtime`]: one phase (the exchange routes rows
@@ -100,29 +102,29 @@ struct Worker {
 /// ```
 #[derive(Debug)]
 pub struct ParallelAggregate {
-    plan: Arc<AggregatePlan>,
-    config: Config,
-    clock: Arc<dyn Clock>,
-    runtime: Arc<Runtime>,
-    two_phase: bool,
-    locals: Vec<LocalGroupAggregate>,
-    workers: Vec<Worker>,
+    pub(super) plan: Arc<AggregatePlan>,
+    pub(super) config: Config,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) two_phase: bool,
+    pub(super) locals: Vec<LocalGroupAggregate>,
+    pub(super) workers: Vec<Worker>,
     /// When a mini-batch ends: `table.exec.mini-batch.size` rows per worker, or the latency.
-    trigger: Trigger,
+    pub(super) trigger: Trigger,
     /// Rows of the current mini-batch: all of them, those the local phases folded, and those
     /// routed around them.
-    rows: u64,
-    folded: u64,
-    bypassed: u64,
-    adaptive: Adaptive,
-    calc: StageMetrics,
-    local: StageMetrics,
-    exchange: StageMetrics,
-    aggregate: StageMetrics,
-    mini_batches: u64,
-    min_slice_rows: usize,
+    pub(super) rows: u64,
+    pub(super) folded: u64,
+    pub(super) bypassed: u64,
+    pub(super) adaptive: Adaptive,
+    pub(super) calc: StageMetrics,
+    pub(super) local: StageMetrics,
+    pub(super) exchange: StageMetrics,
+    pub(super) aggregate: StageMetrics,
+    pub(super) mini_batches: u64,
+    pub(super) min_slice_rows: usize,
     /// Settings that had no effect, found by the builder.
-    warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 impl ParallelAggregate {
@@ -171,10 +173,7 @@ impl ParallelAggregate {
             .unwrap_or(1)
             .saturating_mul(p);
         let trigger = Trigger::new(size, config.mini_batch_allow_latency);
-        let stage = |name| StageMetrics {
-            name,
-            ..StageMetrics::default()
-        };
+        let stage = StageMetrics::new;
         Ok(Self {
             plan,
             config,
@@ -188,14 +187,10 @@ impl ParallelAggregate {
             folded: 0,
             bypassed: 0,
             adaptive,
-            calc: stage("Calc"),
-            local: stage("LocalGroupAggregate"),
-            exchange: stage("Exchange"),
-            aggregate: stage(if two_phase {
-                "GlobalGroupAggregate"
-            } else {
-                "GroupAggregate"
-            }),
+            calc: stage(AggregateStep::Calc),
+            local: stage(AggregateStep::LocalGroupAggregate),
+            exchange: stage(AggregateStep::Exchange),
+            aggregate: stage(AggregateStep::keyed(two_phase)),
             mini_batches: 0,
             min_slice_rows: MIN_SLICE_ROWS,
             warnings: vec![],
@@ -233,6 +228,16 @@ impl ParallelAggregate {
     /// The settings that had no effect on this aggregate, as the builder reported them.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The number of workers.
+    pub fn parallelism(&self) -> usize {
+        self.runtime.parallelism()
+    }
+
+    /// The configuration it runs under.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Whether it runs a local and a global phase.
@@ -609,139 +614,5 @@ impl ParallelAggregate {
         }
         (self.rows, self.folded, self.bypassed) = (0, 0, 0);
         Ok(())
-    }
-
-    /// The schema of [`ParallelAggregate::snapshot`] (that of [`GroupAggregate::snapshot`]).
-    pub fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
-        self.workers[0].agg.snapshot_schema()
-    }
-
-    /// The keyed state of every worker, as [`GroupAggregate::snapshot`] batches. The mini-batch
-    /// in progress must be finished first ([`ParallelAggregate::finish`], whose changes are
-    /// delivered before the snapshot is kept), as Flink fires its mini-batch before a
-    /// checkpoint barrier; the local phases then hold nothing.
-    ///
-    /// # Errors
-    /// A mini-batch in progress.
-    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
-        if self.rows > 0
-            || self.locals.iter().any(|l| l.keys() > 0)
-            || self.workers.iter().any(|w| w.agg.has_pending())
-        {
-            return Err(Error::invalid_input(
-                "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
-            ));
-        }
-        let mut out = vec![];
-        for w in &self.workers {
-            out.extend(w.agg.snapshot()?);
-        }
-        Ok(out)
-    }
-
-    /// Loads a snapshot (of any parallelism) into this aggregate, which must hold no state: each
-    /// group goes to the worker its key hashes to.
-    ///
-    /// # Errors
-    /// As [`GroupAggregate::restore_snapshot`].
-    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        let p = self.workers.len();
-        let k = self.plan.key_types.len();
-        // Each key is hashed once: the hash routes the group and interns it in its worker.
-        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> = (0..p).map(|_| vec![]).collect();
-        for b in batches {
-            if b.num_columns() < k {
-                return Err(Error::invalid_input(
-                    "the snapshot was taken for another query: too few columns",
-                ));
-            }
-            let mut hashes = vec![];
-            hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
-            for (w, part) in route_snapshot(b, &hashes, p)?.into_iter().enumerate() {
-                if part.0.num_rows() > 0 {
-                    parts[w].push(part);
-                }
-            }
-        }
-        let tasks: Vec<_> = self.workers.iter_mut().zip(parts).collect();
-        let results = self
-            .runtime
-            .map(tasks, |(w, parts)| w.agg.restore_hashed(&parts));
-        results.into_iter().collect()
-    }
-
-    /// The metrics so far.
-    ///
-    /// # Errors
-    /// When a hot key cannot be formatted (a bug).
-    pub fn metrics(&self) -> Result<AggregateMetrics> {
-        let workers: Vec<WorkerMetrics> = self
-            .workers
-            .iter()
-            .map(|w| WorkerMetrics {
-                rows_received: w.rows_received,
-                input_rows: w.input_rows,
-                busy: w.busy,
-                operator: w.agg.metrics(),
-            })
-            .collect();
-        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
-        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
-        let skew_ratio = if total == 0 {
-            1.0
-        } else {
-            max as f64 * workers.len() as f64 / total as f64
-        };
-        let mut hot_keys = vec![];
-        for w in &self.workers {
-            hot_keys.extend(w.agg.hot_keys(HOT_KEYS)?);
-        }
-        hot_keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        hot_keys.truncate(HOT_KEYS);
-        let mut aggregate = self.aggregate.clone();
-        aggregate.rows_in = workers.iter().map(|w| w.rows_received).sum();
-        aggregate.batches = workers.iter().map(|w| w.operator.batches_in).sum();
-        aggregate.busy = workers.iter().map(|w| w.busy).sum();
-        let mut stages = vec![self.calc.clone()];
-        if self.two_phase {
-            stages.push(self.local.clone());
-        }
-        stages.push(self.exchange.clone());
-        stages.push(aggregate);
-        let local_bytes: usize = self.locals.iter().map(LocalGroupAggregate::size).sum();
-        Ok(AggregateMetrics {
-            parallelism: self.workers.len(),
-            two_phase: self.two_phase,
-            rows_in: self.calc.rows_in,
-            rows_out: self.aggregate.rows_out,
-            mini_batches: self.mini_batches,
-            stages,
-            keys_in_state: workers.iter().map(|w| w.operator.keys_in_state).sum(),
-            state_bytes: workers.iter().map(|w| w.operator.state_bytes).sum::<u64>()
-                + local_bytes as u64,
-            peak_state_bytes: workers
-                .iter()
-                .map(|w| w.operator.peak_state_bytes)
-                .sum::<u64>()
-                + local_bytes as u64,
-            dropped_retractions: workers.iter().map(|w| w.operator.dropped_retractions).sum(),
-            compactions: workers.iter().map(|w| w.operator.compactions).sum(),
-            workers,
-            skew_ratio,
-            hot_keys,
-            local: self.two_phase.then(|| self.adaptive.m.clone()),
-        })
-    }
-}
-
-impl crate::checkpoint::Checkpointed for ParallelAggregate {
-    fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
-        ParallelAggregate::snapshot_schema(self)
-    }
-    fn snapshot(&self) -> Result<Vec<RecordBatch>> {
-        ParallelAggregate::snapshot(self)
-    }
-    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        ParallelAggregate::restore_snapshot(self, batches)
     }
 }

@@ -7,8 +7,9 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::operator::GroupAggregate;
+use crate::operator::exchange::route_snapshot;
 use crate::operator::keyed::hash_keys;
+use crate::operator::{GroupAggregate, ParallelAggregate};
 
 /// The fewest dead (deleted or expired) groups that make a compaction due; it also needs at
 /// least as many dead groups as live ones, so its cost is amortized over the deletions that
@@ -156,4 +157,78 @@ fn check_snapshot_schema(expected: &SchemaRef, batch: &RecordBatch) -> Result<()
         )));
     }
     Ok(())
+}
+
+/// Snapshots of a [`ParallelAggregate`]: its workers' states, restored to any parallelism.
+impl ParallelAggregate {
+    /// The schema of [`ParallelAggregate::snapshot`] (that of [`GroupAggregate::snapshot`]).
+    pub fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
+        self.workers[0].agg.snapshot_schema()
+    }
+
+    /// The keyed state of every worker, as [`GroupAggregate::snapshot`] batches. The mini-batch
+    /// in progress must be finished first ([`ParallelAggregate::finish`], whose changes are
+    /// delivered before the snapshot is kept), as Flink fires its mini-batch before a
+    /// checkpoint barrier; the local phases then hold nothing.
+    ///
+    /// # Errors
+    /// A mini-batch in progress.
+    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        if self.rows > 0
+            || self.locals.iter().any(|l| l.keys() > 0)
+            || self.workers.iter().any(|w| w.agg.has_pending())
+        {
+            return Err(Error::invalid_input(
+                "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
+            ));
+        }
+        let mut out = vec![];
+        for w in &self.workers {
+            out.extend(w.agg.snapshot()?);
+        }
+        Ok(out)
+    }
+
+    /// Loads a snapshot (of any parallelism) into this aggregate, which must hold no state: each
+    /// group goes to the worker its key hashes to.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::restore_snapshot`].
+    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        let p = self.workers.len();
+        let k = self.plan.key_types.len();
+        // Each key is hashed once: the hash routes the group and interns it in its worker.
+        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> = (0..p).map(|_| vec![]).collect();
+        for b in batches {
+            if b.num_columns() < k {
+                return Err(Error::invalid_input(
+                    "the snapshot was taken for another query: too few columns",
+                ));
+            }
+            let mut hashes = vec![];
+            hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            for (w, part) in route_snapshot(b, &hashes, p)?.into_iter().enumerate() {
+                if part.0.num_rows() > 0 {
+                    parts[w].push(part);
+                }
+            }
+        }
+        let tasks: Vec<_> = self.workers.iter_mut().zip(parts).collect();
+        let results = self
+            .runtime
+            .map(tasks, |(w, parts)| w.agg.restore_hashed(&parts));
+        results.into_iter().collect()
+    }
+}
+
+impl crate::checkpoint::Checkpointed for ParallelAggregate {
+    fn snapshot_schema(&self) -> arrow::datatypes::SchemaRef {
+        ParallelAggregate::snapshot_schema(self)
+    }
+    fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        ParallelAggregate::snapshot(self)
+    }
+    fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        ParallelAggregate::restore_snapshot(self, batches)
+    }
 }

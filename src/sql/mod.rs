@@ -3,7 +3,7 @@
 //! `EXPLAIN ANALYZE`, which runs the query and annotates the plan with its metrics.
 //!
 //! Parsing and logical planning use datafusion-sql over sqlparser; scalar functions come from
-//! datafusion-functions plus Flink's `DATE_FORMAT` and `MOD` ([`functions`]); expressions are
+//! datafusion-functions plus Flink's `DATE_FORMAT` and `MOD` ([`flink_functions`]); expressions are
 //! type-coerced with DataFusion's analyzer and evaluated with datafusion-physical-expr. The
 //! logical plan is then turned into Tally's pipeline ([`planner`]).
 //!
@@ -25,17 +25,20 @@
 
 mod catalog;
 mod ddl;
+mod explain;
 pub mod flink_functions;
 mod names;
 pub mod planner;
 pub mod queries;
+mod query;
 mod script;
 mod session;
 mod split;
 pub mod split_functions;
 
+pub use crate::explain::ExplainDetail;
 pub use catalog::Catalog;
 pub use ddl::sql_type_name;
-pub use planner::{ExplainDetail, PlannedQuery};
+pub use query::PlannedQuery;
 pub use script::{StatementKind, classify, split_statements};
 pub use session::{Session, StatementResult, plan_script};

@@ -11,13 +11,15 @@ use sqlparser::dialect::GenericDialect;
 
 use super::catalog::Catalog;
 use super::ddl::parse_create_table;
-use super::planner::{self, ExplainDetail, PlannedQuery};
+use super::planner;
+use super::query::PlannedQuery;
 use super::script::{
     StatementKind, after_first_word, classify, first_word, split_assignment, split_statements,
     sql_error, unquote,
 };
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::explain::ExplainDetail;
 use crate::source::FileTable;
 
 /// What a statement produced.

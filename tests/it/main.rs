@@ -5,6 +5,7 @@ mod checkpoint;
 mod common;
 mod emission;
 mod errors;
+mod explain;
 #[cfg(feature = "cli")]
 mod generate;
 mod oracle;

@@ -384,7 +384,9 @@ fn sql_queries_match_the_reference_under_random_settings() {
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
                         if m.parallelism > 1 {
-                            let stage = m.stages.iter().find(|s| s.name == "LocalGroupAggregate");
+                            let stage = m.stages.iter().find(|s| {
+                                s.step == tally::explain::AggregateStep::LocalGroupAggregate
+                            });
                             local_tasks += stage.map_or(0, |s| s.batches);
                             rounds += m.mini_batches;
                         }

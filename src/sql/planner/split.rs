@@ -1,0 +1,142 @@
+//! Planning the split-distinct rewrite ([`crate::sql::split`]) into stages: Calc with the
+//! bucket columns, Expand, the PARTIAL and FINAL aggregates, and a Calc back to the original
+//! columns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion_expr::Expr;
+
+use super::aggregate::aggregate_on;
+use super::{Built, Ctx, Role, field_names};
+use crate::config::SPLIT_ENABLED;
+use crate::error::Result;
+use crate::explain::PlanNode;
+use crate::pipeline::ExpandStage;
+use crate::sql::explain::show;
+
+/// Plans the split-distinct rewrite of `agg` over `built` (see [`crate::sql::split`]): Calc with the
+/// bucket columns, Expand when several arguments are bucketed, the PARTIAL aggregate, the FINAL
+/// aggregate, and a Calc back to the original columns.
+pub(super) fn build_split(
+    ctx: &mut Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    mut built: Built,
+    aliases: &HashMap<String, String>,
+    split: crate::sql::split::Split,
+) -> Result<Built> {
+    let in_df = agg.input.schema();
+    // Calc: the input columns and the buckets.
+    built.project(in_df, &split.pre_exprs, split.pre_schema.as_arrow())?;
+    let mode = built.mode();
+    let mut select: Vec<String> = field_names(in_df)
+        .into_iter()
+        .map(|n| built.names.get(&n).cloned().unwrap_or(n))
+        .collect();
+    for (arg, name) in &split.buckets {
+        select.push(format!(
+            "MOD(HASH_CODE({}), {}) AS {name}",
+            show(arg),
+            ctx.config.split_bucket_num
+        ));
+    }
+    built.nodes.push(PlanNode::new(
+        "Calc",
+        vec![format!("select=[{}]", select.join(", "))],
+        mode.clone(),
+    ));
+    if let Some(expand) = &split.expand {
+        built.stages.push(Box::new(ExpandStage::new(
+            expand.sets.clone(),
+            Arc::new(split.partial_input.as_arrow().clone()),
+        )));
+        let names = field_names(&split.pre_schema);
+        let projects: Vec<String> = expand
+            .sets
+            .iter()
+            .map(|(nulls, id)| {
+                let mut cols: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        if nulls.contains(&i) {
+                            format!("null AS {n}")
+                        } else {
+                            n.clone()
+                        }
+                    })
+                    .collect();
+                cols.push(format!("{id} AS $e"));
+                format!("{{{}}}", cols.join(", "))
+            })
+            .collect();
+        built.nodes.push(PlanNode::new(
+            "Expand",
+            vec![format!("projects=[{}]", projects.join(", "))],
+            mode,
+        ));
+    }
+    let mut label_keys: Vec<String> = agg.group_expr.iter().map(show).collect();
+    let final_label = if label_keys.is_empty() {
+        "GroupAggregate".to_string()
+    } else {
+        format!("GroupAggregate(groupBy=[{}])", label_keys.join(", "))
+    };
+    label_keys.extend(split.buckets.iter().map(|b| b.1.clone()));
+    let sets = split.expand.as_ref().map_or(1, |e| e.sets.len());
+    ctx.explain.strategy.push(format!(
+        "{final_label}: split-distinct applies ('{SPLIT_ENABLED}' = 'true', {} buckets): a PARTIAL aggregate grouped by [{}]{} computes the calls per bucket, a FINAL aggregate grouped by the keys merges them ($SUM0 for COUNT and AVG's parts, SUM, MIN, MAX), consuming the partial changelog with retraction.",
+        ctx.config.split_bucket_num,
+        label_keys.join(", "),
+        if sets > 1 {
+            format!(" over an Expand of {sets} group sets (one per bucketed argument, $e tells them apart)")
+        } else {
+            String::new()
+        }
+    ));
+    let built = aggregate_on(ctx, &split.partial, built, &HashMap::new(), Role::Partial)?;
+    let mut built = aggregate_on(ctx, &split.final_agg, built, &HashMap::new(), Role::Final)?;
+    // Calc: back to the original columns (AVG from its parts).
+    built.project(
+        split.final_agg.schema.as_ref(),
+        &split.post_exprs,
+        agg.schema.as_arrow(),
+    )?;
+    // EXPLAIN names of the original outputs.
+    let mut names = HashMap::new();
+    for (i, a) in agg.aggr_expr.iter().enumerate() {
+        if !matches!(a, Expr::Alias(_)) {
+            let field = agg.schema.field(agg.group_expr.len() + i).name().clone();
+            let name = aliases
+                .get(&field)
+                .cloned()
+                .unwrap_or_else(|| format!("EXPR${i}"));
+            names.insert(field, name);
+        }
+    }
+    {
+        let select: Vec<String> = split
+            .post_exprs
+            .iter()
+            .zip(agg.schema.fields())
+            .map(|(e, f)| {
+                let shown = show(e);
+                let name = names.get(f.name()).cloned().unwrap_or(f.name().clone());
+                if shown == name {
+                    shown
+                } else {
+                    format!("{shown} AS {name}")
+                }
+            })
+            .collect();
+        let mode = built.mode();
+        built.nodes.push(PlanNode::new(
+            "Calc",
+            vec![format!("select=[{}]", select.join(", "))],
+            mode,
+        ));
+    }
+    built.keys = Some((0..agg.group_expr.len()).collect());
+    built.names = names;
+    Ok(built)
+}
