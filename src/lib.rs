@@ -63,6 +63,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "datagen")]
 pub mod datagen;
 mod decode;
 pub mod error;

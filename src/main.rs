@@ -21,7 +21,7 @@ use tally::replay::ReplayStats;
 use tally::run::{Job, RunStats};
 use tally::sink::{ChangelogWriter, OutputFormat, Sink, Writer};
 use tally::sql::{
-    PlannedQuery, Session, StatementKind, StatementResult, classify, split_statements,
+    PlannedQuery, Session, StatementKind, StatementResult, classify, script_statements,
 };
 use tally::{Error, Result};
 
@@ -336,7 +336,7 @@ fn run_sql(args: &SqlArgs) -> Result<()> {
     let format = args
         .format
         .unwrap_or_else(|| OutputFormat::for_output(&args.output));
-    let statements = split_statements(&script)?;
+    let statements = script_statements(&script)?;
     let queries = statements
         .iter()
         .filter(|s| classify(s) == StatementKind::Query)

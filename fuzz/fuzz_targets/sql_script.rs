@@ -5,13 +5,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tally::sql::{ExplainDetail, Session, StatementResult, split_statements};
+use tally::sql::{ExplainDetail, Session, StatementResult, script_statements};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(script) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(statements) = split_statements(script) else {
+    let Ok(statements) = script_statements(script) else {
         return;
     };
     let mut session = Session::new();

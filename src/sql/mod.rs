@@ -10,7 +10,7 @@
 //! ```no_run
 //! use tally::sql::{Session, StatementResult};
 //! let mut session = Session::new();
-//! for stmt in tally::sql::split_statements("SET 'table.exec.mini-batch.enabled' = 'true';")? {
+//! for stmt in tally::sql::script_statements("SET 'table.exec.mini-batch.enabled' = 'true';")? {
 //!     match session.execute(&stmt)? {
 //!         StatementResult::Done(msg) => println!("{msg}"),
 //!         StatementResult::Explain(text) => println!("{text}"),
@@ -40,5 +40,5 @@ pub use crate::explain::ExplainDetail;
 pub use catalog::Catalog;
 pub use ddl::sql_type_name;
 pub use query::PlannedQuery;
-pub use script::{StatementKind, classify, split_statements};
+pub use script::{StatementKind, classify, script_statements};
 pub use session::{Session, StatementResult, plan_script};

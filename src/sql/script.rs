@@ -1,13 +1,13 @@
-//! Script text: splitting a script into statements, and what kind each statement is.
+//! Script text: the statements of a script, and what kind each statement is.
 
 use crate::error::{Error, Result};
 
-/// Splits a script into statements at `;` outside quotes and comments; drops empty ones and
+/// The statements of a script, cut at `;` outside quotes and comments; drops empty ones and
 /// comments.
 ///
 /// # Errors
 /// An unterminated quote or comment.
-pub fn split_statements(script: &str) -> Result<Vec<String>> {
+pub fn script_statements(script: &str) -> Result<Vec<String>> {
     let mut out = vec![];
     let mut cur = String::new();
     let mut chars = script.chars().peekable();
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn statements_split_outside_quotes_and_comments() {
-        let s = split_statements(
+        let s = script_statements(
             "SET 'a' = 'x;y'; -- a comment; still\nSELECT 1 /* ; */ FROM t;\n\n;SELECT 'it''s';",
         )
         .unwrap();
@@ -174,6 +174,6 @@ mod tests {
             s,
             vec!["SET 'a' = 'x;y'", "SELECT 1   FROM t", "SELECT 'it''s'"]
         );
-        assert!(split_statements("SELECT 'oops").is_err());
+        assert!(script_statements("SELECT 'oops").is_err());
     }
 }

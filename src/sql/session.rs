@@ -14,7 +14,7 @@ use super::ddl::parse_create_table;
 use super::planner;
 use super::query::PlannedQuery;
 use super::script::{
-    StatementKind, after_first_word, classify, first_word, split_assignment, split_statements,
+    StatementKind, after_first_word, classify, first_word, script_statements, split_assignment,
     sql_error, unquote,
 };
 use crate::config::Config;
@@ -237,7 +237,7 @@ impl Session {
 pub fn plan_script(script: &str) -> Result<PlannedQuery> {
     let mut session = Session::new();
     let mut query = None;
-    for stmt in split_statements(script)? {
+    for stmt in script_statements(script)? {
         if let StatementResult::Query(q) = session.execute(&stmt)? {
             query = Some(q);
         }

@@ -181,14 +181,14 @@ pub fn run(agg: &mut GroupAggregate, schema: &SchemaRef, pushes: &[&[&str]]) -> 
     out
 }
 
-/// Pushes each bundle as one batch and then calls `finish` (which fires a pending mini-batch),
-/// returning the formatted changes of each bundle.
-pub fn run_bundles(
+/// Pushes each group of rows as one batch and then calls `finish` (which fires a pending
+/// mini-batch), returning the formatted changes of each push.
+pub fn run_mini_batches(
     agg: &mut GroupAggregate,
     schema: &SchemaRef,
-    bundles: &[&[&str]],
+    pushes: &[&[&str]],
 ) -> Vec<Vec<String>> {
-    bundles
+    pushes
         .iter()
         .map(|rows| {
             let b = kv_batch(schema, rows);

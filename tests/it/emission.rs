@@ -4,8 +4,8 @@
 //!
 //! The derived cases (this project's numbering, from the reference's appendix checklist):
 //! * D-1 only the *leading* retractions of a stateless key are dropped; later ones apply;
-//! * D-2 a key whose bundle is all leading retractions is skipped without abandoning the other
-//!   keys of the bundle (FLINK-35661);
+//! * D-2 a key whose mini-batch holds only leading retractions is skipped without abandoning
+//!   the other keys of the mini-batch (FLINK-35661);
 //! * D-3 the hidden record count counts every row, NULLs and filtered rows included;
 //! * D-4 only output values are compared: a change of the hidden count alone emits nothing;
 //! * D-5 SUM and AVG of integers keep the integer type (wrapping SUM, truncating AVG);
@@ -41,12 +41,12 @@ fn v(lines: &[&str]) -> Vec<String> {
     lines.iter().map(|s| s.to_string()).collect()
 }
 
-// §a.4 row 1: no state, the unit of work starts with retractions only → nothing.
+// §a.4 row 1: no state, the mini-batch (or record) starts with retractions only → nothing.
 #[test]
 fn a4_row1_retractions_without_state_are_dropped() {
     for mb in [OFF, ON] {
         let (mut agg, schema) = count_sum(mb, true);
-        let out = run_bundles(&mut agg, &schema, &[&["-D a 5", "-U a 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["-D a 5", "-U a 3"]]);
         assert_eq!(out, vec![Vec::<String>::new()], "mini-batch {mb:?}");
         assert_eq!(agg.metrics().keys_in_state, 0);
     }
@@ -57,7 +57,7 @@ fn a4_row1_retractions_without_state_are_dropped() {
 fn a4_row2_new_key_emits_insert() {
     for mb in [OFF, ON] {
         let (mut agg, schema) = count_sum(mb, false);
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"]]);
         assert_eq!(out, vec![v(&["+I[a, 1, 5]"])], "mini-batch {mb:?}");
     }
 }
@@ -67,15 +67,15 @@ fn a4_row2_new_key_emits_insert() {
 #[test]
 fn a4_row3_new_key_that_cancels_out() {
     let (mut agg, schema) = count_sum(OFF, true);
-    let out = run_bundles(&mut agg, &schema, &[&["+I a 5", "-D a 5"]]);
+    let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5", "-D a 5"]]);
     assert_eq!(out, vec![v(&["+I[a, 1, 5]", "-D[a, 1, 5]"])]);
 
     let (mut agg, schema) = count_sum(ON, true);
-    let out = run_bundles(&mut agg, &schema, &[&["+I a 5", "-D a 5"]]);
+    let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5", "-D a 5"]]);
     assert_eq!(out, vec![Vec::<String>::new()]);
     assert_eq!(agg.metrics().keys_in_state, 0);
     // The state stays empty: the key comes back as a new group with fresh accumulators.
-    let out = run_bundles(&mut agg, &schema, &[&["+I a 2"]]);
+    let out = run_mini_batches(&mut agg, &schema, &[&["+I a 2"]]);
     assert_eq!(out, vec![v(&["+I[a, 1, 2]"])]);
 }
 
@@ -84,7 +84,7 @@ fn a4_row3_new_key_that_cancels_out() {
 fn a4_row4_changed_values_emit_update_pair() {
     for mb in [OFF, ON] {
         let (mut agg, schema) = count_sum(mb, false);
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
         assert_eq!(
             out,
             vec![v(&["+I[a, 1, 5]"]), v(&["-U[a, 1, 5]", "+U[a, 2, 8]"])]
@@ -97,7 +97,7 @@ fn a4_row4_changed_values_emit_update_pair() {
             vec![count_star(), sum(col("v"))],
             config(mb, false),
         );
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
         assert_eq!(
             out,
             vec![v(&["+I[a, 1, 5]"]), v(&["+U[a, 2, 8]"])],
@@ -118,7 +118,7 @@ fn a4_row5_unchanged_values_emit_nothing() {
                 vec![max(col("v"))],
                 config(mb, true),
             );
-            let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"], &["+I a 7"]]);
+            let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"], &["+I a 7"]]);
             assert_eq!(
                 out,
                 vec![v(&["+I[a, 5]"]), vec![], v(&["-U[a, 5]", "+U[a, 7]"])],
@@ -132,7 +132,7 @@ fn a4_row5_unchanged_values_emit_nothing() {
 #[test]
 fn a4_row7_count_zero_deletes_with_previous_values() {
     let (mut agg, schema) = count_sum(OFF, true);
-    let out = run_bundles(
+    let out = run_mini_batches(
         &mut agg,
         &schema,
         &[&["+I a 5", "+I a 3"], &["-D a 5", "-U a 3"]],
@@ -145,7 +145,7 @@ fn a4_row7_count_zero_deletes_with_previous_values() {
         ]
     );
     let (mut agg, schema) = count_sum(ON, true);
-    let out = run_bundles(
+    let out = run_mini_batches(
         &mut agg,
         &schema,
         &[&["+I a 5", "+I a 3"], &["-D a 5", "-U a 3"], &["+I a 2"]],
@@ -173,7 +173,7 @@ fn a4_row8_insert_only_groups_are_never_deleted() {
             vec![count(col("v")), sum(col("v"))],
             config(mb, true),
         );
-        let out = run_bundles(&mut agg, &schema, &[&["+I a null"], &["+I a null"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a null"], &["+I a null"]]);
         assert_eq!(out, vec![v(&["+I[a, 0, null]"]), vec![]]);
         assert_eq!(agg.metrics().keys_in_state, 1);
     }
@@ -185,29 +185,29 @@ fn d1_only_leading_retractions_are_dropped() {
     let rows: &[&str] = &["-D a 9", "+I a 5", "-D a 5", "+I a 7"];
     let (mut agg, schema) = count_sum(ON, true);
     assert_eq!(
-        run_bundles(&mut agg, &schema, &[rows]),
+        run_mini_batches(&mut agg, &schema, &[rows]),
         vec![v(&["+I[a, 1, 7]"])]
     );
     let (mut agg, schema) = count_sum(OFF, true);
     assert_eq!(
-        run_bundles(&mut agg, &schema, &[rows]),
+        run_mini_batches(&mut agg, &schema, &[rows]),
         vec![v(&["+I[a, 1, 5]", "-D[a, 1, 5]", "+I[a, 1, 7]"])]
     );
-    // A key with state keeps its retractions even when they come first in the bundle.
+    // A key with state keeps its retractions even when they come first in the mini-batch.
     let (mut agg, schema) = count_sum(ON, true);
-    let out = run_bundles(&mut agg, &schema, &[&["+I a 9"], &["-D a 9", "+I a 4"]]);
+    let out = run_mini_batches(&mut agg, &schema, &[&["+I a 9"], &["-D a 9", "+I a 4"]]);
     assert_eq!(
         out,
         vec![v(&["+I[a, 1, 9]"]), v(&["-U[a, 1, 9]", "+U[a, 1, 4]"])]
     );
 }
 
-// D-2: a key whose bundle is only leading retractions is skipped; the other keys still emit
+// D-2: a key whose mini-batch holds only leading retractions is skipped; the other keys still emit
 // (FLINK-35661: `continue`, not `return`).
 #[test]
 fn d2_skipped_key_does_not_abandon_the_bundle() {
     let (mut agg, schema) = count_sum(ON, true);
-    let out = run_bundles(
+    let out = run_mini_batches(
         &mut agg,
         &schema,
         &[&["-D a 1", "+I b 2", "-U c 3", "+I d 4"]],
@@ -232,7 +232,7 @@ fn d3_record_count_ignores_nulls_and_filters() {
             ],
             config(mb, true),
         );
-        let out = run_bundles(
+        let out = run_mini_batches(
             &mut agg,
             &schema,
             &[&["+I a null", "+I a 5"], &["-D a 5"], &["-D a null"]],
@@ -265,7 +265,7 @@ fn d4_hidden_count_changes_are_not_emitted() {
             vec![sum(col("v"))],
             config(mb, true),
         );
-        let out = run_bundles(
+        let out = run_mini_batches(
             &mut agg,
             &schema,
             &[&["+I a 5"], &["+I a null"], &["-D a null"], &["-D a 5"]],
@@ -333,7 +333,7 @@ fn d6_min_max_with_retraction_and_filter() {
             ],
             config(mb, true),
         );
-        let out = run_bundles(
+        let out = run_mini_batches(
             &mut agg,
             &schema,
             &[
@@ -372,7 +372,7 @@ fn d6_min_max_with_retraction_and_filter() {
 #[test]
 fn mini_batch_folds_changes_per_key() {
     let (mut agg, schema) = count_sum(ON, false);
-    let out = run_bundles(
+    let out = run_mini_batches(
         &mut agg,
         &schema,
         &[
@@ -463,7 +463,7 @@ fn global_aggregate_without_keys() {
             config(mb, true),
         );
         assert!(agg.finish().unwrap().is_empty());
-        let out = run_bundles(&mut agg, &schema, &[&[], &["+I a 1"], &["-D a 1"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&[], &["+I a 1"], &["-D a 1"]]);
         assert_eq!(out, vec![vec![], v(&["+I[1, 1]"]), v(&["-D[1, 1]"])]);
     }
 }
@@ -473,7 +473,7 @@ fn global_aggregate_without_keys() {
 fn null_is_a_key() {
     for mb in [OFF, ON] {
         let (mut agg, schema) = count_sum(mb, false);
-        let out = run_bundles(&mut agg, &schema, &[&["+I null 1", "+I a 2", "+I null 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I null 1", "+I a 2", "+I null 3"]]);
         let expected = if mb.is_none() {
             v(&[
                 "+I[null, 1, 1]",
@@ -506,7 +506,7 @@ fn a4_row6_unchanged_values_with_ttl_still_emit() {
             vec![max(col("v"))],
             with_ttl(mb, true, "1 h"),
         );
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
         assert_eq!(
             out,
             vec![v(&["+I[a, 5]"]), v(&["-U[a, 5]", "+U[a, 5]"])],
@@ -518,7 +518,7 @@ fn a4_row6_unchanged_values_with_ttl_still_emit() {
             vec![max(col("v"))],
             with_ttl(mb, false, "1 h"),
         );
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5"], &["+I a 3"]]);
         assert_eq!(out, vec![v(&["+I[a, 5]"]), v(&["+U[a, 5]"])], "{mb:?}");
     }
 }
@@ -535,15 +535,15 @@ fn expired_state_restarts_the_group() {
             vec![count_star(), sum(col("v"))],
             with_ttl(mb, true, "100 ms"),
         );
-        let out = run_bundles(&mut agg, &schema, &[&["+I a 5", "+I b 1"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I a 5", "+I b 1"]]);
         assert_eq!(out, vec![v(&["+I[a, 1, 5]", "+I[b, 1, 1]"])]);
         clock.advance_ms(60);
         // Writing b refreshes its TTL; a is not written.
-        let out = run_bundles(&mut agg, &schema, &[&["+I b 1"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["+I b 1"]]);
         assert_eq!(out, vec![v(&["-U[b, 1, 1]", "+U[b, 2, 2]"])]);
         clock.advance_ms(40);
         assert_eq!(agg.metrics().keys_in_state, 2);
-        let out = run_bundles(&mut agg, &schema, &[&["-D a 5"], &["+I a 2", "+I b 3"]]);
+        let out = run_mini_batches(&mut agg, &schema, &[&["-D a 5"], &["+I a 2", "+I b 3"]]);
         assert_eq!(
             out,
             vec![vec![], v(&["+I[a, 1, 2]", "-U[b, 2, 2]", "+U[b, 3, 5]"])],
@@ -571,7 +571,7 @@ fn groups_restored_without_ttl_timestamps_expire_from_the_restore() {
             vec![sum(col("v"))],
             config(mb, true),
         );
-        run_bundles(&mut before, &schema, &[&["+I a 5", "+I b 1"]]);
+        run_mini_batches(&mut before, &schema, &[&["+I a 5", "+I b 1"]]);
         let snap = before.snapshot().unwrap();
         let (mut after, clock) = build(
             &schema,
@@ -582,13 +582,13 @@ fn groups_restored_without_ttl_timestamps_expire_from_the_restore() {
         clock.set_ms(1_000_000);
         after.restore_snapshot(&snap).unwrap();
         // a is written at 1_000_000: an update, not a restart.
-        let out = run_bundles(&mut after, &schema, &[&["+I a 2"]]);
+        let out = run_mini_batches(&mut after, &schema, &[&["+I a 2"]]);
         assert_eq!(out, vec![v(&["-U[a, 5]", "+U[a, 7]"])], "{mb:?}");
         // b, never written since the restore, expires a TTL after it; a a TTL after its write.
         clock.advance_ms(100);
         assert!(after.poll().unwrap().is_empty());
         assert_eq!(after.metrics().keys_in_state, 0, "{mb:?}");
-        let out = run_bundles(&mut after, &schema, &[&["-D b 1", "+I b 4"]]);
+        let out = run_mini_batches(&mut after, &schema, &[&["-D b 1", "+I b 4"]]);
         assert_eq!(out, vec![v(&["+I[b, 4]"])], "{mb:?}");
     }
 }

@@ -753,7 +753,7 @@ fn check_parallel(
     // Where the current mini-batch began (the rows before it have fired): a mini-batch ends
     // after `size` × P rows, or when the clock crosses a latency boundary (before the rows of
     // that push), which starts the next one from there.
-    let mut round_start = 0;
+    let mut mini_batch_start = 0;
     let mut last_interval = i64::MIN;
     let mut latency_fires = 0;
     while pushed < stream.len() {
@@ -763,8 +763,8 @@ fn check_parallel(
             let interval = now - now.rem_euclid(latency);
             if mini_batch.is_some() && interval > last_interval {
                 last_interval = interval;
-                latency_fires += usize::from(pushed > round_start);
-                round_start = pushed;
+                latency_fires += usize::from(pushed > mini_batch_start);
+                mini_batch_start = pushed;
             }
         }
         let n = rng.random_range(0..=60).min(stream.len() - pushed);
@@ -795,9 +795,9 @@ fn check_parallel(
         let fired = match mini_batch {
             None => pushed,
             Some(size) => {
-                let round = size * par.workers;
-                round_start += (pushed - round_start) / round * round;
-                round_start
+                let rows = size * par.workers;
+                mini_batch_start += (pushed - mini_batch_start) / rows * rows;
+                mini_batch_start
             }
         };
         assert_eq!(
@@ -891,7 +891,7 @@ fn parallel_strategies_match_reference() {
 
 #[test]
 fn adaptive_local_phase_bypasses_and_probes_again() {
-    // Small thresholds so that 300 rows in rounds of 17 see several decisions.
+    // Small thresholds so that 300 rows in mini-batches of 17 per worker see several decisions.
     let par = Parallel {
         workers: 2,
         two_phase: true,
@@ -919,7 +919,7 @@ fn adaptive_local_phase_bypasses_and_probes_again() {
 }
 
 /// Checkpoint round trip: a random stream is pushed through a parallel aggregate; at a random
-/// point its round is finished (the changes delivered) and its state snapshotted, and a fresh
+/// point its mini-batch is finished (the changes delivered) and its state snapshotted, and a fresh
 /// aggregate with another parallelism and strategy restored from the snapshot takes the rest.
 /// The changelog of both, applied in order, must equal the reference over the whole stream
 /// (every accumulator kind: COUNT, SUM, AVG, MIN/MAX multisets under retraction, FILTERs and
@@ -958,7 +958,7 @@ fn snapshot_and_restore_resume_the_aggregation() {
                 let mut first = make(before);
                 let batch = to_batch(&schema, key_type, &stream[..cut], false);
                 view.apply(&first.push(&batch).unwrap());
-                // A mini-batch is pending unless the rows filled whole rounds (size × workers
+                // A mini-batch is pending unless the rows filled whole mini-batches (size × workers
                 // rows): a snapshot must refuse it, and only it.
                 let pending = before.1.is_some_and(|size| cut % (size * before.0) != 0);
                 match first.snapshot() {
@@ -1146,21 +1146,21 @@ struct TtlKey {
     last_write: i64,
 }
 
-/// Fires one mini-batch of a TTL reference: `bundle` (retract?, row) in arrival order, the keys
+/// Fires one mini-batch of a TTL reference: `rows` (retract?, row) in arrival order, the keys
 /// touched at `touch` (their expiry checked then), written at `fire`. `global`: Flink's global
-/// phase, which merges the bundle's local folds and drops no retraction; otherwise the one-phase
+/// phase, which merges the mini-batch's local folds and drops no retraction; otherwise the one-phase
 /// operator, which drops a leading retraction of a key without state. Updates `view`, the last
 /// row emitted per key (an upsert consumer's table); returns how many keys expired.
 fn ttl_fire(
     state: &mut BTreeMap<Option<String>, TtlKey>,
     view: &mut BTreeMap<Option<String>, String>,
-    bundle: &[(bool, Row)],
+    rows: &[(bool, Row)],
     (touch, fire, ttl): (i64, i64, i64),
     global: bool,
 ) -> usize {
     let mut expired = 0;
     let mut order: Vec<Option<String>> = vec![];
-    for (_, row) in bundle {
+    for (_, row) in rows {
         if !order.contains(&row.k) {
             order.push(row.k.clone());
         }
@@ -1173,7 +1173,7 @@ fn ttl_fire(
         }
         let had_state = s.alive;
         let mut seen_acc = false;
-        for (retract, row) in bundle.iter().filter(|(_, r)| r.k == k) {
+        for (retract, row) in rows.iter().filter(|(_, r)| r.k == k) {
             let d = if *retract {
                 if !global && !had_state && !seen_acc {
                     continue;
@@ -1273,20 +1273,26 @@ fn ttl_with_mini_batch_and_retractions_matches_reference() {
             let mut got = BTreeMap::new();
             let mut state = BTreeMap::new();
             let mut view = BTreeMap::new();
-            let mut bundle: Vec<(bool, Row)> = vec![];
-            let mut bundle_time = 0;
+            let mut mini_batch: Vec<(bool, Row)> = vec![];
+            let mut mini_batch_time = 0;
             let mut pushed = 0;
             let mut expiries = 0;
             while pushed < stream.len() {
                 // Past at least one latency boundary: the pending mini-batch fires first.
                 clock.advance_ms(rng.random_range(10..=35));
                 let now = tally::clock::Clock::now_ms(&clock);
-                let touch = if two_phase { now } else { bundle_time };
-                expiries += ttl_fire(&mut state, &mut view, &bundle, (touch, now, TTL), two_phase);
+                let touch = if two_phase { now } else { mini_batch_time };
+                expiries += ttl_fire(
+                    &mut state,
+                    &mut view,
+                    &mini_batch,
+                    (touch, now, TTL),
+                    two_phase,
+                );
                 let n = rng.random_range(0..=25).min(stream.len() - pushed);
-                bundle = stream[pushed..pushed + n].to_vec();
-                bundle_time = now;
-                let batch = to_batch(&schema, KeyType::Utf8, &bundle, rng.random_bool(0.5));
+                mini_batch = stream[pushed..pushed + n].to_vec();
+                mini_batch_time = now;
+                let batch = to_batch(&schema, KeyType::Utf8, &mini_batch, rng.random_bool(0.5));
                 for line in format_changes(&push(&batch)) {
                     apply_upsert(&mut got, &line);
                 }
@@ -1295,8 +1301,14 @@ fn ttl_with_mini_batch_and_retractions_matches_reference() {
             }
             // End of input: the last mini-batch fires on the clock as it stands.
             let now = tally::clock::Clock::now_ms(&clock);
-            let touch = if two_phase { now } else { bundle_time };
-            expiries += ttl_fire(&mut state, &mut view, &bundle, (touch, now, TTL), two_phase);
+            let touch = if two_phase { now } else { mini_batch_time };
+            expiries += ttl_fire(
+                &mut state,
+                &mut view,
+                &mini_batch,
+                (touch, now, TTL),
+                two_phase,
+            );
             let empty = to_batch(&schema, KeyType::Utf8, &[], false);
             for line in format_changes(&push(&empty)) {
                 apply_upsert(&mut got, &line);

@@ -13,7 +13,7 @@ use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tally::sql::{Session, StatementResult, split_statements};
+use tally::sql::{Session, StatementResult, script_statements};
 
 use crate::common::{Materialized, changelog_stream, run_query};
 
@@ -334,7 +334,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
     let dir = std::env::temp_dir().join(format!("tally-sql-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = StdRng::seed_from_u64(4242);
-    let (mut bypasses, mut local_tasks, mut rounds, mut dropped_ub) = (0, 0, 0, 0);
+    let (mut bypasses, mut local_tasks, mut mini_batches, mut dropped_ub) = (0, 0, 0, 0);
     for (s, retractions) in [false, true, true].into_iter().enumerate() {
         let stream = random_stream(&mut rng, 500, retractions);
         let path = dir.join(format!("t{s}.arrow"));
@@ -359,7 +359,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 let ctx = format!("{} (stream {s}): {desc} batch {batch}", q.name);
                 let mut session = Session::new();
                 let mut query = None;
-                for stmt in split_statements(&format!("{table} {settings} {};", q.sql)).unwrap() {
+                for stmt in script_statements(&format!("{table} {settings} {};", q.sql)).unwrap() {
                     if let StatementResult::Query(p) = session.execute(&stmt).unwrap() {
                         query = Some(p);
                     }
@@ -388,7 +388,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                                 s.step == tally::explain::AggregateStep::LocalGroupAggregate
                             });
                             local_tasks += stage.map_or(0, |s| s.batches);
-                            rounds += m.mini_batches;
+                            mini_batches += m.mini_batches;
                         }
                     }
                 }
@@ -399,8 +399,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
     // The paths the matrix is meant to take were taken.
     assert!(bypasses > 0, "the adaptive local phase never stepped aside");
     assert!(
-        local_tasks > rounds,
-        "never more than one local phase per mini-batch: {local_tasks} tasks, {rounds} rounds"
+        local_tasks > mini_batches,
+        "never more than one local phase per mini-batch: {local_tasks} tasks, {mini_batches} mini-batches"
     );
     assert!(dropped_ub > 3, "{dropped_ub} runs without -U");
 }
