@@ -6,7 +6,7 @@
 //! greatest (least) value whose multiplicity is positive, NULL when there is none. Multiplicities
 //! may go negative (a retraction that precedes its accumulation, in a local phase) and cancel
 //! when the accumulation arrives. Unlike Flink, values with a negative multiplicity never become
-//! the result; that only differs on inconsistent input (see SEMANTICS.md).
+//! the result; that only differs on inconsistent input (docs/semantics.md, "Where Tally differs from Flink").
 //!
 //! Floats are ordered by IEEE total order (`-0.0 < 0.0`, NaN greatest), strings by their UTF-8
 //! bytes. Booleans, dictionaries and the other string types are cast to `UInt8` / `Utf8` by the

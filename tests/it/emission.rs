@@ -1,8 +1,9 @@
-//! Flink's emission rules, row by row: every row of the table in
-//! `reference/flink-semantics.md` §a.4 and the derived cases D-1..D-6, each with mini-batch off
-//! (per-record, `GroupAggFunction`) and on (`MiniBatchGroupAggFunction`).
+//! Flink's emission rules, row by row: every row of the emission table in `docs/semantics.md`
+//! ("Changelog"; its rows are numbered from 1 below) and the derived cases
+//! D-1..D-6, each with mini-batch off (per-record, `GroupAggFunction`) and on
+//! (`MiniBatchGroupAggFunction`).
 //!
-//! The derived cases (this project's numbering, from the reference's appendix checklist):
+//! The derived cases (this project's numbering):
 //! * D-1 only the *leading* retractions of a stateless key are dropped; later ones apply;
 //! * D-2 a key whose mini-batch holds only leading retractions is skipped without abandoning
 //!   the other keys of the mini-batch (FLINK-35661);
@@ -41,7 +42,7 @@ fn v(lines: &[&str]) -> Vec<String> {
     lines.iter().map(|s| s.to_string()).collect()
 }
 
-// §a.4 row 1: no state, the mini-batch (or record) starts with retractions only → nothing.
+// Emission table row 1: no state, the mini-batch (or record) starts with retractions only → nothing.
 #[test]
 fn a4_row1_retractions_without_state_are_dropped() {
     for mb in [OFF, ON] {
@@ -52,7 +53,7 @@ fn a4_row1_retractions_without_state_are_dropped() {
     }
 }
 
-// §a.4 row 2: no state, accumulates → +I with the new values.
+// Emission table row 2: no state, accumulates → +I with the new values.
 #[test]
 fn a4_row2_new_key_emits_insert() {
     for mb in [OFF, ON] {
@@ -62,7 +63,7 @@ fn a4_row2_new_key_emits_insert() {
     }
 }
 
-// §a.4 row 3: no state, accumulates then retracts to 0 in one unit: mini-batch emits nothing;
+// Emission table row 3: no state, accumulates then retracts to 0 in one mini-batch: nothing;
 // per record it is +I then -D.
 #[test]
 fn a4_row3_new_key_that_cancels_out() {
@@ -79,7 +80,7 @@ fn a4_row3_new_key_that_cancels_out() {
     assert_eq!(out, vec![v(&["+I[a, 1, 2]"])]);
 }
 
-// §a.4 row 4: state present, values changed → -U old, +U new (-U only when switched on).
+// Emission table row 4: state present, values changed → -U old, +U new (-U only when switched on).
 #[test]
 fn a4_row4_changed_values_emit_update_pair() {
     for mb in [OFF, ON] {
@@ -106,7 +107,7 @@ fn a4_row4_changed_values_emit_update_pair() {
     }
 }
 
-// §a.4 row 5: state present, values equal, TTL off → nothing (state is still updated).
+// Emission table row 5: state present, values equal, TTL off → nothing (state is still updated).
 #[test]
 fn a4_row5_unchanged_values_emit_nothing() {
     for mb in [OFF, ON] {
@@ -128,7 +129,7 @@ fn a4_row5_unchanged_values_emit_nothing() {
     }
 }
 
-// §a.4 row 7: state present, count back to 0 → -D with the previous values; state cleared.
+// Emission table row 7: state present, count back to 0 → -D with the previous values; state cleared.
 #[test]
 fn a4_row7_count_zero_deletes_with_previous_values() {
     let (mut agg, schema) = count_sum(OFF, true);
@@ -161,7 +162,7 @@ fn a4_row7_count_zero_deletes_with_previous_values() {
     assert_eq!(agg.metrics().keys_in_state, 1);
 }
 
-// §a.4 row 8: insert-only input has no record count; a group is never deleted, even one
+// Emission table row 8: insert-only input has no record count; a group is never deleted, even one
 // whose aggregates are all "empty".
 #[test]
 fn a4_row8_insert_only_groups_are_never_deleted() {
@@ -495,7 +496,7 @@ fn with_ttl(mb: Option<usize>, update_before: bool, ttl: &str) -> tally::Config 
     c
 }
 
-// §a.4 row 6: state present, values equal, TTL on → -U/+U of the same values (FLINK-33936).
+// Emission table row 6: state present, values equal, TTL on → -U/+U of the same values (FLINK-33936).
 #[test]
 fn a4_row6_unchanged_values_with_ttl_still_emit() {
     for mb in [OFF, ON] {

@@ -7,27 +7,13 @@ use std::sync::Arc;
 use datafusion_expr::Expr;
 use tally_kernels::aggregates::AggregateKind;
 
-use super::{Built, Ctx, Role, build, unsupported};
+use super::context::{Built, Ctx, Role, unsupported};
 use crate::config::SPLIT_ENABLED;
 use crate::error::Result;
 use crate::operator::ParallelAggregate;
 use crate::pipeline::AggregateStage;
 use crate::plan::AggregatePlan;
 use crate::sql::explain::{AggregateShape, aggregate_label, aggregate_nodes};
-
-pub(super) fn build_aggregate(
-    ctx: &mut Ctx<'_>,
-    agg: &datafusion_expr::logical_plan::Aggregate,
-) -> Result<Built> {
-    let aliases = std::mem::take(&mut ctx.pending);
-    let built = build(ctx, &agg.input)?;
-    if ctx.config.split_enabled
-        && let Some(split) = crate::sql::split::plan_split(agg, ctx.config.split_bucket_num)?
-    {
-        return super::split::build_split(ctx, agg, built, &aliases, split);
-    }
-    aggregate_on(ctx, agg, built, &aliases, Role::Whole)
-}
 
 pub(super) fn aggregate_on(
     ctx: &mut Ctx<'_>,

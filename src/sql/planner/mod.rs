@@ -14,100 +14,29 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
 use datafusion_common::DFSchema;
 use datafusion_common::tree_node::TreeNode;
 use datafusion_expr::expr::Alias;
 use datafusion_expr::{Expr, LogicalPlan};
 
 use super::explain::{show_in, show_named};
-use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::clock::{ManualClock, SystemClock};
 use crate::config::{Config, SPLIT_ENABLED};
 use crate::error::{Error, Result};
 use crate::explain::{Explain, PlanNode};
 use crate::pipeline::{CalcStage, Pipeline, Stage};
 use crate::run::Job;
 use crate::runtime::Runtime;
-use crate::source::FileTable;
 
 use super::Catalog;
 use super::query::PlannedQuery;
-use aggregate::build_aggregate;
+use context::{Built, Ctx, Role, field_names, unsupported};
 use update_before::settle_update_before;
 
 mod aggregate;
+mod context;
 mod split;
 mod update_before;
-
-/// An aggregate's part in a split-distinct rewrite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
-    /// Not split.
-    Whole,
-    /// The PARTIAL aggregate, grouped by the keys and the buckets.
-    Partial,
-    /// The FINAL aggregate, merging the partial results.
-    Final,
-}
-
-/// What planning a subtree built.
-pub(super) struct Built {
-    pub(super) table: FileTable,
-    pub(super) stages: Vec<Box<dyn Stage>>,
-    pub(super) nodes: Vec<PlanNode>,
-    pub(super) changelog: bool,
-    /// Positions of the last aggregate's group keys in this subtree's output.
-    pub(super) keys: Option<Vec<usize>>,
-    /// EXPLAIN names of this subtree's output columns, where they differ from the schema's.
-    pub(super) names: HashMap<String, String>,
-}
-
-impl Built {
-    /// Adds a Calc stage computing `exprs` over `input` into batches of `output`.
-    pub(super) fn project(
-        &mut self,
-        input: &DFSchema,
-        exprs: &[Expr],
-        output: &Schema,
-    ) -> Result<()> {
-        self.stages.push(Box::new(CalcStage::try_new(
-            input,
-            None,
-            Some(exprs),
-            Arc::new(output.clone()),
-        )?));
-        Ok(())
-    }
-
-    /// The changelog mode of the subtree's top node.
-    pub(super) fn mode(&self) -> Vec<&'static str> {
-        self.nodes
-            .last()
-            .map(|n| n.mode.clone())
-            .unwrap_or_default()
-    }
-}
-
-pub(super) struct Ctx<'a> {
-    pub(super) catalog: &'a Catalog,
-    pub(super) config: Config,
-    pub(super) runtime: Arc<Runtime>,
-    /// Aggregates planned so far.
-    pub(super) aggregates: usize,
-    pub(super) has_aggregate: bool,
-    pub(super) clock: Arc<dyn Clock>,
-    pub(super) manual: Option<ManualClock>,
-    /// The plan's strategy notes and advice (its nodes are built with the stages).
-    pub(super) explain: Explain,
-    pub(super) warnings: Vec<String>,
-    /// Aliases of the Projection being planned (output column → alias), for the aggregate
-    /// below it to name its results in EXPLAIN.
-    pub(super) pending: HashMap<String, String>,
-    /// Each aggregate's EXPLAIN label and role, in planning order (its index).
-    pub(super) labels: Vec<(String, Role)>,
-    /// Aggregates planned with a local phase.
-    pub(super) local_phases: usize,
-}
 
 /// Plans `plan` over the tables of `catalog` under `config`.
 ///
@@ -191,25 +120,7 @@ pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<Pl
     })
 }
 
-impl Ctx<'_> {
-    /// Records a warning about a setting with no effect; an error under `tally.strict`.
-    pub(super) fn warn(&mut self, w: String) -> Result<()> {
-        if self.config.strict {
-            return Err(crate::config::strict_error(&w));
-        }
-        self.explain.add_advice("WARNING", w.clone());
-        self.warnings.push(w);
-        Ok(())
-    }
-}
-
-pub(super) fn unsupported(what: &str) -> Error {
-    Error::plan(format!(
-        "{what} is not supported in a streaming GROUP BY query"
-    ))
-}
-
-pub(super) fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
+fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
     match plan {
         LogicalPlan::TableScan(scan) => {
             let name = scan.table_name.table().to_string();
@@ -406,6 +317,16 @@ pub(super) fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
     }
 }
 
-pub(super) fn field_names(schema: &DFSchema) -> Vec<String> {
-    schema.fields().iter().map(|f| f.name().clone()).collect()
+fn build_aggregate(
+    ctx: &mut Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+) -> Result<Built> {
+    let aliases = std::mem::take(&mut ctx.pending);
+    let built = build(ctx, &agg.input)?;
+    if ctx.config.split_enabled
+        && let Some(split) = crate::sql::split::plan_split(agg, ctx.config.split_bucket_num)?
+    {
+        return split::build_split(ctx, agg, built, &aliases, split);
+    }
+    aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole)
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use datafusion_expr::Expr;
 
 use super::aggregate::aggregate_on;
-use super::{Built, Ctx, Role, field_names};
+use super::context::{Built, Ctx, Role, field_names};
 use crate::config::SPLIT_ENABLED;
 use crate::error::Result;
 use crate::explain::PlanNode;

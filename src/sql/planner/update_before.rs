@@ -1,6 +1,6 @@
 //! Where an aggregate may drop its `-U` rows (`tally.exec.emit.update-before = false`).
 
-use super::{Built, Ctx, Role};
+use super::context::{Built, Ctx, Role};
 use crate::error::{Error, Result};
 
 /// Applies `tally.exec.emit.update-before = false` as Flink's changelog-mode inference does: an
