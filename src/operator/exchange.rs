@@ -1,7 +1,7 @@
 //! The exchange and the slicing around it: cutting the input into slices and regrouping them
-//! into at most P tasks of consecutive rows ([`balance`]), and routing rows, or the local
-//! phases' accumulator rows, to the worker their key hash picks ([`partition_of`]), with one
-//! gather ([`take_parts`]) for every kind of routed rows.
+//! into at most P tasks of consecutive rows (`balance`), and routing rows, or the local
+//! phases' accumulator rows, to the worker their key hash picks (`tally_kernels::hash::partition_of`), with one
+//! gather (`take_parts`) for every kind of routed rows.
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::buffer::ScalarBuffer;

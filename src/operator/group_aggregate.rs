@@ -1,8 +1,8 @@
 //! `GroupAggregate`: streaming group aggregation with Flink's changelog, on one worker.
 //!
 //! Each input batch is evaluated ([`crate::plan::Calc`]), hashed and interned into group ids
-//! once; its rows are then applied to the keyed state ([`crate::operator::keyed`]) as whole
-//! columns, and the output is derived when the mini-batch fires ([`crate::operator::mini_batch`]).
+//! once; its rows are then applied to the keyed state (`operator/keyed.rs`) as whole
+//! columns, and the output is derived when the mini-batch fires (`operator/mini_batch.rs`).
 //! With retraction input, a retraction is dropped when its key had no state before the
 //! mini-batch and no accumulate of that key came before it in the mini-batch (Flink's "leading
 //! retractions"); the hidden record count (`count1`) counts the remaining rows.
@@ -186,8 +186,8 @@ impl GroupAggregate {
         self
     }
 
-    /// Whether it is a global phase.
-    pub(super) fn is_global(&self) -> bool {
+    /// Whether it is a global phase (built by [`GroupAggregate::try_new_global`]).
+    pub fn is_global(&self) -> bool {
         matches!(self.input, Input::Accumulators(_))
     }
 

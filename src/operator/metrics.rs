@@ -6,7 +6,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::explain::AggregateStep;
 use crate::operator::{LocalGroupAggregate, ParallelAggregate};
 
 /// Counters of a running aggregation.
@@ -34,6 +33,51 @@ pub struct Metrics {
     pub dropped_retractions: u64,
     /// Times the group table was rebuilt without its deleted and expired groups.
     pub compactions: u64,
+}
+
+/// A step of a streaming aggregate: what runs, what EXPLAIN names, what metrics are kept for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggregateStep {
+    /// Evaluating the keys, arguments and FILTER masks, and hashing the keys.
+    Calc,
+    /// The local phase of a two-phase aggregate.
+    LocalGroupAggregate,
+    /// Routing rows (or accumulator rows) to the worker of their key.
+    Exchange,
+    /// The keyed aggregate of a one-phase aggregate.
+    GroupAggregate,
+    /// The global phase of a two-phase aggregate.
+    GlobalGroupAggregate,
+}
+
+impl AggregateStep {
+    /// The step's name, as Flink's EXPLAIN names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggregateStep::Calc => "Calc",
+            AggregateStep::LocalGroupAggregate => "LocalGroupAggregate",
+            AggregateStep::Exchange => "Exchange",
+            AggregateStep::GroupAggregate => "GroupAggregate",
+            AggregateStep::GlobalGroupAggregate => "GlobalGroupAggregate",
+        }
+    }
+
+    /// The keyed step of an aggregate in one or two phases.
+    pub fn keyed(two_phase: bool) -> Self {
+        if two_phase {
+            AggregateStep::GlobalGroupAggregate
+        } else {
+            AggregateStep::GroupAggregate
+        }
+    }
+
+    /// Whether it is the keyed step (which holds the state and emits the changelog).
+    pub fn is_keyed(self) -> bool {
+        matches!(
+            self,
+            AggregateStep::GroupAggregate | AggregateStep::GlobalGroupAggregate
+        )
+    }
 }
 
 /// How many hot keys the metrics report.

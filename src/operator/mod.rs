@@ -1,22 +1,21 @@
 //! The streaming operators and their parts.
 //!
 //! - [`GroupAggregate`] aggregates on one worker ([`group_aggregate`]), built by a
-//!   [`GroupAggregateBuilder`] ([`builder`]); its keyed state is [`keyed`] (the group table and
-//!   per-group columns) over [`accumulators`] (one per aggregate call); its mini-batches are
-//!   [`mini_batch`] (the trigger, what a mini-batch touched, the transitions it emits); its
-//!   snapshots, restores and compaction are [`snapshot`].
+//!   [`GroupAggregateBuilder`] (`builder.rs`); its keyed state is `keyed.rs` (the group table
+//!   and per-group columns) over `accumulators.rs` (one per aggregate call); its mini-batches
+//!   are `mini_batch.rs` (the trigger, what a mini-batch touched, the transitions it emits);
+//!   its snapshots, restores and compaction are [`snapshot`].
 //! - [`LocalGroupAggregate`] is the stateless first phase of local-global aggregation
 //!   ([`local`]).
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
 //!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`].
-//! - [`metrics`]: what they measure; `explain` (their `explain()`): what runs, as EXPLAIN
-//!   shows it.
+//! - [`metrics`]: what they measure, per [`metrics::AggregateStep`]. (Their `explain()` is
+//!   written in [`crate::explain`].)
 
 pub(crate) mod accumulators;
 pub mod adaptive;
 mod builder;
 pub mod exchange;
-mod explain;
 pub mod group_aggregate;
 pub(crate) mod keyed;
 pub mod local;

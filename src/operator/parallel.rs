@@ -36,7 +36,6 @@ use crate::changelog::ChangeBatch;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::explain::AggregateStep;
 use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{
     Evaluated, Hashed, MIN_SLICE_ROWS, Routed, Rows, balance, route, route_accumulators,
@@ -44,7 +43,7 @@ use crate::operator::exchange::{
 };
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
-use crate::operator::metrics::StageMetrics;
+use crate::operator::metrics::{AggregateStep, StageMetrics};
 use crate::operator::mini_batch::Trigger;
 use crate::operator::{GroupAggregate, LocalGroupAggregate};
 use crate::plan::AggregatePlan;

@@ -91,7 +91,7 @@ pub enum StatementKind {
     Other,
 }
 
-/// The kind of `stmt`: the one classification [`Session::execute`] and the command line (which
+/// The kind of `stmt`: the one classification [`crate::sql::Session::execute`] and the command line (which
 /// counts a script's queries) both use.
 pub fn classify(stmt: &str) -> StatementKind {
     match first_word(stmt).as_str() {

@@ -1,4 +1,4 @@
-//! The scalar functions of the split-distinct rewrite ([`super::split`]): the bucket of a value
+//! The scalar functions of the split-distinct rewrite (`sql/split.rs`): the bucket of a value
 //! ([`bucket`]) and AVG from its split parts ([`avg_final`]), shown in EXPLAIN as Flink shows them.
 
 use std::sync::Arc;

@@ -3,11 +3,15 @@
 //!
 //! An [`Explain`] is built beside what runs: the SQL planner builds one for a query's pipeline
 //! (`tally::sql`), and an aggregate built through the library explains itself
-//! ([`crate::ParallelAggregate::explain`]). A node that shows one step of an aggregate carries
+//! ([`crate::ParallelAggregate::explain`], [`crate::GroupAggregate::explain`], written in
+//! `explain/aggregate.rs`). A node that shows one step of an aggregate carries
 //! the aggregate's position in the pipeline and the [`AggregateStep`], by which
 //! [`Explain::render`] finds that step's figures in the run's [`AggregateMetrics`].
 
+mod aggregate;
+
 use crate::operator::AggregateMetrics;
+pub use crate::operator::metrics::AggregateStep;
 
 /// EXPLAIN details.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,51 +20,6 @@ pub enum ExplainDetail {
     PlanAdvice,
     /// `CHANGELOG_MODE`: each node's changelog mode.
     ChangelogMode,
-}
-
-/// A step of a streaming aggregate: what runs, what EXPLAIN names, what metrics are kept for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AggregateStep {
-    /// Evaluating the keys, arguments and FILTER masks, and hashing the keys.
-    Calc,
-    /// The local phase of a two-phase aggregate.
-    LocalGroupAggregate,
-    /// Routing rows (or accumulator rows) to the worker of their key.
-    Exchange,
-    /// The keyed aggregate of a one-phase aggregate.
-    GroupAggregate,
-    /// The global phase of a two-phase aggregate.
-    GlobalGroupAggregate,
-}
-
-impl AggregateStep {
-    /// The step's name, as Flink's EXPLAIN names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            AggregateStep::Calc => "Calc",
-            AggregateStep::LocalGroupAggregate => "LocalGroupAggregate",
-            AggregateStep::Exchange => "Exchange",
-            AggregateStep::GroupAggregate => "GroupAggregate",
-            AggregateStep::GlobalGroupAggregate => "GlobalGroupAggregate",
-        }
-    }
-
-    /// The keyed step of an aggregate in one or two phases.
-    pub fn keyed(two_phase: bool) -> Self {
-        if two_phase {
-            AggregateStep::GlobalGroupAggregate
-        } else {
-            AggregateStep::GroupAggregate
-        }
-    }
-
-    /// Whether it is the keyed step (which holds the state and emits the changelog).
-    pub fn is_keyed(self) -> bool {
-        matches!(
-            self,
-            AggregateStep::GroupAggregate | AggregateStep::GlobalGroupAggregate
-        )
-    }
 }
 
 /// One node of a plan: one line of EXPLAIN.

@@ -3,8 +3,8 @@
 //! decision's note, without SQL. The SQL planner shows the same steps in Flink's full names
 //! (`tally::sql`).
 
+use super::{AggregateStep, Explain, PlanNode};
 use crate::config::Config;
-use crate::explain::{AggregateStep, Explain, PlanNode};
 use crate::operator::{GroupAggregate, ParallelAggregate};
 use crate::phases::PhaseDecision;
 use crate::plan::AggregatePlan;
@@ -123,7 +123,7 @@ fn explain(
 }
 
 impl ParallelAggregate {
-    /// What runs, as EXPLAIN shows it: Calc, [LocalGroupAggregate,] Exchange, and
+    /// What runs, as EXPLAIN shows it: Calc, (LocalGroupAggregate,) Exchange, and
     /// GroupAggregate or GlobalGroupAggregate, with how many workers and why so many phases,
     /// and the settings that had no effect as warnings. Render it with
     /// [`Explain::render`], with this aggregate's [`ParallelAggregate::metrics`] for EXPLAIN
