@@ -96,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for _ in 0..repeat {
                     let mut q = tally::sql::plan_script(&script)?;
                     let start = Instant::now();
-                    let s = q.run(65_536, &mut tally::sink::Discard, |_, _| {})?;
+                    let s = q.job().run(65_536, &mut tally::sink::Discard, |_, _| {})?;
                     times.push(start.elapsed().as_secs_f64());
                     stats = Some(s);
                 }

@@ -2,12 +2,14 @@
 //! accumulator each one builds over an argument type.
 
 use arrow_array::ArrayRef;
+use arrow_array::types::*;
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::{ArrowError, DataType};
 
 use crate::accumulator::GroupsAccumulator;
+use crate::decimal::{DecimalAvg, DecimalSum};
 use crate::min_max::{new_min_max, new_min_max_retract};
-use crate::numeric::{CountAccumulator, new_avg, new_sum};
+use crate::numeric::{Avg, CountAccumulator, Sum, SumAccumulator};
 
 /// The built-in aggregate functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -239,4 +241,63 @@ impl GroupsAccumulator for CastAccumulator {
     fn size(&self) -> usize {
         self.inner.size()
     }
+}
+
+/// Builds SUM (or `$SUM0` with `sum0`) over `dt`.
+fn new_sum(dt: &DataType, sum0: bool) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
+    macro_rules! sum {
+        ($t:ty) => {
+            Box::new(SumAccumulator::new(Sum::<$t>::new(dt.clone(), sum0)))
+        };
+    }
+    Ok(match dt {
+        DataType::Int8 => sum!(Int8Type),
+        DataType::Int16 => sum!(Int16Type),
+        DataType::Int32 => sum!(Int32Type),
+        DataType::Int64 => sum!(Int64Type),
+        DataType::UInt8 => sum!(UInt8Type),
+        DataType::UInt16 => sum!(UInt16Type),
+        DataType::UInt32 => sum!(UInt32Type),
+        DataType::UInt64 => sum!(UInt64Type),
+        DataType::Float32 => sum!(Float32Type),
+        DataType::Float64 => sum!(Float64Type),
+        DataType::Decimal128(_, s) => Box::new(SumAccumulator::new(
+            DecimalSum::<Decimal128Type>::new(dt.clone(), *s, sum0),
+        )),
+        DataType::Decimal256(_, s) => Box::new(SumAccumulator::new(
+            DecimalSum::<Decimal256Type>::new(dt.clone(), *s, sum0),
+        )),
+        other => {
+            return Err(ArrowError::NotYetImplemented(format!(
+                "SUM does not support type {other}"
+            )));
+        }
+    })
+}
+
+/// Builds AVG over `dt`.
+fn new_avg(dt: &DataType) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
+    macro_rules! avg {
+        ($t:ty) => {
+            Box::new(SumAccumulator::new(Avg::<$t>::new(dt.clone())))
+        };
+    }
+    Ok(match dt {
+        DataType::Int8 => avg!(Int8Type),
+        DataType::Int16 => avg!(Int16Type),
+        DataType::Int32 => avg!(Int32Type),
+        DataType::Int64 => avg!(Int64Type),
+        DataType::UInt8 => avg!(UInt8Type),
+        DataType::UInt16 => avg!(UInt16Type),
+        DataType::UInt32 => avg!(UInt32Type),
+        DataType::UInt64 => avg!(UInt64Type),
+        DataType::Float32 => avg!(Float32Type),
+        DataType::Float64 => avg!(Float64Type),
+        DataType::Decimal128(p, s) => Box::new(SumAccumulator::new(DecimalAvg::new(*p, *s))),
+        other => {
+            return Err(ArrowError::NotYetImplemented(format!(
+                "AVG does not support type {other}"
+            )));
+        }
+    })
 }

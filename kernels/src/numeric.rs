@@ -8,7 +8,7 @@
 //! Integer sums wrap on overflow, as Flink's do (Java `long`/`int` arithmetic): `SUM(INT)` is an
 //! INT that wraps, and AVG of integers keeps its sum in a wrapping BIGINT and truncates the
 //! quotient toward zero. Decimal sums are exact (256 bits) and NULL when they overflow the result
-//! precision ([`crate::decimal`]).
+//! precision (`decimal.rs`).
 
 use std::sync::Arc;
 
@@ -22,7 +22,6 @@ use arrow_schema::{ArrowError, DataType};
 
 use crate::accumulate::for_each_selected;
 use crate::accumulator::{GroupsAccumulator, check_filter, grow, single_arg, state_arg};
-use crate::decimal::{DecimalAvg, DecimalSum};
 
 /// `COUNT(*)` (every selected row) or `COUNT(x)` (selected non-NULL values).
 #[derive(Debug)]
@@ -487,63 +486,4 @@ where
     ) -> Option<T::Native> {
         (count != 0).then(|| T::Native::mean(sum, count))
     }
-}
-
-/// Builds SUM (or `$SUM0` with `sum0`) over `dt`.
-pub(crate) fn new_sum(dt: &DataType, sum0: bool) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
-    macro_rules! sum {
-        ($t:ty) => {
-            Box::new(SumAccumulator::new(Sum::<$t>::new(dt.clone(), sum0)))
-        };
-    }
-    Ok(match dt {
-        DataType::Int8 => sum!(Int8Type),
-        DataType::Int16 => sum!(Int16Type),
-        DataType::Int32 => sum!(Int32Type),
-        DataType::Int64 => sum!(Int64Type),
-        DataType::UInt8 => sum!(UInt8Type),
-        DataType::UInt16 => sum!(UInt16Type),
-        DataType::UInt32 => sum!(UInt32Type),
-        DataType::UInt64 => sum!(UInt64Type),
-        DataType::Float32 => sum!(Float32Type),
-        DataType::Float64 => sum!(Float64Type),
-        DataType::Decimal128(_, s) => Box::new(SumAccumulator::new(
-            DecimalSum::<Decimal128Type>::new(dt.clone(), *s, sum0),
-        )),
-        DataType::Decimal256(_, s) => Box::new(SumAccumulator::new(
-            DecimalSum::<Decimal256Type>::new(dt.clone(), *s, sum0),
-        )),
-        other => {
-            return Err(ArrowError::NotYetImplemented(format!(
-                "SUM does not support type {other}"
-            )));
-        }
-    })
-}
-
-/// Builds AVG over `dt`.
-pub(crate) fn new_avg(dt: &DataType) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
-    macro_rules! avg {
-        ($t:ty) => {
-            Box::new(SumAccumulator::new(Avg::<$t>::new(dt.clone())))
-        };
-    }
-    Ok(match dt {
-        DataType::Int8 => avg!(Int8Type),
-        DataType::Int16 => avg!(Int16Type),
-        DataType::Int32 => avg!(Int32Type),
-        DataType::Int64 => avg!(Int64Type),
-        DataType::UInt8 => avg!(UInt8Type),
-        DataType::UInt16 => avg!(UInt16Type),
-        DataType::UInt32 => avg!(UInt32Type),
-        DataType::UInt64 => avg!(UInt64Type),
-        DataType::Float32 => avg!(Float32Type),
-        DataType::Float64 => avg!(Float64Type),
-        DataType::Decimal128(p, s) => Box::new(SumAccumulator::new(DecimalAvg::new(*p, *s))),
-        other => {
-            return Err(ArrowError::NotYetImplemented(format!(
-                "AVG does not support type {other}"
-            )));
-        }
-    })
 }

@@ -265,7 +265,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             for _ in 0..repeat {
                 let mut q = plan_script(&script)?;
                 let start = Instant::now();
-                let stats = q.run(args.batch_size, &mut tally::sink::Discard, |_, _| {})?;
+                let stats = q
+                    .job()
+                    .run(args.batch_size, &mut tally::sink::Discard, |_, _| {})?;
                 times.push(start.elapsed().as_secs_f64());
                 last = Some(stats);
             }

@@ -14,7 +14,7 @@
 //!     match session.execute(&stmt)? {
 //!         StatementResult::Done(msg) => println!("{msg}"),
 //!         StatementResult::Explain(text) => println!("{text}"),
-//!         StatementResult::Query(query) => { /* query.run(...) */ }
+//!         StatementResult::Query(query) => { /* query.job().run(...) */ }
 //!         StatementResult::Analyze(mut query, details) => {
 //!             println!("{}", query.explain_analyze(&details, 8192)?);
 //!         }

@@ -7,8 +7,8 @@ use arrow::datatypes::SchemaRef;
 
 use crate::error::{Error, Result};
 use crate::explain::{Explain, ExplainDetail};
-use crate::run::{Job, RunStats};
-use crate::sink::{Discard, ResultTable, Sink};
+use crate::run::Job;
+use crate::sink::{Discard, ResultTable};
 
 /// A query planned into a job (a pipeline over one file table) and its EXPLAIN.
 pub struct PlannedQuery {
@@ -74,19 +74,6 @@ impl PlannedQuery {
     /// The job that runs the query: run, replay, checkpoint and restore it there.
     pub fn job(&mut self) -> &mut Job {
         &mut self.job
-    }
-
-    /// Runs the query ([`Job::run`]).
-    ///
-    /// # Errors
-    /// As [`Job::run`].
-    pub fn run(
-        &mut self,
-        batch_size: usize,
-        sink: &mut impl Sink,
-        on_progress: impl FnMut(u64, Option<u64>),
-    ) -> Result<RunStats> {
-        self.job.run(batch_size, sink, on_progress)
     }
 
     /// Sets every aggregate's smallest slice worth a task of its own (default 1024 rows): tests

@@ -321,7 +321,7 @@ pub fn run_query(
         out.push(b.clone());
         Ok(())
     };
-    let stats = query.run(batch, &mut sink, |_, _| {}).unwrap();
+    let stats = query.job().run(batch, &mut sink, |_, _| {}).unwrap();
     (format_changes(&out), stats)
 }
 

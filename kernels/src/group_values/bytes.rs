@@ -9,7 +9,7 @@ use arrow_buffer::{ArrowNativeType, BooleanBufferBuilder, NullBuffer, OffsetBuff
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
-use super::{GroupValues, check_len, out_of_range};
+use super::table::{GroupValues, check_len, find_or_insert, index_size, out_of_range};
 
 /// One string key column (Utf8, LargeUtf8, Utf8View or a dictionary of those): every key's
 /// bytes in one buffer.
@@ -55,25 +55,22 @@ impl BytesGroupValues {
 
     #[inline(always)]
     fn intern_one(&mut self, v: &[u8], h: u64) -> u32 {
-        let bytes = &self.bytes;
-        let offsets = &self.offsets;
         let null_group = self.null_group;
-        let found = self.map.find(h, |&g| {
-            let g = g as usize;
-            &bytes[offsets[g]..offsets[g + 1]] == v && Some(g as u32) != null_group
-        });
-        match found {
-            Some(&g) => g,
-            None => {
-                let g = self.hashes.len() as u32;
-                self.bytes.extend_from_slice(v);
-                self.offsets.push(self.bytes.len());
-                self.hashes.push(h);
-                let hs = &self.hashes;
-                self.map.insert_unique(h, g, |&g| hs[g as usize]);
-                g
-            }
-        }
+        let mut keys = (&mut self.bytes, &mut self.offsets);
+        find_or_insert(
+            &mut self.map,
+            &mut self.hashes,
+            h,
+            &mut keys,
+            |(bytes, offsets), g| {
+                let g = g as usize;
+                &bytes[offsets[g]..offsets[g + 1]] == v && Some(g as u32) != null_group
+            },
+            |(bytes, offsets)| {
+                bytes.extend_from_slice(v);
+                offsets.push(bytes.len());
+            },
+        )
     }
 
     fn intern_strings<'a>(
@@ -219,10 +216,9 @@ impl GroupValues for BytesGroupValues {
     }
 
     fn size(&self) -> usize {
-        self.map.capacity() * (std::mem::size_of::<u32>() + 1)
+        index_size(&self.map, &self.hashes)
             + self.bytes.capacity()
             + self.offsets.capacity() * std::mem::size_of::<usize>()
-            + self.hashes.capacity() * 8
             + self.dict_cache.capacity() * 4
     }
 

@@ -5,7 +5,9 @@ use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
-use super::{GroupValues, check_len, key_type_supported, out_of_range};
+use super::table::{
+    GroupValues, check_len, find_or_insert, index_size, key_type_supported, out_of_range,
+};
 
 /// Any key columns, encoded with arrow-row into comparable byte rows.
 pub struct RowGroupValues {
@@ -63,18 +65,14 @@ impl GroupValues for RowGroupValues {
         groups.reserve(hashes.len());
         for (i, &h) in hashes.iter().enumerate() {
             let row = batch_rows.row(i);
-            let stored = &self.rows;
-            let g = match self.map.find(h, |&g| stored.row(g as usize) == row) {
-                Some(&g) => g,
-                None => {
-                    let g = self.hashes.len() as u32;
-                    self.rows.push(row);
-                    self.hashes.push(h);
-                    let hs = &self.hashes;
-                    self.map.insert_unique(h, g, |&g| hs[g as usize]);
-                    g
-                }
-            };
+            let g = find_or_insert(
+                &mut self.map,
+                &mut self.hashes,
+                h,
+                &mut self.rows,
+                |stored, g| stored.row(g as usize) == row,
+                |stored| stored.push(row),
+            );
             groups.push(g);
         }
         Ok(())
@@ -85,10 +83,7 @@ impl GroupValues for RowGroupValues {
     }
 
     fn size(&self) -> usize {
-        self.map.capacity() * (std::mem::size_of::<u32>() + 1)
-            + self.rows.size()
-            + self.hashes.capacity() * 8
-            + self.converter.size()
+        index_size(&self.map, &self.hashes) + self.rows.size() + self.converter.size()
     }
 
     fn clear(&mut self) {
