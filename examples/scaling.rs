@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example scaling -- [--rows N] [--workers 1,2,4] [--repeat 3]
 //!     [--datasets hot,uniform,high-card] [--strategies one-phase,two-phase,two-phase-fixed]
-//!     [--mini-batch 10000] [--batch-size 131072]
+//!     [--mini-batch 10000] [--batch-size 131072] [--min-slice-rows 1024]
 //! ```
 //!
 //! Datasets (seeded, `tally::datagen`): `hot` — 200 shops, `shop-0000` holding half the rows,
@@ -39,6 +39,8 @@ struct Args {
     strategies: Vec<String>,
     mini_batch: usize,
     batch_size: usize,
+    /// The smallest slice worth a task of its own (None: the operator's default).
+    min_slice_rows: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -54,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
         ],
         mini_batch: 10_000,
         batch_size: 131_072,
+        min_slice_rows: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -67,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
             "--repeat" => a.repeat = num(&value)?.max(1),
             "--mini-batch" => a.mini_batch = num(&value)?.max(1),
             "--batch-size" => a.batch_size = num(&value)?.max(1),
+            "--min-slice-rows" => a.min_slice_rows = Some(num(&value)?.max(1)),
             "--workers" => {
                 a.workers = value.split(',').map(num).collect::<Result<_, _>>()?;
             }
@@ -193,6 +197,9 @@ fn main() {
                         .clock(Arc::new(ManualClock::new(0)))
                         .build_parallel()
                         .expect("aggregate");
+                    if let Some(rows) = args.min_slice_rows {
+                        agg.set_min_slice_rows(rows);
+                    }
                     let start = Instant::now();
                     let mut out = 0usize;
                     for b in &batches {

@@ -139,11 +139,11 @@ options! {
     ADAPTIVE_THRESHOLD = "tally.exec.local-agg.adaptive.threshold" => adaptive_threshold: f64 = 0.2,
         parse parse_ratio, show show_value;
     /// `tally.exec.local-agg.adaptive.min-rows` (default 100000): input rows the local phase
-    /// measures before it decides.
+    /// measures before it decides (BENCHMARKS.md, "Tuning constants").
     ADAPTIVE_MIN_ROWS = "tally.exec.local-agg.adaptive.min-rows" => adaptive_min_rows: u64 = 100_000,
         parse parse_positive, show show_value;
     /// `tally.exec.local-agg.adaptive.probe-interval` (default 1000000): input rows that bypass
-    /// the local phase before it is measured again.
+    /// the local phase before it is measured again (BENCHMARKS.md, "Tuning constants").
     ADAPTIVE_PROBE_INTERVAL = "tally.exec.local-agg.adaptive.probe-interval" => adaptive_probe_interval: u64 = 1_000_000,
         parse parse_positive, show show_value;
 }

@@ -350,7 +350,9 @@ pub fn extension(path: &std::path::Path) -> String {
         .unwrap_or_default()
 }
 
-/// Rows per Parquet row group in files this module writes.
+/// Rows per Parquet row group in files this module writes: a multiple of the readers' batch
+/// sizes (8192 by default), so that no batch spans two row groups' dictionaries; a 10M-row file
+/// has 10 row groups for the row-group decoders. BENCHMARKS.md, "Tuning constants".
 pub const ROW_GROUP_ROWS: usize = 1 << 20;
 
 /// Writes `batches` (of `schema`) to `path`, as Parquet (`.parquet`) or an Arrow IPC file

@@ -134,7 +134,8 @@ fn run_or_replay(
     })
 }
 
-/// Rows per generated batch.
+/// Rows per generated batch (`tally gen`; a divisor of the row group, BENCHMARKS.md, "Tuning
+/// constants").
 const GEN_BATCH: usize = 65_536;
 
 fn run_gen(what: &GenWhat) -> Result<()> {

@@ -19,6 +19,10 @@ use crate::replay::{ReplayStats, Replayer};
 use crate::sink::Sink;
 use crate::source::FileTable;
 
+/// Source batches decoded ahead of the pipeline, on the source's own thread (BENCHMARKS.md,
+/// "`tally bench` from Parquet": 4 batches deep took one worker from 7.2 to 14.2 M rows/s).
+const PREFETCH_BATCHES: usize = 4;
+
 /// When and where [`Job::run`] writes checkpoints.
 #[derive(Debug, Clone)]
 pub struct CheckpointPolicy {
@@ -225,7 +229,10 @@ impl Job {
         // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
         // groups on up to P decoders, in file order.
         let decoders = self.pipeline.parallelism();
-        let reader = self.source.open_with(batch_size, decoders)?.prefetch(4);
+        let reader = self
+            .source
+            .open_with(batch_size, decoders)?
+            .prefetch(PREFETCH_BATCHES);
         let total_rows = reader.total_rows;
         let time_index = self
             .source

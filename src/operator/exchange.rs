@@ -113,7 +113,8 @@ pub(crate) fn balance<T: Rows>(slices: Vec<T>, p: usize, min_rows: usize) -> Vec
     out
 }
 
-/// Slices smaller than this are not worth a task of their own.
+/// Slices smaller than this are not worth a task of their own (BENCHMARKS.md, "Tuning
+/// constants").
 pub const MIN_SLICE_ROWS: usize = 1024;
 
 /// Row indices per worker: row `r` goes to `partition_of(hashes[r], p)`.

@@ -16,7 +16,8 @@ use crate::operator::{GroupAggregate, ParallelAggregate};
 /// made it due (BENCHMARKS.md, "Soak": state flat under a churning key space).
 pub const COMPACT_MIN_DEAD: usize = 1024;
 
-/// Groups exported per step by compactions and snapshots (bounds the transient copy).
+/// Groups exported per step by compactions and snapshots: it bounds the transient copy (a chunk
+/// of keys and accumulator columns), not the speed. BENCHMARKS.md, "Tuning constants".
 const EXPORT_CHUNK: usize = 1 << 16;
 
 impl GroupAggregate {
