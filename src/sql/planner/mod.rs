@@ -1,15 +1,14 @@
-//! From DataFusion's logical plan to Tally's pipeline, the aggregate strategy decisions, and
-//! EXPLAIN in Flink's node names.
+//! From DataFusion's logical plan to Tally's pipeline: the walk over the plan (sources,
+//! filters, projections), and the dispatch of each GROUP BY to one aggregate
+//! (`aggregate.rs`) or the split-distinct stages (`split.rs`).
 //!
 //! The phase strategy and the split-distinct rewrite are decided under Flink's conditions
 //! (two-phase: mini-batch on, strategy not ONE_PHASE, every aggregate mergeable, input not
 //! already partitioned by the keys; split: enabled and at least one DISTINCT call). Every
-//! aggregate runs on `table.exec.resource.default-parallelism` workers, in one or two phases as
-//! decided, split into PARTIAL and FINAL aggregates when split-distinct applies (`split.rs`).
-//! EXPLAIN says what runs and why, and a setting
-//! that was asked for explicitly but has no effect is a warning (an error with
-//! `tally.strict = true`). EXPLAIN ANALYZE runs the query and annotates the plan with each
-//! stage's figures.
+//! aggregate runs on `table.exec.resource.default-parallelism` workers. Beside the stages the
+//! planner builds the query's EXPLAIN: what runs and why; a setting that was asked for
+//! explicitly but has no effect is a warning (an error with `tally.strict = true`), and where
+//! `-U` rows may be dropped is settled last (`update_before.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
