@@ -251,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn split_rows_covers_the_batch() {
+    fn even_slices_cover_the_batch() {
         for (n, p) in [(0, 4), (100, 4), (5000, 4), (4096, 4), (1 << 20, 16)] {
             let parts = even_slices(n, p);
             assert!(parts.len() <= p.max(1));

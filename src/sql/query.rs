@@ -102,7 +102,7 @@ impl PlannedQuery {
     /// ratio, state, the local phase's reduction ratio and decision, hot keys).
     ///
     /// # Errors
-    /// As [`PlannedQuery::run`].
+    /// As [`crate::run::Job::run`].
     pub fn explain_analyze(
         &mut self,
         details: &[ExplainDetail],
