@@ -1,5 +1,5 @@
 //! File sources: CSV (header row matched by column name, empty field = NULL), Parquet and Arrow
-//! IPC, read as change batches of a declared schema.
+//! IPC, read as change batches of a declared schema, whole or in splits (`splits.rs`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -18,6 +18,8 @@ use crate::changelog::op_codes;
 use crate::decode::{check_ipc_lengths, guarded};
 use crate::error::{Error, Result};
 
+mod splits;
+
 /// A file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -30,6 +32,15 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format's name, as the DDL's `'format'` option spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Csv => "csv",
+            Format::Parquet => "parquet",
+            Format::Arrow => "arrow",
+        }
+    }
+
     /// Parses `csv`, `parquet` or `arrow`.
     ///
     /// # Errors
@@ -141,9 +152,15 @@ impl FileTable {
             Format::Csv => self.open_csv(batch_size),
             Format::Arrow => self.open_arrow(batch_size),
         })?;
+        Ok(self.guard(reader))
+    }
+
+    /// Reads `reader`'s batches under the decoder panic guard; the first error ends it.
+    fn guard(&self, reader: SourceReader) -> SourceReader {
+        let ctx = self.ctx();
         let mut inner = reader.inner;
         let mut done = false;
-        Ok(SourceReader {
+        SourceReader {
             inner: Box::new(std::iter::from_fn(move || {
                 if done {
                     return None;
@@ -157,7 +174,7 @@ impl FileTable {
                 }
             })),
             total_rows: reader.total_rows,
-        })
+        }
     }
 
     fn ctx(&self) -> String {
