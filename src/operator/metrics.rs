@@ -148,6 +148,63 @@ pub struct LocalPhaseMetrics {
     pub probes: u64,
 }
 
+/// What a task of the pipelined runtime does ([`crate::operator::pipelined`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TaskRole {
+    /// Reads a split of the input and runs Calc and the local phase on it.
+    #[default]
+    Source,
+    /// The keyed step (global phase, or one-phase aggregate) of one worker.
+    Keyed,
+    /// The caller's thread, handing the changes on (to the rest of the pipeline and the sink).
+    Consumer,
+}
+
+impl TaskRole {
+    /// The role's name in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskRole::Source => "source",
+            TaskRole::Keyed => "keyed",
+            TaskRole::Consumer => "consumer",
+        }
+    }
+}
+
+/// Where one task of the pipelined runtime spent its time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskMetrics {
+    /// What it does.
+    pub role: TaskRole,
+    /// Its index among the tasks of its role (split, worker).
+    pub index: usize,
+    /// Rows it processed (sources: rows read from the split; keyed tasks: rows and accumulator rows
+    /// received; the consumer: changelog rows).
+    pub rows: u64,
+    /// Mini-batches (epochs) it completed.
+    pub epochs: u64,
+    /// Time it worked (for a source, including `reading`).
+    pub busy: Duration,
+    /// Of `busy`, the time a source spent reading and decoding its split.
+    pub reading: Duration,
+    /// Time it waited for input (an empty channel).
+    pub waiting_input: Duration,
+    /// Time it waited to hand on its output (a full channel: backpressure).
+    pub waiting_output: Duration,
+}
+
+/// Where the time of a run on the pipelined runtime went.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimeMetrics {
+    /// Wall time of the run.
+    pub wall: Duration,
+    /// The share of the wall time in which at most one task was busy: the part of the run
+    /// that more workers cannot shorten.
+    pub serial_fraction: f64,
+    /// Every task: sources, keyed tasks, the consumer.
+    pub tasks: Vec<TaskMetrics>,
+}
+
 /// Metrics of a parallel aggregation: per stage, per worker, skew, state and hot keys.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AggregateMetrics {
@@ -184,6 +241,8 @@ pub struct AggregateMetrics {
     pub hot_keys: Vec<(String, u64)>,
     /// The local phase (two-phase only).
     pub local: Option<LocalPhaseMetrics>,
+    /// Where the time went, per task, when the last run was on the pipelined runtime.
+    pub runtime: Option<RuntimeMetrics>,
 }
 
 fn ms(d: Duration) -> String {
@@ -268,6 +327,28 @@ impl fmt::Display for AggregateMetrics {
                 .collect();
             writeln!(f, "  hot keys (input rows): {}", keys.join(", "))?;
         }
+        if let Some(r) = &self.runtime {
+            writeln!(
+                f,
+                "  pipelined runtime: wall {}, serial fraction {:.1} % (share of the wall time with at most one task busy)",
+                ms(r.wall),
+                r.serial_fraction * 100.0
+            )?;
+            for t in &r.tasks {
+                writeln!(
+                    f,
+                    "    {:<8} {:<3} rows {:>12}  mini-batches {:>6}  busy {} (reading {})  waiting on input {}  waiting on output {}",
+                    t.role.name(),
+                    t.index,
+                    t.rows,
+                    t.epochs,
+                    ms(t.busy),
+                    ms(t.reading),
+                    ms(t.waiting_input),
+                    ms(t.waiting_output)
+                )?;
+            }
+        }
         Ok(())
     }
 }
@@ -333,6 +414,7 @@ impl ParallelAggregate {
             skew_ratio,
             hot_keys,
             local: self.two_phase.then(|| self.adaptive.m.clone()),
+            runtime: self.runtime_metrics.clone(),
         })
     }
 }

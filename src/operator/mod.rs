@@ -8,7 +8,9 @@
 //! - [`LocalGroupAggregate`] is the stateless first phase of local-global aggregation
 //!   ([`local`]).
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
-//!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`].
+//!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`]: on the ordered
+//!   runtime (pushed batches, a barrier per step) or on the pipelined runtime over input splits
+//!   ([`pipelined`]: source and keyed tasks joined by bounded channels).
 //! - [`metrics`]: what they measure, per [`metrics::AggregateStep`]. (Their `explain()` is
 //!   written in [`crate::explain`].)
 
@@ -22,10 +24,14 @@ pub mod local;
 pub mod metrics;
 pub(crate) mod mini_batch;
 pub mod parallel;
+pub mod pipelined;
 pub mod snapshot;
 
 pub use builder::GroupAggregateBuilder;
 pub use group_aggregate::GroupAggregate;
 pub use local::LocalGroupAggregate;
-pub use metrics::{AggregateMetrics, LocalPhaseMetrics, Metrics, StageMetrics, WorkerMetrics};
+pub use metrics::{
+    AggregateMetrics, LocalPhaseMetrics, Metrics, RuntimeMetrics, StageMetrics, TaskMetrics,
+    TaskRole, WorkerMetrics,
+};
 pub use parallel::ParallelAggregate;

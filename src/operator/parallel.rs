@@ -43,7 +43,7 @@ use crate::operator::exchange::{
 };
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
-use crate::operator::metrics::{AggregateStep, StageMetrics};
+use crate::operator::metrics::{AggregateStep, RuntimeMetrics, StageMetrics};
 use crate::operator::mini_batch::Trigger;
 use crate::operator::{GroupAggregate, LocalGroupAggregate};
 use crate::plan::AggregatePlan;
@@ -124,6 +124,8 @@ pub struct ParallelAggregate {
     pub(super) min_slice_rows: usize,
     /// Settings that had no effect, found by the builder.
     pub(super) warnings: Vec<String>,
+    /// Where the time of the last run on the pipelined runtime went.
+    pub(super) runtime_metrics: Option<RuntimeMetrics>,
 }
 
 impl ParallelAggregate {
@@ -193,6 +195,7 @@ impl ParallelAggregate {
             mini_batches: 0,
             min_slice_rows: MIN_SLICE_ROWS,
             warnings: vec![],
+            runtime_metrics: None,
         })
     }
 

@@ -1,0 +1,645 @@
+//! The pipelined runtime: a [`ParallelAggregate`] over input splits, with no barrier.
+//!
+//! # Tasks and channels
+//!
+//! - One **source task** per split (a part of the input: row groups of a Parquet file, record
+//!   batches of an Arrow file, or batches in memory). It pulls its batches (decoding them, for a
+//!   file), runs the Calc stages before the aggregate, evaluates and hashes the keys, and folds
+//!   the rows into its own local phase (two-phase), or routes them to the workers (one-phase, or
+//!   a bypassed local phase): decoding, Calc and the local phase run on the same thread, on the
+//!   data it just decoded.
+//! - One **keyed task** per worker: the global phase (or the one-phase keyed aggregate) of the
+//!   keys that hash to it.
+//! - The **caller's thread** collects the workers' changes and hands them on (the rest of the
+//!   pipeline, the sink).
+//!
+//! Every source task fires its own mini-batches: after `table.exec.mini-batch.size` of its rows
+//! (Flink counts the size per task), or when the latency interval passes. The end of its `e`-th
+//! mini-batch is *epoch* `e`: it sends each worker one message holding its part of the epoch
+//! (its routed rows and flushed accumulator rows). A worker aligns the epochs: it takes epoch `e`
+//! from every source still running, in source order, merges it and fires, and sends its changes
+//! to the caller, who takes each epoch from the workers in worker order. Channels are bounded
+//! ([`CHANNEL_DEPTH`] messages): a slow worker holds its sources back (backpressure), and memory
+//! stays bounded. No step waits for all workers except the alignment of an epoch at each worker,
+//! so sources run ahead of the keyed tasks by up to the channels' depth.
+//!
+//! # Determinism
+//!
+//! What a source sends in each epoch depends only on its split and the row counts (the latency
+//! trigger aside, which reads the clock), and each worker merges epochs in source order, so for a
+//! given input, splits, options and P the changelog is the same on every run. The rows of one
+//! mini-batch are those of one epoch, which differ from the ordered runtime's (which cuts the
+//! input stream at every `size` × P rows): the changelog differs from it, the final result does
+//! not.
+//!
+//! # Input order
+//!
+//! Splits are read concurrently, so rows of one key from two splits reach its worker in epoch
+//! order, not input order. That is exact for insert-only input (every accumulator is
+//! order-insensitive within a key); a changelog input needs each key's rows in input order, and
+//! runs on the ordered runtime ([`ParallelAggregate::push_slices`]).
+//!
+//! # Where the time goes
+//!
+//! Each task measures its busy time, and the time it waited on input (an empty channel) and on
+//! output (a full one); an [`Activity`] counts how many tasks are busy at each moment, which
+//! gives the share of the run in which at most one was (the serial fraction).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::{Duration, Instant};
+
+use crate::changelog::ChangeBatch;
+use crate::error::{Error, Result};
+use crate::operator::adaptive::Adaptive;
+use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators};
+use crate::operator::keyed::hash_keys;
+use crate::operator::local::Flushed;
+use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
+use crate::operator::mini_batch::Trigger;
+use crate::operator::parallel::Worker;
+use crate::operator::{LocalGroupAggregate, ParallelAggregate};
+use crate::plan::AggregatePlan;
+
+/// Messages a channel holds before its sender waits (backpressure).
+pub const CHANNEL_DEPTH: usize = 16;
+
+/// One split of the input: change batches in order.
+pub type Split = Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>;
+
+/// The stages before the aggregate, run by each source task on each batch it reads (a filter
+/// may drop the whole batch: `None`).
+pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Option<ChangeBatch>> + Sync);
+
+/// What a source task sends one worker for one epoch.
+struct EpochPart {
+    /// Raw rows (one-phase, or a bypassed local phase).
+    rows: Vec<Routed>,
+    /// Accumulator rows of the local phase.
+    accumulators: Option<Flushed>,
+}
+
+/// How many tasks are busy, over time: the serial fraction is the share of the run in which at
+/// most one task was busy.
+#[derive(Debug)]
+pub struct Activity {
+    inner: Mutex<ActivityState>,
+}
+
+#[derive(Debug)]
+struct ActivityState {
+    start: Instant,
+    last: Instant,
+    busy: usize,
+    /// Time during which at most one task was busy.
+    serial: Duration,
+}
+
+impl Activity {
+    /// Starts counting with `busy` tasks busy.
+    pub fn new(busy: usize) -> Self {
+        let now = Instant::now();
+        Self {
+            inner: Mutex::new(ActivityState {
+                start: now,
+                last: now,
+                busy,
+                serial: Duration::ZERO,
+            }),
+        }
+    }
+
+    fn change(&self, delta: isize) {
+        // A poisoned lock only means another task panicked; the counts are still usable.
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if s.busy <= 1 {
+            let since = now - s.last;
+            s.serial += since;
+        }
+        s.last = now;
+        s.busy = s.busy.saturating_add_signed(delta);
+    }
+
+    /// Runs `f` (a blocking wait) with the calling task counted as idle, and returns its result
+    /// and how long it took.
+    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
+        self.change(-1);
+        let start = Instant::now();
+        let r = f();
+        let waited = start.elapsed();
+        self.change(1);
+        (r, waited)
+    }
+
+    /// The wall time so far and the share of it in which at most one task was busy.
+    pub fn serial_fraction(&self) -> (Duration, f64) {
+        self.change(0);
+        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let wall = s.last - s.start;
+        let share = if wall.is_zero() {
+            0.0
+        } else {
+            s.serial.as_secs_f64() / wall.as_secs_f64()
+        };
+        (wall, share)
+    }
+}
+
+/// What a source task did.
+#[derive(Debug, Default)]
+struct SourceReport {
+    task: TaskMetrics,
+    calc_busy: Duration,
+    local_busy: Duration,
+    exchange_busy: Duration,
+    batches: u64,
+    rows: u64,
+    folded: u64,
+    flushed: u64,
+    bypassed: u64,
+    adaptive: LocalPhaseMetrics,
+}
+
+/// One source task: its split, its local phase and the channels to the workers.
+struct Source<'a> {
+    plan: &'a AggregatePlan,
+    local: Option<&'a mut LocalGroupAggregate>,
+    adaptive: Adaptive,
+    trigger: Trigger,
+    latency: bool,
+    clock: &'a dyn crate::clock::Clock,
+    senders: Vec<SyncSender<EpochPart>>,
+    activity: &'a Activity,
+    stop: &'a AtomicBool,
+    /// Rows routed to each worker in the current epoch.
+    routed: Vec<Vec<Routed>>,
+    epoch_folded: u64,
+    epoch_bypassed: u64,
+    report: SourceReport,
+}
+
+impl Source<'_> {
+    fn run(mut self, split: Split, pre: PreStages<'_>) -> Result<SourceReport> {
+        let started = Instant::now();
+        let result = self.read(split, pre);
+        if result.is_err() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        self.report.task.busy = started
+            .elapsed()
+            .saturating_sub(self.report.task.waiting_output);
+        self.report.adaptive = self.adaptive.m.clone();
+        result.map(|()| self.report)
+    }
+
+    fn read(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let start = Instant::now();
+            let Some(batch) = split.next() else { break };
+            let batch = batch?;
+            self.report.task.reading += start.elapsed();
+            self.report.task.rows += batch.num_rows() as u64;
+            self.report.batches += 1;
+            let Some(batch) = pre(batch)? else { continue };
+            self.push(batch)?;
+        }
+        if self.epoch_folded + self.epoch_bypassed > 0 {
+            self.end_epoch()?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, batch: ChangeBatch) -> Result<()> {
+        self.plan.check_input(&batch)?;
+        let start = Instant::now();
+        let cb = self.plan.calc.evaluate(&batch)?;
+        let n = cb.num_rows;
+        let mut hashes = vec![];
+        hash_keys(&cb.keys, n, &mut hashes)?;
+        let hashed = Hashed {
+            cb,
+            hashes: hashes.into(),
+        };
+        self.report.calc_busy += start.elapsed();
+        self.report.rows += n as u64;
+        if self.latency
+            && self.trigger.latency_due(self.clock.now_ms())
+            && self.epoch_folded + self.epoch_bypassed > 0
+        {
+            self.trigger.reset();
+            self.end_epoch()?;
+        }
+        for (off, len, ends) in self.trigger.cut(n) {
+            let piece = if len == n {
+                hashed.clone()
+            } else {
+                hashed.slice(off, len)
+            };
+            self.take(piece)?;
+            if ends {
+                self.end_epoch()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds `rows` into the local phase, or routes them to the workers.
+    fn take(&mut self, rows: Hashed) -> Result<()> {
+        let n = rows.num_rows() as u64;
+        let start = Instant::now();
+        match &mut self.local {
+            Some(local) if !self.adaptive.m.bypassed => {
+                local.push_evaluated(&rows.cb, &rows.hashes)?;
+                self.report.local_busy += start.elapsed();
+                self.epoch_folded += n;
+            }
+            _ => {
+                let p = self.senders.len();
+                for (w, part) in route(rows, p)?.into_iter().enumerate() {
+                    if part.cb.num_rows > 0 {
+                        self.routed[w].push(part);
+                    }
+                }
+                self.report.exchange_busy += start.elapsed();
+                self.epoch_bypassed += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the source's mini-batch: flushes the local phase and sends every worker its part.
+    fn end_epoch(&mut self) -> Result<()> {
+        let p = self.senders.len();
+        let start = Instant::now();
+        let (mut parts, mut flushed, mut hot_share) = (vec![], 0u64, 0.0f64);
+        if let Some(local) = &mut self.local
+            && let Some(f) = local.flush_parts()?
+        {
+            let top = f.rows.iter().copied().max().unwrap_or(0);
+            let all: u64 = f.rows.iter().sum();
+            hot_share = top as f64 / all.max(1) as f64;
+            flushed = f.batch.num_rows() as u64;
+            let routing = Instant::now();
+            self.report.local_busy += routing - start;
+            parts = route_accumulators(f, p)?;
+            self.report.exchange_busy += routing.elapsed();
+        }
+        let mut parts = parts.into_iter();
+        for w in 0..p {
+            let part = EpochPart {
+                rows: std::mem::take(&mut self.routed[w]),
+                accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
+            };
+            let (sent, waited) = self.activity.wait(|| self.senders[w].send(part));
+            self.report.task.waiting_output += waited;
+            if sent.is_err() {
+                // The worker stopped (an error downstream): stop reading.
+                self.stop.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        if self.local.is_some() {
+            self.adaptive.after_mini_batch(
+                self.epoch_folded,
+                flushed,
+                hot_share,
+                self.epoch_bypassed,
+            );
+        }
+        self.report.folded += self.epoch_folded;
+        self.report.bypassed += self.epoch_bypassed;
+        self.report.flushed += flushed;
+        self.report.task.epochs += 1;
+        (self.epoch_folded, self.epoch_bypassed) = (0, 0);
+        Ok(())
+    }
+}
+
+/// One keyed task: aligns the epochs of the sources, merges and fires.
+fn keyed_task(
+    worker: &mut Worker,
+    receivers: Vec<Receiver<EpochPart>>,
+    out: SyncSender<Vec<ChangeBatch>>,
+    activity: &Activity,
+    stop: &AtomicBool,
+) -> Result<TaskMetrics> {
+    let started = Instant::now();
+    let mut task = TaskMetrics::default();
+    let mut open = vec![true; receivers.len()];
+    let result = (|| -> Result<()> {
+        loop {
+            let (mut rows, mut accumulators, mut any) = (vec![], vec![], false);
+            for (s, rx) in receivers.iter().enumerate() {
+                if !open[s] {
+                    continue;
+                }
+                let (msg, waited) = activity.wait(|| rx.recv());
+                task.waiting_input += waited;
+                match msg {
+                    Ok(part) => {
+                        any = true;
+                        rows.extend(part.rows);
+                        accumulators.extend(part.accumulators);
+                    }
+                    Err(_) => open[s] = false,
+                }
+            }
+            if !any {
+                return Ok(());
+            }
+            let start = Instant::now();
+            let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
+            let n_acc: u64 = accumulators.iter().map(|f| f.batch.num_rows() as u64).sum();
+            let folded: u64 = accumulators.iter().flat_map(|f| &f.rows).sum();
+            let mut changes = worker.agg.push_routed(&rows)?;
+            if !accumulators.is_empty() {
+                worker.agg.merge_routed(&accumulators)?;
+            }
+            changes.extend(worker.agg.finish()?);
+            worker.rows_received += n_rows + n_acc;
+            worker.input_rows += n_rows + folded;
+            worker.busy += start.elapsed();
+            task.epochs += 1;
+            task.rows += n_rows + n_acc;
+            let (sent, waited) = activity.wait(|| out.send(changes));
+            task.waiting_output += waited;
+            if sent.is_err() {
+                return Ok(());
+            }
+        }
+    })();
+    if result.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    task.busy = started
+        .elapsed()
+        .saturating_sub(task.waiting_input + task.waiting_output);
+    result.map(|()| task)
+}
+
+impl ParallelAggregate {
+    /// Runs the aggregate over `splits` of its input on the pipelined runtime (see the module
+    /// docs): one source task per split (at most P), each running `pre` (the stages before the
+    /// aggregate) and the local phase on what it reads, and one keyed task per worker; `emit`
+    /// gets the changes on the caller's thread, epoch by epoch, in worker order. Fires
+    /// everything: at the end nothing is pending.
+    ///
+    /// # Errors
+    /// An input with row kinds (which needs the ordered runtime), mini-batch off, the first
+    /// error of a split, of Calc or of the keyed tasks, and `emit`'s. Changes fired before an
+    /// error have been handed to `emit`.
+    pub fn run_splits(
+        &mut self,
+        splits: Vec<Split>,
+        pre: PreStages<'_>,
+        emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
+    ) -> Result<()> {
+        if self.plan.changelog {
+            return Err(Error::internal(
+                "a changelog input keeps each key's rows in input order: it runs on the ordered runtime",
+            ));
+        }
+        if !self.config.mini_batch_enabled {
+            return Err(Error::internal(
+                "the pipelined runtime fires mini-batches: mini-batch off runs on the ordered runtime",
+            ));
+        }
+        // Whatever the ordered runtime left pending fires first.
+        for b in self.finish()? {
+            emit(b)?;
+        }
+        let p = self.workers.len();
+        if splits.len() > p {
+            return Err(Error::internal(format!(
+                "{} splits for {p} workers",
+                splits.len()
+            )));
+        }
+        let sources = splits.len();
+        let activity = Activity::new(sources + p + 1);
+        let stop = AtomicBool::new(false);
+        let size = usize::try_from(self.config.mini_batch_size).unwrap_or(usize::MAX);
+        let latency = self.config.mini_batch_allow_latency;
+        let (plan, clock) = (&*self.plan, &*self.clock);
+        let two_phase = self.two_phase;
+        // Channels: source s → worker w, and worker w → the caller.
+        let mut to_workers: Vec<Vec<Receiver<EpochPart>>> = (0..p).map(|_| vec![]).collect();
+        let mut from_sources: Vec<Vec<SyncSender<EpochPart>>> = vec![];
+        for _ in 0..sources {
+            let mut senders = Vec::with_capacity(p);
+            for rx in to_workers.iter_mut() {
+                let (tx, r) = sync_channel(CHANNEL_DEPTH);
+                senders.push(tx);
+                rx.push(r);
+            }
+            from_sources.push(senders);
+        }
+        let mut outputs = Vec::with_capacity(p);
+        let mut output_senders = Vec::with_capacity(p);
+        for _ in 0..p {
+            let (tx, rx) = sync_channel(CHANNEL_DEPTH);
+            output_senders.push(tx);
+            outputs.push(rx);
+        }
+        let adaptive = self.adaptive.clone();
+        let mut locals = self.locals.iter_mut();
+        let workers = &mut self.workers;
+        let (collected, source_reports, keyed_reports) = std::thread::scope(|scope| {
+            let activity = &activity;
+            let stop = &stop;
+            let mut source_handles = Vec::with_capacity(sources);
+            for (index, (split, senders)) in splits.into_iter().zip(from_sources).enumerate() {
+                let local = if two_phase { locals.next() } else { None };
+                let source = Source {
+                    plan,
+                    local,
+                    adaptive: adaptive.clone(),
+                    trigger: Trigger::new(size, latency),
+                    latency: !latency.is_zero(),
+                    clock,
+                    senders,
+                    activity,
+                    stop,
+                    routed: (0..p).map(|_| vec![]).collect(),
+                    epoch_folded: 0,
+                    epoch_bypassed: 0,
+                    report: SourceReport::default(),
+                };
+                let handle = std::thread::Builder::new()
+                    .name(format!("tally-source-{index}"))
+                    .spawn_scoped(scope, move || source.run(split, pre));
+                source_handles.push(handle);
+            }
+            let mut keyed_handles = Vec::with_capacity(p);
+            for (w, ((worker, receivers), out)) in workers
+                .iter_mut()
+                .zip(to_workers)
+                .zip(output_senders)
+                .enumerate()
+            {
+                let handle = std::thread::Builder::new()
+                    .name(format!("tally-worker-{w}"))
+                    .spawn_scoped(scope, move || {
+                        keyed_task(worker, receivers, out, activity, stop)
+                    });
+                keyed_handles.push(handle);
+            }
+            let collected = collect(outputs, emit, activity, stop);
+            let sources: Vec<Result<SourceReport>> =
+                source_handles.into_iter().map(join_task).collect();
+            let keyed: Vec<Result<TaskMetrics>> =
+                keyed_handles.into_iter().map(join_task).collect();
+            (collected, sources, keyed)
+        });
+        let (wall, serial_fraction) = activity.serial_fraction();
+        // Errors in data-flow order: a source's first, then a worker's, then the consumer's.
+        let mut tasks = vec![];
+        let mut first_error = None;
+        let mut locals_metrics = vec![];
+        for (i, r) in source_reports.into_iter().enumerate() {
+            match r {
+                Ok(s) => {
+                    self.calc.busy += s.calc_busy;
+                    self.calc.rows_in += s.rows;
+                    self.calc.rows_out += s.rows;
+                    self.calc.batches += s.batches;
+                    self.local.busy += s.local_busy;
+                    self.local.rows_in += s.folded;
+                    self.local.rows_out += s.flushed;
+                    self.local.batches += s.task.epochs;
+                    self.exchange.busy += s.exchange_busy;
+                    self.exchange.rows_in += s.bypassed + s.flushed;
+                    self.exchange.rows_out += s.bypassed + s.flushed;
+                    self.exchange.batches += s.task.epochs * p as u64;
+                    let mut task = s.task;
+                    task.role = TaskRole::Source;
+                    task.index = i;
+                    tasks.push(task);
+                    locals_metrics.push(s.adaptive);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let mut epochs = 0;
+        for (w, r) in keyed_reports.into_iter().enumerate() {
+            match r {
+                Ok(mut task) => {
+                    epochs = epochs.max(task.epochs);
+                    task.role = TaskRole::Keyed;
+                    task.index = w;
+                    tasks.push(task);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match collected {
+            Ok((mut task, rows_out)) => {
+                self.aggregate.rows_out += rows_out;
+                task.role = TaskRole::Consumer;
+                tasks.push(task);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.mini_batches += epochs;
+        if two_phase && !locals_metrics.is_empty() {
+            self.adaptive.m = merge_local_metrics(&self.adaptive.m, &locals_metrics);
+        }
+        self.runtime_metrics = Some(RuntimeMetrics {
+            wall,
+            serial_fraction,
+            tasks,
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The result of a task, or why there is none.
+fn join_task<T>(h: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Result<T> {
+    h.map_err(|e| Error::internal(format!("cannot start a runtime thread: {e}")))?
+        .join()
+        .map_err(|_| Error::internal("a runtime thread panicked"))?
+}
+
+/// The caller's part: takes each epoch's changes from the workers in worker order and hands
+/// them to `emit`. Returns its task metrics and the rows it handed on.
+fn collect(
+    outputs: Vec<Receiver<Vec<ChangeBatch>>>,
+    emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
+    activity: &Activity,
+    stop: &AtomicBool,
+) -> Result<(TaskMetrics, u64)> {
+    let started = Instant::now();
+    let mut task = TaskMetrics::default();
+    let mut open = vec![true; outputs.len()];
+    let mut rows_out = 0u64;
+    let result = (|| -> Result<()> {
+        loop {
+            let mut any = false;
+            for (w, rx) in outputs.iter().enumerate() {
+                if !open[w] {
+                    continue;
+                }
+                let (msg, waited) = activity.wait(|| rx.recv());
+                task.waiting_input += waited;
+                match msg {
+                    Ok(changes) => {
+                        any = true;
+                        for b in changes {
+                            rows_out += b.num_rows() as u64;
+                            task.rows += b.num_rows() as u64;
+                            emit(b)?;
+                        }
+                    }
+                    Err(_) => open[w] = false,
+                }
+            }
+            if !any {
+                return Ok(());
+            }
+            task.epochs += 1;
+        }
+    })();
+    if result.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    // Dropping the receivers here stops the workers, whose senders then stop the sources.
+    drop(outputs);
+    task.busy = started.elapsed().saturating_sub(task.waiting_input);
+    result.map(|()| (task, rows_out))
+}
+
+/// The local phases' metrics, summed over the source tasks (each decides for itself); the
+/// ratio and hot share shown are the first source's.
+fn merge_local_metrics(
+    before: &LocalPhaseMetrics,
+    each: &[LocalPhaseMetrics],
+) -> LocalPhaseMetrics {
+    let mut m = before.clone();
+    for l in each {
+        m.rows_in += l.rows_in.saturating_sub(before.rows_in);
+        m.rows_out += l.rows_out.saturating_sub(before.rows_out);
+        m.rows_bypassed += l.rows_bypassed.saturating_sub(before.rows_bypassed);
+        m.bypass_decisions += l.bypass_decisions.saturating_sub(before.bypass_decisions);
+        m.probes += l.probes.saturating_sub(before.probes);
+    }
+    m.bypassed = each.iter().all(|l| l.bypassed);
+    if let Some(first) = each.first() {
+        m.last_ratio = first.last_ratio.or(m.last_ratio);
+        m.last_hot_share = first.last_hot_share.or(m.last_hot_share);
+    }
+    m
+}
