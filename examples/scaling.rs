@@ -8,6 +8,7 @@
 //! cargo run --release --example scaling -- [--rows N] [--workers 1,2,4] [--repeat 3]
 //!     [--datasets hot,uniform,high-card] [--strategies one-phase,two-phase,two-phase-fixed]
 //!     [--mini-batch 10000] [--batch-size 131072] [--min-slice-rows 1024]
+//!     [--runtimes ordered,pipelined]
 //! ```
 //!
 //! Datasets (seeded, `tally::datagen`): `hot` — 200 shops, `shop-0000` holding half the rows,
@@ -17,6 +18,12 @@
 //! ratio). The query is `COUNT(*), SUM(amount)`. `two-phase-fixed` is two-phase with the adaptive
 //! local phase off; `bypass` is two-phase whose local phase is bypassed after the first
 //! mini-batch. The mini-batch size is per worker, as in Flink.
+//!
+//! Runtimes: `ordered` pushes the batches one by one (`ParallelAggregate::push`, a barrier per
+//! step); `pipelined` hands the workers contiguous shares of the batches as input splits
+//! (`ParallelAggregate::run_splits`: a source task per split, mini-batches per worker, no
+//! barrier), and the table adds its serial fraction (the share of the wall time with at most
+//! one task busy).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,8 +31,10 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use datafusion_expr::col;
 use tally::aggregates::{count_star, sum};
+use tally::changelog::ChangeBatch;
 use tally::clock::ManualClock;
 use tally::datagen::{OrdersConfig, OrdersGenerator};
+use tally::operator::pipelined::Split;
 use tally::{Config, GroupAggregate};
 
 #[global_allocator]
@@ -41,6 +50,7 @@ struct Args {
     batch_size: usize,
     /// The smallest slice worth a task of its own (None: the operator's default).
     min_slice_rows: Option<usize>,
+    runtimes: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +67,7 @@ fn parse_args() -> Result<Args, String> {
         mini_batch: 10_000,
         batch_size: 131_072,
         min_slice_rows: None,
+        runtimes: vec!["ordered".into(), "pipelined".into()],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,6 +87,18 @@ fn parse_args() -> Result<Args, String> {
             }
             "--datasets" => a.datasets = value.split(',').map(String::from).collect(),
             "--strategies" => a.strategies = value.split(',').map(String::from).collect(),
+            "--runtimes" => {
+                a.runtimes = value.split(',').map(String::from).collect();
+                if let Some(bad) = a
+                    .runtimes
+                    .iter()
+                    .find(|r| !matches!(r.as_str(), "ordered" | "pipelined"))
+                {
+                    return Err(format!(
+                        "--runtimes: unknown runtime {bad} (ordered, pipelined)"
+                    ));
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -165,9 +188,9 @@ fn main() {
         args.rows, args.repeat, args.mini_batch, args.batch_size
     );
     println!(
-        "| dataset | strategy | workers | M rows/s | vs 1 worker | skew ratio | local phase | state MB |"
+        "| dataset | strategy | runtime | workers | M rows/s | vs 1 worker | skew ratio | local phase | state MB | serial % |"
     );
-    println!("|---|---|---:|---:|---:|---:|---|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---|---:|---:|");
     for dataset in &args.datasets {
         let (batches, key) = match data(dataset, args.rows, args.batch_size) {
             Ok(d) => d,
@@ -177,7 +200,11 @@ fn main() {
             }
         };
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        for strategy in &args.strategies {
+        for (strategy, runtime) in args
+            .strategies
+            .iter()
+            .flat_map(|s| args.runtimes.iter().map(move |r| (s, r)))
+        {
             let mut base = None;
             for &workers in &args.workers {
                 let cfg = match config(strategy, workers, args.mini_batch) {
@@ -202,17 +229,39 @@ fn main() {
                     }
                     let start = Instant::now();
                     let mut out = 0usize;
-                    for b in &batches {
-                        out += agg.push(b).expect("push").len();
+                    if runtime == "pipelined" {
+                        // Contiguous shares of the batches, one split per worker.
+                        let splits: Vec<Split> = (0..workers)
+                            .map(|w| -> Split {
+                                let (lo, hi) = (
+                                    batches.len() * w / workers,
+                                    batches.len() * (w + 1) / workers,
+                                );
+                                let share = batches[lo..hi].to_vec();
+                                Box::new(share.into_iter().map(|b| Ok(ChangeBatch::inserts(b))))
+                            })
+                            .collect();
+                        agg.run_splits(splits, &|b| Ok(Some(b)), &mut |_| {
+                            out += 1;
+                            Ok(())
+                        })
+                        .expect("run");
+                    } else {
+                        for b in &batches {
+                            out += agg.push(b).expect("push").len();
+                        }
+                        out += agg.finish().expect("finish").len();
                     }
-                    out += agg.finish().expect("finish").len();
                     times.push(start.elapsed().as_secs_f64());
                     std::hint::black_box(out);
                     metrics = Some(agg.metrics().expect("metrics"));
                 }
                 if std::env::var_os("SCALING_TIMES").is_some() {
                     let ms: Vec<String> = times.iter().map(|t| format!("{:.0}", t * 1e3)).collect();
-                    eprintln!("{dataset} {strategy} {workers}: {} ms", ms.join(" "));
+                    eprintln!(
+                        "{dataset} {strategy} {runtime} {workers}: {} ms",
+                        ms.join(" ")
+                    );
                 }
                 times.sort_by(f64::total_cmp);
                 let median = times[times.len() / 2];
@@ -220,7 +269,7 @@ fn main() {
                 let base_rate = *base.get_or_insert(rate);
                 let m = metrics.expect("at least one run");
                 if std::env::var_os("SCALING_METRICS").is_some() {
-                    eprintln!("{dataset} {strategy} {workers}: {m}");
+                    eprintln!("{dataset} {strategy} {runtime} {workers}: {m}");
                 }
                 let local = match &m.local {
                     None => "-".to_string(),
@@ -237,8 +286,11 @@ fn main() {
                         )
                     }
                 };
+                let serial = m.runtime.as_ref().map_or("-".to_string(), |r| {
+                    format!("{:.1}", r.serial_fraction * 100.0)
+                });
                 println!(
-                    "| {dataset} | {strategy} | {workers} | {rate:.1} | {:.2}x | {:.2} | {local} | {:.1} |",
+                    "| {dataset} | {strategy} | {runtime} | {workers} | {rate:.1} | {:.2}x | {:.2} | {local} | {:.1} | {serial} |",
                     rate / base_rate,
                     m.skew_ratio,
                     m.state_bytes as f64 / 1e6

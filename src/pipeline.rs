@@ -60,6 +60,21 @@ pub trait Stage: Send + std::fmt::Debug {
         false
     }
 
+    /// The stage as a Calc stage, if it is one.
+    fn as_calc(&self) -> Option<&CalcStage> {
+        None
+    }
+
+    /// The stage's aggregate, if it is an aggregate stage.
+    fn as_aggregate(&self) -> Option<&ParallelAggregate> {
+        None
+    }
+
+    /// As [`Stage::as_aggregate`], to run it.
+    fn as_aggregate_mut(&mut self) -> Option<&mut ParallelAggregate> {
+        None
+    }
+
     /// Sets an aggregate's smallest slice worth a task of its own
     /// ([`ParallelAggregate::set_min_slice_rows`]); other stages ignore it.
     fn set_min_slice_rows(&mut self, _rows: usize) {}
@@ -195,6 +210,10 @@ impl CalcStage {
 }
 
 impl Stage for CalcStage {
+    fn as_calc(&self) -> Option<&CalcStage> {
+        Some(self)
+    }
+
     fn passes_every_row(&self) -> bool {
         self.filter.is_none()
     }
@@ -244,6 +263,14 @@ impl Stage for AggregateStage {
 
     fn metrics(&self) -> Result<Option<AggregateMetrics>> {
         self.agg.metrics().map(Some)
+    }
+
+    fn as_aggregate(&self) -> Option<&ParallelAggregate> {
+        Some(&self.agg)
+    }
+
+    fn as_aggregate_mut(&mut self) -> Option<&mut ParallelAggregate> {
+        Some(&mut self.agg)
     }
 
     fn keeps_state(&self) -> bool {
@@ -332,6 +359,98 @@ impl Pipeline {
             })
             .collect();
         self.run_from(0, slices)
+    }
+
+    /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages
+    /// feeding an aggregate of insert-only input with mini-batch on and `tally.exec.pipelined`.
+    ///
+    /// # Errors
+    /// Why it cannot, in words.
+    pub fn pipelined(&self) -> std::result::Result<(), String> {
+        let Some(agg) = self
+            .stages
+            .iter()
+            .find(|s| s.as_calc().is_none())
+            .and_then(|s| s.as_aggregate())
+        else {
+            return Err("the source feeds no aggregate".into());
+        };
+        if !agg.config().pipelined {
+            return Err("'tally.exec.pipelined' is false".into());
+        }
+        if agg.plan().changelog {
+            return Err(
+                "a changelog input: each key's rows reach its worker in input order".into(),
+            );
+        }
+        if !agg.config().mini_batch_enabled {
+            return Err("mini-batch is off: rows are processed per record, in input order".into());
+        }
+        Ok(())
+    }
+
+    /// Runs the pipeline over `splits` of its input on the pipelined runtime
+    /// ([`ParallelAggregate::run_splits`]): each split's task runs the Calc stages and the local
+    /// phase on what it reads; the changes of the aggregate go through the later stages on the
+    /// caller's thread, in order, and then to `emit`. Everything fires: at the end nothing is
+    /// pending.
+    ///
+    /// # Errors
+    /// A pipeline that cannot ([`Pipeline::pipelined`]), and the first error of a stage, a
+    /// split, or `emit`.
+    pub fn run_splits(
+        &mut self,
+        splits: Vec<crate::operator::pipelined::Split>,
+        emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
+    ) -> Result<()> {
+        self.pipelined().map_err(|why| {
+            Error::invalid_input(format!(
+                "the pipelined runtime cannot run this pipeline: {why}"
+            ))
+        })?;
+        let k = self
+            .stages
+            .iter()
+            .position(|s| s.as_calc().is_none())
+            .ok_or_else(|| Error::internal("no aggregate stage"))?;
+        let (before, rest) = self.stages.split_at_mut(k);
+        let calcs: Vec<&CalcStage> = before.iter().filter_map(|s| s.as_calc()).collect();
+        let pre = |b: ChangeBatch| -> Result<Option<ChangeBatch>> {
+            let mut current = Some(b);
+            for c in &calcs {
+                match current {
+                    Some(b) => current = c.apply(b)?,
+                    None => break,
+                }
+            }
+            Ok(current)
+        };
+        let Some((aggregate, after)) = rest.split_first_mut() else {
+            return Err(Error::internal("no aggregate stage"));
+        };
+        let agg = aggregate
+            .as_aggregate_mut()
+            .ok_or_else(|| Error::internal("no aggregate stage"))?;
+        let runtime = &self.runtime;
+        let mut through = |b: ChangeBatch| -> Result<()> {
+            let mut current = vec![b];
+            for stage in after.iter_mut() {
+                if current.is_empty() {
+                    break;
+                }
+                current = stage.push(current, runtime)?;
+            }
+            for c in current {
+                emit(c)?;
+            }
+            Ok(())
+        };
+        agg.run_splits(splits, &pre, &mut through)?;
+        // The later stages' pending mini-batches fire at the end of input.
+        for c in self.finish()? {
+            emit(c)?;
+        }
+        Ok(())
     }
 
     /// The state of every aggregate stage, named `stage-<i>` by the stage's position, for a

@@ -6,6 +6,9 @@
 //! A [`Job`] is what the SQL planner builds for a query (`PlannedQuery` wraps one with its
 //! EXPLAIN), and what a library user builds from their own pipeline.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 
@@ -14,10 +17,11 @@ use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::clock::ManualClock;
 use crate::error::{Error, Result};
 use crate::operator::AggregateMetrics;
+use crate::operator::pipelined::Split;
 use crate::pipeline::Pipeline;
 use crate::replay::{ReplayStats, Replayer};
 use crate::sink::Sink;
-use crate::source::FileTable;
+use crate::source::{FileTable, SourceReader};
 
 /// Source batches decoded ahead of the pipeline, on the source's own thread (BENCHMARKS.md,
 /// "`tally bench` from Parquet": 4 batches deep took one worker from 7.2 to 14.2 M rows/s).
@@ -45,6 +49,8 @@ pub struct RunStats {
     pub checkpoints: u64,
     /// Per aggregate (bottom-up): its metrics.
     pub aggregates: Vec<AggregateMetrics>,
+    /// The runtime that ran the pipeline: `pipelined (N splits)`, or `ordered` and why.
+    pub runtime: String,
 }
 
 /// A pipeline over a file source, ready to run (and to checkpoint, restore and replay).
@@ -226,6 +232,22 @@ impl Job {
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
+        match self.pipelined(replayer.is_some()) {
+            Ok(()) => {
+                let splits = self
+                    .source
+                    .open_splits(batch_size, self.pipeline.parallelism())?;
+                if splits.len() > 1 || self.pipeline.parallelism() == 1 {
+                    self.run_pipelined(splits, &mut stats, sink, on_progress)?;
+                    return Ok((stats, None));
+                }
+                stats.runtime = format!(
+                    "ordered: the {} source is read as one split",
+                    self.source.format.name()
+                );
+            }
+            Err(why) => stats.runtime = format!("ordered: {why}"),
+        }
         // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
         // groups on up to P decoders, in file order.
         let decoders = self.pipeline.parallelism();
@@ -322,6 +344,67 @@ impl Job {
         }
         stats.aggregates = self.pipeline.metrics()?;
         Ok((stats, replayer.map(Replayer::finish)))
+    }
+
+    /// Whether the run can take the pipelined runtime (the source split across the workers);
+    /// why not, in words.
+    fn pipelined(&self, replaying: bool) -> std::result::Result<(), String> {
+        if replaying {
+            return Err("a replay paces one ordered stream".into());
+        }
+        if self.checkpoints.is_some() {
+            return Err("checkpoints record one source position".into());
+        }
+        if self.resume_rows > 0 {
+            return Err("the run resumes from a checkpoint's source position".into());
+        }
+        if self.event_clock.is_some() {
+            return Err(
+                "the recorded time of one ordered stream drives the latency trigger".into(),
+            );
+        }
+        self.pipeline.pipelined()
+    }
+
+    /// Runs the pipeline over `splits` of the source on the pipelined runtime.
+    fn run_pipelined(
+        &mut self,
+        splits: Vec<SourceReader>,
+        stats: &mut RunStats,
+        sink: &mut impl Sink,
+        mut on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<()> {
+        let total_rows = splits.first().and_then(|s| s.total_rows);
+        stats.runtime = match splits.len() {
+            1 => "pipelined (1 split)".to_string(),
+            n => format!("pipelined ({n} splits)"),
+        };
+        // Rows read, counted by the source tasks as they read.
+        let read = Arc::new(AtomicU64::new(0));
+        let splits: Vec<Split> = splits
+            .into_iter()
+            .map(|s| -> Split {
+                let read = Arc::clone(&read);
+                Box::new(s.inspect(move |b| {
+                    if let Ok(b) = b {
+                        read.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
+                    }
+                }))
+            })
+            .collect();
+        let mut rows_out = 0u64;
+        let result = self.pipeline.run_splits(splits, &mut |b| {
+            rows_out += b.num_rows() as u64;
+            sink.write(&b)?;
+            on_progress(read.load(Ordering::Relaxed), total_rows);
+            Ok(())
+        });
+        stats.rows_in = read.load(Ordering::Relaxed);
+        stats.rows_out = rows_out;
+        result?;
+        on_progress(stats.rows_in, total_rows);
+        stats.aggregates = self.pipeline.metrics()?;
+        Ok(())
     }
 
     /// Checks that every row of `batch` (the rows after source row `position`) has its recorded

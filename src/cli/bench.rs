@@ -240,9 +240,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         args.batch_size
     );
     println!(
-        "| strategy | workers | M rows/s | wall s (median) | peak state MB | skew ratio | rows through each stage |"
+        "| strategy | workers | M rows/s | wall s (median) | peak state MB | skew ratio | runtime | serial % | rows through each stage |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---|---:|---|");
     let mut results = vec![];
     for strategy in &strategies {
         for &p in &workers {
@@ -287,10 +287,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         .map(|s| format!("{} {}", s.step.name(), s.rows_in))
                 })
                 .collect();
+            // The first aggregate's serial fraction, when it ran on the pipelined runtime.
+            let serial = stats
+                .aggregates
+                .first()
+                .and_then(|m| m.runtime.as_ref())
+                .map(|r| r.serial_fraction);
             println!(
-                "| {strategy} | {p} | {:.2} | {wall:.3} | {:.1} | {skew:.2} | {} |",
+                "| {strategy} | {p} | {:.2} | {wall:.3} | {:.1} | {skew:.2} | {} | {} | {} |",
                 rate / 1e6,
                 peak as f64 / 1e6,
+                stats.runtime,
+                serial.map_or("-".to_string(), |f| format!("{:.1}", f * 100.0)),
                 stages.join(", ")
             );
             results.push(json!({
@@ -304,6 +312,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "state_bytes_at_end": state,
                 "peak_state_bytes": peak,
                 "skew_ratio": skew,
+                "runtime": stats.runtime,
+                "serial_fraction": serial,
                 "aggregates": stats.aggregates.iter().map(|m| json!({
                     "two_phase": m.two_phase,
                     "rows_in": m.rows_in,
@@ -321,6 +331,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         "busy_secs": s.busy.as_secs_f64(),
                     })).collect::<Vec<_>>(),
                     "hot_keys": m.hot_keys.iter().map(|(k, n)| json!({"key": k, "rows": n})).collect::<Vec<_>>(),
+                    "tasks": m.runtime.iter().flat_map(|r| &r.tasks).map(|t| json!({
+                        "role": t.role.name(),
+                        "index": t.index,
+                        "rows": t.rows,
+                        "mini_batches": t.epochs,
+                        "busy_secs": t.busy.as_secs_f64(),
+                        "reading_secs": t.reading.as_secs_f64(),
+                        "waiting_input_secs": t.waiting_input.as_secs_f64(),
+                        "waiting_output_secs": t.waiting_output.as_secs_f64(),
+                    })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
             }));
         }

@@ -10,8 +10,8 @@
 
 mod aggregate;
 
-use crate::operator::AggregateMetrics;
 pub use crate::operator::metrics::AggregateStep;
+use crate::operator::{AggregateMetrics, TaskRole};
 
 /// EXPLAIN details.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,8 +153,40 @@ fn analyzed(m: &AggregateMetrics, step: AggregateStep) -> Vec<String> {
         attrs.push(format!("rows=[in {}, out {}]", s.rows_in, s.rows_out));
         attrs.push(format!("busy=[{:.1} ms]", s.busy.as_secs_f64() * 1e3));
     }
+    let tasks = |role: TaskRole| -> Vec<String> {
+        m.runtime
+            .iter()
+            .flat_map(|r| &r.tasks)
+            .filter(|t| t.role == role)
+            .map(|t| {
+                format!(
+                    "{}: busy {:.1} ms{}, waiting on input {:.1} ms, on output {:.1} ms",
+                    t.index,
+                    t.busy.as_secs_f64() * 1e3,
+                    if role == TaskRole::Source {
+                        format!(" (reading {:.1} ms)", t.reading.as_secs_f64() * 1e3)
+                    } else {
+                        String::new()
+                    },
+                    t.waiting_input.as_secs_f64() * 1e3,
+                    t.waiting_output.as_secs_f64() * 1e3
+                )
+            })
+            .collect()
+    };
+    if step == AggregateStep::Calc && m.runtime.is_some() {
+        attrs.push(format!("sources=[{}]", tasks(TaskRole::Source).join("; ")));
+    }
     if step.is_keyed() {
         attrs.push(format!("workers=[{}]", m.parallelism));
+        if let Some(r) = &m.runtime {
+            attrs.push(format!("tasks=[{}]", tasks(TaskRole::Keyed).join("; ")));
+            attrs.push(format!(
+                "serial=[{:.1} % of {:.1} ms]",
+                r.serial_fraction * 100.0,
+                r.wall.as_secs_f64() * 1e3
+            ));
+        }
         attrs.push(format!("skew=[{:.2}]", m.skew_ratio));
         attrs.push(format!(
             "state=[{} keys, {} bytes]",

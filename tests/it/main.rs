@@ -9,6 +9,7 @@ mod explain;
 #[cfg(feature = "cli")]
 mod generate;
 mod oracle;
+mod pipelined;
 mod run;
 #[cfg(feature = "cli")]
 mod sql;
