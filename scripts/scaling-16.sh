@@ -1,30 +1,51 @@
 #!/usr/bin/env bash
-# Throughput scaling with workers on a 16-core machine:
-#  1. one-phase vs two-phase (adaptive local phase on and off) on 10M generated rows with a hot
-#     key, uniform keys and high-cardinality keys (examples/scaling.rs);
-#  2. Nexmark q15/q16 on 10M bid events with split-distinct off and on (examples/nexmark.rs).
+# Throughput scaling with workers on a 16-core machine, at P = 1, 2, 4, 8, 16:
+#  1. in memory (examples/scaling.rs): one-phase vs two-phase on 10M generated rows with a hot
+#     key, uniform keys and high-cardinality keys, on the ordered and the pipelined runtime;
+#  2. from Parquet (`tally bench`, the pipelined runtime): orders-count on 10M orders and q15, q17
+#     on 10M bids, against DuckDB with as many threads (`--duckdb`, when DuckDB's Python package
+#     is installed: scripts/install-duckdb.sh);
+#  3. Nexmark q15/q16 in memory with split-distinct off and on (examples/nexmark.rs).
 #
 # Build here, then run where the cores are:
-#   cargo build --release --example scaling --example nexmark
+#   cargo build --release --bin tally --example scaling --example nexmark
 #   scripts/scaling-16.sh [DIR] [OUT.md]
-# DIR holds the two example binaries (default target/release/examples); the tables go to OUT.md
-# (default scaling-16.md) and standard output. BENCHMARKS.md's "16 cores" sections take them.
+# DIR holds the tally binary and the two example binaries (default target/release: the examples
+# in DIR/examples); the tables go to OUT.md (default scaling-16.md) and standard output.
+# BENCHMARKS.md's "16 cores" sections take them.
 set -euo pipefail
-dir="${1:-target/release/examples}"
+dir="${1:-target/release}"
 out="${2:-scaling-16.md}"
-for b in scaling nexmark; do
-  if [[ ! -x "$dir/$b" ]]; then
-    echo "error: $dir/$b is not an executable (cargo build --release --example $b)" >&2
+tally="$dir/tally"
+examples="$dir/examples"
+[[ -x "$examples/scaling" ]] || examples="$dir"
+for b in "$tally" "$examples/scaling" "$examples/nexmark"; do
+  if [[ ! -x "$b" ]]; then
+    echo "error: $b is not an executable (cargo build --release --bin tally --example scaling --example nexmark)" >&2
     exit 1
   fi
 done
+data="${TMPDIR:-/tmp}/tally-scaling"
+mkdir -p "$data"
+[[ -f "$data/orders-10m.parquet" ]] || "$tally" gen orders --rows 10000000 --out "$data/orders-10m.parquet" >&2
+[[ -f "$data/bid-10m.parquet" ]] || "$tally" gen nexmark --events 10000000 --out "$data/bid-10m.parquet" >&2
+duckdb=()
+if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
 {
   echo "# scaling on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   lscpu 2>/dev/null | grep -E '^(Model name|Socket|Core|Thread)' | sed 's/^/    /' || true
   echo
-  "$dir/scaling" --rows 10000000 --workers 1,2,4,8,16 --repeat 3 \
-    --datasets hot,uniform,high-card --strategies one-phase,two-phase,two-phase-fixed
+  "$examples/scaling" --rows 10000000 --workers 1,2,4,8,16 --repeat 3 \
+    --datasets hot,uniform,high-card --strategies one-phase,two-phase --runtimes ordered,pipelined
   echo
-  "$dir/nexmark" --events 10000000 --workers 1,2,4,8,16 --repeat 3 --dir "${TMPDIR:-/tmp}/tally-nexmark"
+  "$tally" bench --query orders-count --input "$data/orders-10m.parquet" --matrix one-phase,two-phase \
+    --workers 1,2,4,8,16 --repeat 3 "${duckdb[@]}"
+  echo
+  for q in q15 q17; do
+    "$tally" bench --query "$q" --input "$data/bid-10m.parquet" --matrix two-phase \
+      --workers 1,2,4,8,16 --repeat 1 "${duckdb[@]}"
+    echo
+  done
+  "$examples/nexmark" --events 10000000 --workers 1,2,4,8,16 --repeat 3 --dir "$data/nexmark"
 } | tee "$out"

@@ -10,6 +10,7 @@
 //! parallel tasks; an aggregate takes them as the slices of its local phases or its exchange and
 //! emits its workers' changelogs, which are the slices of the next stage.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -25,6 +26,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
 use crate::operator::{AggregateMetrics, ParallelAggregate};
+use crate::plan::columns_read;
 use crate::runtime::Runtime;
 
 /// A streaming transformation of change batches.
@@ -58,6 +60,12 @@ pub trait Stage: Send + std::fmt::Debug {
     /// a consumer of the stage's output sees its input's changes one for one.
     fn passes_every_row(&self) -> bool {
         false
+    }
+
+    /// The input columns (by index) the stage reads; `None` when it passes its input through
+    /// whole (every column).
+    fn columns_read(&self) -> Option<BTreeSet<usize>> {
+        None
     }
 
     /// The stage as a Calc stage, if it is one.
@@ -214,6 +222,11 @@ impl Stage for CalcStage {
         Some(self)
     }
 
+    fn columns_read(&self) -> Option<BTreeSet<usize>> {
+        let projection = self.projection.as_ref()?;
+        Some(columns_read(projection.iter().chain(&self.filter)))
+    }
+
     fn passes_every_row(&self) -> bool {
         self.filter.is_none()
     }
@@ -267,6 +280,10 @@ impl Stage for AggregateStage {
 
     fn as_aggregate(&self) -> Option<&ParallelAggregate> {
         Some(&self.agg)
+    }
+
+    fn columns_read(&self) -> Option<BTreeSet<usize>> {
+        Some(self.agg.plan().calc.columns_read())
     }
 
     fn as_aggregate_mut(&mut self) -> Option<&mut ParallelAggregate> {
@@ -359,6 +376,12 @@ impl Pipeline {
             })
             .collect();
         self.run_from(0, slices)
+    }
+
+    /// The source columns (by index) the pipeline reads: those its first stage reads (`None`:
+    /// every column).
+    pub fn columns_read(&self) -> Option<BTreeSet<usize>> {
+        self.stages.first().and_then(|s| s.columns_read())
     }
 
     /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages

@@ -2,7 +2,7 @@
 //! operators run: a [`Calc`] that evaluates every expression once per batch, and the list of
 //! [`AggregateCall`]s.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
@@ -503,6 +503,11 @@ impl CalcBatch {
 }
 
 impl Calc {
+    /// The input columns (by index) its expressions read.
+    pub fn columns_read(&self) -> BTreeSet<usize> {
+        columns_read(self.keys.iter().chain(&self.args).chain(&self.filters))
+    }
+
     /// Evaluates every expression on `batch`.
     ///
     /// # Errors
@@ -538,4 +543,15 @@ impl Calc {
             retract,
         })
     }
+}
+
+/// The input columns (by index) that `exprs` read.
+pub fn columns_read<'a>(
+    exprs: impl IntoIterator<Item = &'a Arc<dyn PhysicalExpr>>,
+) -> BTreeSet<usize> {
+    exprs
+        .into_iter()
+        .flat_map(datafusion_physical_expr::utils::collect_columns)
+        .map(|c| c.index())
+        .collect()
 }

@@ -232,6 +232,7 @@ impl Job {
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
+        self.source.unread_columns = self.unread_columns();
         match self.pipelined(replayer.is_some()) {
             Ok(()) => {
                 let splits = self
@@ -344,6 +345,29 @@ impl Job {
         }
         stats.aggregates = self.pipeline.metrics()?;
         Ok((stats, replayer.map(Replayer::finish)))
+    }
+
+    /// The declared columns of the source that the pipeline never reads (nullable ones, not
+    /// the time column; at least one column stays read): Parquet leaves them undecoded.
+    fn unread_columns(&self) -> Vec<String> {
+        let Some(read) = self.pipeline.columns_read() else {
+            return vec![];
+        };
+        let fields = self.source.schema.fields();
+        let unread: Vec<String> = fields
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                !read.contains(i)
+                    && f.is_nullable()
+                    && self.source.time_column.as_deref() != Some(f.name().as_str())
+            })
+            .map(|(_, f)| f.name().clone())
+            .collect();
+        if unread.len() == fields.len() {
+            return unread[1..].to_vec();
+        }
+        unread
     }
 
     /// Whether the run can take the pipelined runtime (the source split across the workers);

@@ -23,6 +23,7 @@ pub fn table(format: Format, path: PathBuf, changelog: bool) -> FileTable {
         format,
         changelog_column: changelog.then(|| "op".to_string()),
         time_column: None,
+        unread_columns: vec![],
     }
 }
 

@@ -72,6 +72,10 @@ pub struct FileTable {
     pub changelog_column: Option<String>,
     /// The column holding event time, for replay (must be declared).
     pub time_column: Option<String>,
+    /// Declared columns that nothing reads: Parquet leaves them undecoded and they arrive as
+    /// NULLs (other formats read them anyway). Each must be nullable and not the time column;
+    /// [`crate::run::Job`] fills it with the columns its pipeline never reads.
+    pub unread_columns: Vec<String>,
 }
 
 /// An open source: an iterator of change batches plus, when known, the total row count.
@@ -187,6 +191,13 @@ impl FileTable {
         let file_schema = batch.schema();
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         for f in self.schema.fields() {
+            if file_schema.index_of(f.name()).is_err() && self.is_unread(f.name()) {
+                cols.push(arrow::array::new_null_array(
+                    f.data_type(),
+                    batch.num_rows(),
+                ));
+                continue;
+            }
             let i = file_schema.index_of(f.name()).map_err(|_| {
                 Error::invalid_input(format!(
                     "{}: column '{}' is not in the file",
@@ -234,8 +245,8 @@ impl FileTable {
         Ok(ChangeBatch { op, data })
     }
 
-    /// Names of the file columns this table reads.
-    fn needed(&self) -> Vec<String> {
+    /// Names of the file columns this table declares (and its changelog column).
+    fn declared(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .schema
             .fields()
@@ -246,8 +257,26 @@ impl FileTable {
         v
     }
 
+    /// Names of the file columns this table decodes: the declared ones but the unread.
+    fn needed(&self) -> Vec<String> {
+        let mut v = self.declared();
+        v.retain(|name| !self.is_unread(name));
+        v
+    }
+
+    /// Whether `name` is a declared column left unread (nullable, not the time column).
+    fn is_unread(&self, name: &str) -> bool {
+        self.unread_columns.iter().any(|u| u == name)
+            && self.time_column.as_deref() != Some(name)
+            && self
+                .schema
+                .field_with_name(name)
+                .is_ok_and(|f| f.is_nullable())
+    }
+
+    /// Checks that the file has every declared column (read or not).
     fn check_columns(&self, file_schema: &Schema) -> Result<()> {
-        for name in self.needed() {
+        for name in self.declared() {
             if file_schema.index_of(&name).is_err() {
                 let have: Vec<&str> = file_schema
                     .fields()
@@ -561,6 +590,7 @@ mod tests {
             format: Format::Arrow,
             changelog_column: None,
             time_column: None,
+            unread_columns: vec![],
         }
     }
 

@@ -124,6 +124,7 @@ pub(super) fn parse_create_table(stmt: &str) -> Result<FileTable> {
         format,
         changelog_column,
         time_column,
+        unread_columns: vec![],
     })
 }
 

@@ -219,6 +219,7 @@ fn table(path: PathBuf, format: Format) -> FileTable {
         format,
         changelog_column: None,
         time_column: None,
+        unread_columns: vec![],
     }
 }
 
@@ -426,4 +427,89 @@ fn a_failing_sink_stops_the_run() {
         .run(s.batch, &mut sink, |_, _| {})
         .unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");
+}
+
+/// A Parquet column the query never reads is not decoded: here it holds text where a BIGINT is
+/// declared, which a query reading it reports, and one that does not never sees.
+#[test]
+fn columns_nothing_reads_are_not_decoded() {
+    let file_schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("junk", DataType::Utf8, true),
+    ]));
+    let n = 5000;
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| format!("k{}", i % 7)),
+        )),
+        Arc::new(Int64Array::from_iter_values(0..n as i64)),
+        Arc::new(StringArray::from_iter_values(
+            (0..n).map(|_| "not a number"),
+        )),
+    ];
+    let path = temp("junk.parquet");
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(1000))
+        .build();
+    let mut w = ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        Arc::clone(&file_schema),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&RecordBatch::try_new(file_schema, cols).unwrap())
+        .unwrap();
+    w.close().unwrap();
+    let declared = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("junk", DataType::Int64, true),
+    ]));
+    for (pipelined, reads_junk) in [(true, false), (false, false), (true, true)] {
+        let table = FileTable {
+            schema: Arc::clone(&declared),
+            ..table(path.clone(), Format::Parquet)
+        };
+        let config = Config::from_pairs([
+            ("table.exec.resource.default-parallelism", "2"),
+            ("table.exec.mini-batch.enabled", "true"),
+            ("table.exec.mini-batch.allow-latency", "1 h"),
+            ("table.exec.mini-batch.size", "100"),
+            (
+                "tally.exec.pipelined",
+                if pipelined { "true" } else { "false" },
+            ),
+        ])
+        .unwrap();
+        let summed = if reads_junk { col("junk") } else { col("v") };
+        let agg = GroupAggregate::builder(Arc::clone(&declared))
+            .group_by([col("k")])
+            .aggregate([count_star().alias("n"), sum(summed).alias("s")])
+            .config(config)
+            .build_parallel()
+            .unwrap();
+        let stages: Vec<Box<dyn Stage>> = vec![Box::new(AggregateStage::new(agg))];
+        let mut job = Job::new(table, Pipeline::new(stages, Runtime::new(2).unwrap()), None);
+        let mut lines = vec![];
+        let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
+            lines.extend(format_changes(std::slice::from_ref(b)));
+            Ok(())
+        };
+        let result = job.run(512, &mut sink, |_, _| {});
+        if reads_junk {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("junk"), "{err}");
+            continue;
+        }
+        result.unwrap();
+        let mut expected: Vec<String> = (0..7)
+            .map(|k| {
+                let vs: Vec<i64> = (0..n as i64).filter(|i| i % 7 == k).collect();
+                format!("[k{k}, {}, {}]", vs.len(), vs.iter().sum::<i64>())
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(final_rows(&lines), expected, "pipelined {pipelined}");
+    }
 }

@@ -30,6 +30,7 @@ fn orders() -> FileTable {
         format: Format::Parquet,
         changelog_column: None,
         time_column: None,
+        unread_columns: vec![],
     }
 }
 

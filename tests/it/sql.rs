@@ -1265,6 +1265,7 @@ fn parallel_parquet_decoding_keeps_file_order() {
         format: Format::Parquet,
         changelog_column: Some("op".into()),
         time_column: None,
+        unread_columns: vec![],
     };
     let read = |decoders: usize, batch: usize| -> Vec<String> {
         table
