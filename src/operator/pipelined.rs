@@ -45,7 +45,6 @@
 //! output (a full one); an [`Activity`] counts how many tasks are busy at each moment, which
 //! gives the share of the run in which at most one was (the serial fraction).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
@@ -56,7 +55,9 @@ use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators};
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
-use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
+use crate::operator::metrics::{
+    Activity, LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole,
+};
 use crate::operator::mini_batch::Trigger;
 use crate::operator::parallel::Worker;
 use crate::operator::{LocalGroupAggregate, ParallelAggregate};
@@ -78,73 +79,6 @@ struct EpochPart {
     rows: Vec<Routed>,
     /// Accumulator rows of the local phase.
     accumulators: Option<Flushed>,
-}
-
-/// How many tasks are busy, over time: the serial fraction is the share of the run in which at
-/// most one task was busy.
-#[derive(Debug)]
-pub struct Activity {
-    inner: Mutex<ActivityState>,
-}
-
-#[derive(Debug)]
-struct ActivityState {
-    start: Instant,
-    last: Instant,
-    busy: usize,
-    /// Time during which at most one task was busy.
-    serial: Duration,
-}
-
-impl Activity {
-    /// Starts counting with `busy` tasks busy.
-    pub fn new(busy: usize) -> Self {
-        let now = Instant::now();
-        Self {
-            inner: Mutex::new(ActivityState {
-                start: now,
-                last: now,
-                busy,
-                serial: Duration::ZERO,
-            }),
-        }
-    }
-
-    fn change(&self, delta: isize) {
-        // A poisoned lock only means another task panicked; the counts are still usable.
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if s.busy <= 1 {
-            let since = now - s.last;
-            s.serial += since;
-        }
-        s.last = now;
-        s.busy = s.busy.saturating_add_signed(delta);
-    }
-
-    /// Runs `f` (a blocking wait) with the calling task counted as idle, and returns its result
-    /// and how long it took.
-    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
-        self.change(-1);
-        let start = Instant::now();
-        let r = f();
-        let waited = start.elapsed();
-        self.change(1);
-        (r, waited)
-    }
-
-    /// The wall time so far and the share of it in which at most one task was busy.
-    pub fn serial_fraction(&self) -> (Duration, f64) {
-        self.change(0);
-        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let wall = s.last - s.start;
-        let share = if wall.is_zero() {
-            0.0
-        } else {
-            s.serial.as_secs_f64() / wall.as_secs_f64()
-        };
-        (wall, share)
-    }
 }
 
 /// What a source task did.
@@ -332,25 +266,11 @@ fn keyed_task(
     let mut task = TaskMetrics::default();
     let mut open = vec![true; receivers.len()];
     let result = (|| -> Result<()> {
-        loop {
-            let (mut rows, mut accumulators, mut any) = (vec![], vec![], false);
-            for (s, rx) in receivers.iter().enumerate() {
-                if !open[s] {
-                    continue;
-                }
-                let (msg, waited) = activity.wait(|| rx.recv());
-                task.waiting_input += waited;
-                match msg {
-                    Ok(part) => {
-                        any = true;
-                        rows.extend(part.rows);
-                        accumulators.extend(part.accumulators);
-                    }
-                    Err(_) => open[s] = false,
-                }
-            }
-            if !any {
-                return Ok(());
+        while let Some(parts) = next_round(&receivers, &mut open, activity, &mut task) {
+            let (mut rows, mut accumulators) = (vec![], vec![]);
+            for part in parts {
+                rows.extend(part.rows);
+                accumulators.extend(part.accumulators);
             }
             let start = Instant::now();
             let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
@@ -372,6 +292,7 @@ fn keyed_task(
                 return Ok(());
             }
         }
+        Ok(())
     })();
     if result.is_err() {
         stop.store(true, Ordering::Relaxed);
@@ -567,6 +488,30 @@ impl ParallelAggregate {
     }
 }
 
+/// The alignment of an epoch: the next message of every channel still open, in channel order
+/// (a channel whose sender finished is closed and left out from then on); `None` once all are
+/// closed. The time spent waiting counts as `task`'s waiting on input.
+fn next_round<T>(
+    channels: &[Receiver<T>],
+    open: &mut [bool],
+    activity: &Activity,
+    task: &mut TaskMetrics,
+) -> Option<Vec<T>> {
+    let mut round = Vec::with_capacity(channels.len());
+    for (rx, open) in channels.iter().zip(open.iter_mut()) {
+        if !*open {
+            continue;
+        }
+        let (msg, waited) = activity.wait(|| rx.recv());
+        task.waiting_input += waited;
+        match msg {
+            Ok(m) => round.push(m),
+            Err(_) => *open = false,
+        }
+    }
+    (!round.is_empty()).then_some(round)
+}
+
 /// The result of a task, or why there is none.
 fn join_task<T>(h: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Result<T> {
     h.map_err(|e| Error::internal(format!("cannot start a runtime thread: {e}")))?
@@ -587,31 +532,15 @@ fn collect(
     let mut open = vec![true; outputs.len()];
     let mut rows_out = 0u64;
     let result = (|| -> Result<()> {
-        loop {
-            let mut any = false;
-            for (w, rx) in outputs.iter().enumerate() {
-                if !open[w] {
-                    continue;
-                }
-                let (msg, waited) = activity.wait(|| rx.recv());
-                task.waiting_input += waited;
-                match msg {
-                    Ok(changes) => {
-                        any = true;
-                        for b in changes {
-                            rows_out += b.num_rows() as u64;
-                            task.rows += b.num_rows() as u64;
-                            emit(b)?;
-                        }
-                    }
-                    Err(_) => open[w] = false,
-                }
-            }
-            if !any {
-                return Ok(());
+        while let Some(round) = next_round(&outputs, &mut open, activity, &mut task) {
+            for b in round.into_iter().flatten() {
+                rows_out += b.num_rows() as u64;
+                task.rows += b.num_rows() as u64;
+                emit(b)?;
             }
             task.epochs += 1;
         }
+        Ok(())
     })();
     if result.is_err() {
         stop.store(true, Ordering::Relaxed);

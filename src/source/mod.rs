@@ -293,22 +293,29 @@ impl FileTable {
         Ok(())
     }
 
-    fn open_parquet(&self, batch_size: usize, decoders: usize) -> Result<SourceReader> {
+    /// A Parquet file's metadata (checked against the declared columns) and the projection of
+    /// the columns this table decodes.
+    fn parquet_metadata(&self) -> Result<(File, ArrowReaderMetadata, ProjectionMask)> {
         let file = open(&self.path)?;
         let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
             .map_err(|e| Error::io(format!("{}: not a readable Parquet file: {e}", self.ctx())))?;
-        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
-        let file_schema = Arc::clone(builder.schema());
-        self.check_columns(&file_schema)?;
+        self.check_columns(metadata.schema())?;
         let needed = self.needed();
-        let roots: Vec<usize> = file_schema
+        let roots: Vec<usize> = metadata
+            .schema()
             .fields()
             .iter()
             .enumerate()
             .filter(|(_, f)| needed.contains(f.name()))
             .map(|(i, _)| i)
             .collect();
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let mask = ProjectionMask::roots(metadata.parquet_schema(), roots);
+        Ok((file, metadata, mask))
+    }
+
+    fn open_parquet(&self, batch_size: usize, decoders: usize) -> Result<SourceReader> {
+        let (file, metadata, mask) = self.parquet_metadata()?;
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
         let total_rows = Some(builder.metadata().file_metadata().num_rows() as u64);
         let row_groups = builder.metadata().num_row_groups();
         let decoders = decoders.min(row_groups);

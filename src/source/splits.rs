@@ -4,10 +4,8 @@
 
 use std::sync::Arc;
 
-use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
-    RowSelector,
+    ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
 
 use super::{FileTable, Format, Rechunk, SourceReader, open};
@@ -43,20 +41,7 @@ impl FileTable {
     }
 
     fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
-        let file = open(&self.path)?;
-        let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
-            .map_err(|e| Error::io(format!("{}: not a readable Parquet file: {e}", self.ctx())))?;
-        self.check_columns(metadata.schema())?;
-        let needed = self.needed();
-        let roots: Vec<usize> = metadata
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| needed.contains(f.name()))
-            .map(|(i, _)| i)
-            .collect();
-        let mask = ProjectionMask::roots(metadata.parquet_schema(), roots);
+        let (_, metadata, mask) = self.parquet_metadata()?;
         let sizes: Vec<usize> = metadata
             .metadata()
             .row_groups()
