@@ -173,6 +173,16 @@ impl CalcStage {
 }
 
 impl CalcStage {
+    /// Whether it passes its input's columns on as they are (a filter without a projection).
+    fn keeps_columns(&self) -> bool {
+        self.projection.is_none()
+    }
+
+    /// The input columns (by index) its filter reads.
+    fn filter_columns(&self) -> BTreeSet<usize> {
+        columns_read(&self.filter)
+    }
+
     /// Filters and projects one batch (None when no row is left).
     ///
     /// # Errors
@@ -378,10 +388,22 @@ impl Pipeline {
         self.run_from(0, slices)
     }
 
-    /// The source columns (by index) the pipeline reads: those its first stage reads (`None`:
-    /// every column).
+    /// The source columns (by index) the pipeline reads (`None`: every column): those its first
+    /// stage reads, and through filters that keep the columns, the next stage's too.
     pub fn columns_read(&self) -> Option<BTreeSet<usize>> {
-        self.stages.first().and_then(|s| s.columns_read())
+        let mut filtered = BTreeSet::new();
+        for stage in &self.stages {
+            if let Some(calc) = stage.as_calc()
+                && calc.keeps_columns()
+            {
+                filtered.extend(calc.filter_columns());
+                continue;
+            }
+            let mut read = stage.columns_read()?;
+            read.extend(filtered);
+            return Some(read);
+        }
+        None
     }
 
     /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages

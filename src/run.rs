@@ -1,7 +1,8 @@
 //! Running a pipeline over a file source: reading it in batches, pushing them through the
 //! [`Pipeline`], handing the changes to a [`Sink`], and, when asked, replaying the recorded
 //! stream at its recorded pace ([`crate::replay`]), writing checkpoints and resuming from them
-//! ([`crate::checkpoint`]).
+//! ([`crate::checkpoint`]). Insert-only aggregates run on the pipelined runtime over splits of
+//! the file ([`crate::operator::pipelined`]), the rest on the ordered one (see [`Job::run`]).
 //!
 //! A [`Job`] is what the SQL planner builds for a query (`PlannedQuery` wraps one with its
 //! EXPLAIN), and what a library user builds from their own pipeline.
@@ -118,6 +119,13 @@ impl Job {
     /// Runs the job: reads the source in batches of `batch_size` rows, pushes them through the
     /// pipeline and hands every batch of changes to `sink`; `on_progress` gets the rows read so
     /// far and the rows in the source (when the format says) after each batch.
+    ///
+    /// Which runtime runs it: an insert-only aggregate over a Parquet or Arrow file, with
+    /// mini-batch on and `tally.exec.pipelined`, without checkpoints, a restore, replay or a time
+    /// column, runs on the pipelined runtime (the file split across the workers, each decoding
+    /// and folding its own split: [`crate::operator::pipelined`]); anything else on the ordered
+    /// one (the source read in order, each batch cut into P slices). [`RunStats::runtime`] says
+    /// which ran and why. Either way, only the source columns the pipeline reads are decoded.
     ///
     /// With checkpoints set ([`Job::checkpoint_every`]), at each one, as Flink does before a
     /// barrier, every pending mini-batch is fired and its changes handed to the sink; then

@@ -466,7 +466,13 @@ fn columns_nothing_reads_are_not_decoded() {
         Field::new("v", DataType::Int64, true),
         Field::new("junk", DataType::Int64, true),
     ]));
-    for (pipelined, reads_junk) in [(true, false), (false, false), (true, true)] {
+    // (pipelined runtime, the query reads `junk`, a filter before the aggregate)
+    for (pipelined, reads_junk, filter) in [
+        (true, false, false),
+        (false, false, false),
+        (true, false, true),
+        (true, true, false),
+    ] {
         let table = FileTable {
             schema: Arc::clone(&declared),
             ..table(path.clone(), Format::Parquet)
@@ -489,7 +495,16 @@ fn columns_nothing_reads_are_not_decoded() {
             .config(config)
             .build_parallel()
             .unwrap();
-        let stages: Vec<Box<dyn Stage>> = vec![Box::new(AggregateStage::new(agg))];
+        let mut stages: Vec<Box<dyn Stage>> = vec![];
+        if filter {
+            // WHERE v >= 0: keeps every row, and reads `v` only.
+            let input = datafusion_common::DFSchema::try_from(declared.as_ref().clone()).unwrap();
+            let keep = col("v").gt_eq(lit(0i64));
+            stages.push(Box::new(
+                CalcStage::try_new(&input, Some(&keep), None, Arc::clone(&declared)).unwrap(),
+            ));
+        }
+        stages.push(Box::new(AggregateStage::new(agg)));
         let mut job = Job::new(table, Pipeline::new(stages, Runtime::new(2).unwrap()), None);
         let mut lines = vec![];
         let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
@@ -510,6 +525,10 @@ fn columns_nothing_reads_are_not_decoded() {
             })
             .collect();
         expected.sort();
-        assert_eq!(final_rows(&lines), expected, "pipelined {pipelined}");
+        assert_eq!(
+            final_rows(&lines),
+            expected,
+            "pipelined {pipelined}, filter {filter}"
+        );
     }
 }
