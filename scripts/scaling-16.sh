@@ -47,5 +47,5 @@ if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
       --workers 1,2,4,8,16 --repeat 1 "${duckdb[@]}"
     echo
   done
-  "$examples/nexmark" --events 10000000 --workers 1,2,4,8,16 --repeat 3 --dir "$data/nexmark"
+  "$examples/nexmark" --events 10000000 --workers 1,2,4,8,16 --repeat 1 --dir "$data/nexmark"
 } | tee "$out"
