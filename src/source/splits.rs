@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
-};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
 use super::{FileTable, Format, Rechunk, SourceReader, open};
 use crate::changelog::ChangeBatch;
@@ -55,6 +53,7 @@ impl FileTable {
                 continue;
             }
             let (table, metadata, mask) = (self.clone(), metadata.clone(), mask.clone());
+            let sizes = sizes.clone();
             let ctx = self.ctx();
             let mut groups = share.into_iter();
             let mut current: Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader> = None;
@@ -78,7 +77,7 @@ impl FileTable {
                                 .with_row_groups(vec![rg])
                                 .with_projection(mask.clone())
                                 .with_batch_size(batch_size);
-                        if skip > 0 || take < sizes_of(&metadata, rg) {
+                        if skip > 0 || take < sizes[rg] {
                             builder = builder.with_row_selection(RowSelection::from(vec![
                                 RowSelector::skip(skip),
                                 RowSelector::select(take),
@@ -150,10 +149,6 @@ impl FileTable {
         }
         Ok(splits)
     }
-}
-
-fn sizes_of(metadata: &ArrowReaderMetadata, rg: usize) -> usize {
-    usize::try_from(metadata.metadata().row_group(rg).num_rows()).unwrap_or(0)
 }
 
 /// Some record batches of an Arrow IPC file, as a reader.
