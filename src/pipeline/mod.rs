@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::DFSchema;
@@ -28,6 +28,10 @@ use crate::operator::exchange::even_slices;
 use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::plan::columns_read;
 use crate::runtime::Runtime;
+
+mod expand;
+
+pub use expand::ExpandStage;
 
 /// A streaming transformation of change batches.
 pub trait Stage: Send + std::fmt::Debug {
@@ -556,59 +560,5 @@ impl Pipeline {
             out.extend(self.run_from(i + 1, tail)?);
         }
         Ok(out)
-    }
-}
-
-/// Flink's `Expand` for split-distinct aggregation over several bucketed argument sets: every
-/// input row is emitted once per group set, with the bucket columns outside that set NULL and a
-/// last `$e` (Int64) column holding the set's id. Row kinds pass through.
-#[derive(Debug)]
-pub struct ExpandStage {
-    /// Per group set: the columns it sets to NULL, and its id.
-    sets: Vec<(Vec<usize>, i64)>,
-    output: SchemaRef,
-}
-
-impl ExpandStage {
-    /// An expand producing batches of `output` (the input's fields, then `$e`) for `sets`.
-    pub fn new(sets: Vec<(Vec<usize>, i64)>, output: SchemaRef) -> Self {
-        Self { sets, output }
-    }
-
-    fn expand(&self, batch: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let n = batch.num_rows();
-        self.sets
-            .iter()
-            .map(|(nulls, id)| {
-                let mut cols: Vec<ArrayRef> = batch.data.columns().to_vec();
-                for &c in nulls {
-                    cols[c] = arrow::array::new_null_array(cols[c].data_type(), n);
-                }
-                cols.push(Arc::new(arrow::array::Int64Array::from(vec![*id; n])));
-                Ok(ChangeBatch {
-                    op: batch.op.clone(),
-                    data: RecordBatch::try_new_with_options(
-                        Arc::clone(&self.output),
-                        cols,
-                        &RecordBatchOptions::new().with_row_count(Some(n)),
-                    )?,
-                })
-            })
-            .collect()
-    }
-}
-
-impl Stage for ExpandStage {
-    fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        let this = &*self;
-        let mut out = Vec::with_capacity(slices.len() * self.sets.len());
-        for r in runtime.map(slices, |s| this.expand(&s)) {
-            out.extend(r?);
-        }
-        Ok(out)
-    }
-
-    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        Ok(vec![])
     }
 }
