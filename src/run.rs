@@ -241,6 +241,7 @@ impl Job {
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
         self.source.unread_columns = self.unread_columns();
+        self.source.dictionary_columns = self.dictionary_columns();
         match self.pipelined(replayer.is_some()) {
             Ok(()) => {
                 let splits = self
@@ -353,6 +354,18 @@ impl Job {
         }
         stats.aggregates = self.pipeline.metrics()?;
         Ok((stats, replayer.map(Replayer::finish)))
+    }
+
+    /// The declared columns of the source that the pipeline may take as dictionaries
+    /// ([`Pipeline::dictionary_columns`]; not the time column, which replay reads).
+    fn dictionary_columns(&self) -> Vec<String> {
+        let fields = self.source.schema.fields();
+        self.pipeline
+            .dictionary_columns()
+            .into_iter()
+            .filter_map(|i| fields.get(i).map(|f| f.name().clone()))
+            .filter(|name| self.source.time_column.as_ref() != Some(name))
+            .collect()
     }
 
     /// The declared columns of the source that the pipeline never reads (nullable ones, not

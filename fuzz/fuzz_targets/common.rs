@@ -24,6 +24,7 @@ pub fn table(format: Format, path: PathBuf, changelog: bool) -> FileTable {
         changelog_column: changelog.then(|| "op".to_string()),
         time_column: None,
         unread_columns: vec![],
+        dictionary_columns: vec![],
     }
 }
 

@@ -302,8 +302,13 @@ fn hash_dictionary<K: ArrowDictionaryKeyType>(
     out: &mut [u64],
     combine: bool,
 ) -> Result<(), ArrowError> {
-    // Hash each dictionary value once, then gather per row.
     let values = a.values();
+    if values.len() > a.len() {
+        // More values than rows (a batch's share of a large dictionary): hash the rows' values.
+        let flat = arrow_select::take::take(values.as_ref(), a.keys(), None)?;
+        return hash_array(flat.as_ref(), rs, out, combine);
+    }
+    // Hash each dictionary value once, then gather per row.
     let mut value_hashes = vec![0u64; values.len()];
     hash_array(values.as_ref(), rs, &mut value_hashes, false)?;
     let keys = a.keys();

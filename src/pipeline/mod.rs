@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::Expr;
 use datafusion_expr::execution_props::ExecutionProps;
@@ -26,7 +26,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
 use crate::operator::{AggregateMetrics, ParallelAggregate};
-use crate::plan::columns_read;
+use crate::plan::{ColumnUses, columns_read};
 use crate::runtime::Runtime;
 
 mod expand;
@@ -182,6 +182,32 @@ impl CalcStage {
         self.projection.is_none()
     }
 
+    /// The output schema for a filtered `data` (no projection): the declared one, or where
+    /// `data` carries dictionary-encoded strings ([`Pipeline::dictionary_columns`]), the same
+    /// names with `data`'s types.
+    fn output_for(&self, data: &RecordBatch) -> SchemaRef {
+        let same = self
+            .output
+            .fields()
+            .iter()
+            .zip(data.schema_ref().fields().iter())
+            .all(|(a, b)| a.data_type() == b.data_type());
+        if same {
+            return Arc::clone(&self.output);
+        }
+        let fields: Vec<Field> = self
+            .output
+            .fields()
+            .iter()
+            .zip(data.schema_ref().fields().iter())
+            .map(|(a, b)| a.as_ref().clone().with_data_type(b.data_type().clone()))
+            .collect();
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            self.output.metadata().clone(),
+        ))
+    }
+
     /// The input columns (by index) its filter reads.
     fn filter_columns(&self) -> BTreeSet<usize> {
         columns_read(&self.filter)
@@ -213,7 +239,7 @@ impl CalcStage {
             return Ok(None);
         }
         let data = match &self.projection {
-            None => RecordBatch::try_new(Arc::clone(&self.output), data.columns().to_vec())?,
+            None => RecordBatch::try_new(self.output_for(&data), data.columns().to_vec())?,
             Some(exprs) => {
                 let n = data.num_rows();
                 let cols = exprs
@@ -408,6 +434,37 @@ impl Pipeline {
             return Some(read);
         }
         None
+    }
+
+    /// The source columns (by index) that may be read as dictionaries of their strings: those
+    /// the filters before the first aggregate and the aggregate itself only compare with
+    /// literals or key by ([`crate::plan::AggregatePlan::dictionary_columns`]). Empty when a
+    /// projection or another stage comes first (it would see the dictionaries).
+    pub fn dictionary_columns(&self) -> BTreeSet<usize> {
+        let mut filters = ColumnUses::default();
+        for stage in &self.stages {
+            if let Some(calc) = stage.as_calc() {
+                if !calc.keeps_columns() {
+                    return BTreeSet::new();
+                }
+                filters.predicates(&calc.filter);
+                continue;
+            }
+            let Some(agg) = stage.as_aggregate() else {
+                return BTreeSet::new();
+            };
+            let mut uses = agg.plan().calc.column_uses();
+            uses.merge(&filters);
+            let safe = uses.dictionary_safe();
+            return agg
+                .plan()
+                .dictionary_columns
+                .iter()
+                .copied()
+                .filter(|c| safe.contains(c))
+                .collect();
+        }
+        BTreeSet::new()
     }
 
     /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages

@@ -133,6 +133,7 @@ mod tests {
             changelog_column: None,
             time_column: None,
             unread_columns: vec![],
+            dictionary_columns: vec![],
         }
     }
 

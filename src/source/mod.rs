@@ -77,6 +77,11 @@ pub struct FileTable {
     /// NULLs (other formats read them anyway). Each must be nullable and not the time column;
     /// [`crate::run::Job`] fills it with the columns its pipeline never reads.
     pub unread_columns: Vec<String>,
+    /// Declared string (Utf8) columns that may arrive dictionary-encoded, as
+    /// `Dictionary(Int32, Utf8)`: Parquet reads them so where every page of the column is
+    /// dictionary encoded. Only for consumers that take either form ([`crate::run::Job`] fills
+    /// it from [`crate::pipeline::Pipeline::dictionary_columns`]).
+    pub dictionary_columns: Vec<String>,
 }
 
 /// An open source: an iterator of change batches plus, when known, the total row count.
@@ -127,6 +132,30 @@ impl SourceReader {
         SourceReader {
             inner,
             total_rows: self.total_rows,
+        }
+    }
+}
+
+/// The NULL columns a reader hands out for unread columns: each a slice of one array, made
+/// again only when a longer batch comes (a fresh NULL array per batch would zero its buffers
+/// every time).
+#[derive(Debug, Default)]
+struct NullColumns(Vec<(usize, ArrayRef)>);
+
+impl NullColumns {
+    /// `len` NULLs of type `dt` for column `at`.
+    fn get(&mut self, at: usize, dt: &DataType, len: usize) -> ArrayRef {
+        match self.0.iter_mut().find(|(i, _)| *i == at) {
+            Some((_, a)) if a.len() >= len => a.slice(0, len),
+            Some((_, a)) => {
+                *a = arrow::array::new_null_array(dt, len);
+                Arc::clone(a)
+            }
+            None => {
+                let a = arrow::array::new_null_array(dt, len);
+                self.0.push((at, Arc::clone(&a)));
+                a
+            }
         }
     }
 }
@@ -189,14 +218,22 @@ impl FileTable {
     /// Maps a batch read from the file (any column order, extra columns) to the declared schema
     /// and the row kinds.
     fn convert(&self, batch: &RecordBatch) -> Result<ChangeBatch> {
+        self.convert_to(batch, &self.schema, &mut NullColumns::default())
+    }
+
+    /// As [`FileTable::convert`], to `schema`: the declared schema or, for Parquet, the one
+    /// with some string columns read as dictionaries. The unread columns are cut from `nulls`.
+    fn convert_to(
+        &self,
+        batch: &RecordBatch,
+        schema: &SchemaRef,
+        nulls: &mut NullColumns,
+    ) -> Result<ChangeBatch> {
         let file_schema = batch.schema();
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for f in self.schema.fields() {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (at, f) in schema.fields().iter().enumerate() {
             if file_schema.index_of(f.name()).is_err() && self.is_unread(f.name()) {
-                cols.push(arrow::array::new_null_array(
-                    f.data_type(),
-                    batch.num_rows(),
-                ));
+                cols.push(nulls.get(at, f.data_type(), batch.num_rows()));
                 continue;
             }
             let i = file_schema.index_of(f.name()).map_err(|_| {
@@ -241,7 +278,7 @@ impl FileTable {
                 )
             }
         };
-        let data = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+        let data = RecordBatch::try_new(Arc::clone(schema), cols)
             .map_err(|e| Error::invalid_input(format!("{}: {e}", self.ctx())))?;
         Ok(ChangeBatch { op, data })
     }

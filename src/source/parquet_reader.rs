@@ -2,23 +2,65 @@
 //! reader, or up to P row-group decoders delivering in file order.
 
 use std::fs::File;
+use std::sync::Arc;
 
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
+use parquet::basic::Encoding;
+use parquet::file::metadata::ParquetMetaData;
 
-use super::{FileTable, SourceReader, open};
+use super::{FileTable, NullColumns, SourceReader, open};
 use crate::changelog::ChangeBatch;
 use crate::decode::guarded;
 use crate::error::{Error, Result};
 
+/// What a Parquet read of a table needs: the file, its metadata (with the dictionary hints), the
+/// projection, and the schema its batches arrive in.
+pub(super) struct ParquetScan {
+    pub(super) file: File,
+    pub(super) metadata: ArrowReaderMetadata,
+    pub(super) mask: ProjectionMask,
+    /// The declared schema, with the columns read as dictionaries typed as such.
+    pub(super) schema: SchemaRef,
+}
+
+/// The dictionary type a string column is read as.
+fn dictionary_of(value: &DataType) -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(value.clone()))
+}
+
+/// Whether every data page of the file's column `root` (a flat column, one leaf) is dictionary
+/// encoded in every row group, as the writer's page-encoding statistics say. A chunk that fell
+/// back to PLAIN would have the reader build a dictionary per batch: slower than strings.
+fn all_dictionary_encoded(metadata: &ParquetMetaData, root: usize) -> bool {
+    let schema = metadata.file_metadata().schema_descr();
+    let leaves: Vec<usize> = (0..schema.num_columns())
+        .filter(|&l| schema.get_column_root_idx(l) == root)
+        .collect();
+    let [leaf] = leaves[..] else {
+        return false;
+    };
+    metadata.num_row_groups() > 0
+        && metadata.row_groups().iter().all(|rg| {
+            let chunk = rg.column(leaf);
+            chunk.dictionary_page_offset().is_some()
+                && chunk.page_encoding_stats_mask().is_some_and(|m| {
+                    m.is_only(Encoding::RLE_DICTIONARY) || m.is_only(Encoding::PLAIN_DICTIONARY)
+                })
+        })
+}
+
 impl FileTable {
-    /// A Parquet file's metadata (checked against the declared columns) and the projection of
-    /// the columns this table decodes.
-    pub(super) fn parquet_metadata(&self) -> Result<(File, ArrowReaderMetadata, ProjectionMask)> {
+    /// A Parquet file's metadata (checked against the declared columns), the projection of the
+    /// columns this table decodes, and the schema of its batches: the declared one, except that
+    /// the [`FileTable::dictionary_columns`] whose chunks are all dictionary encoded are read as
+    /// `Dictionary(Int32, Utf8)` (the strings are decoded once per row group, not once per row).
+    pub(super) fn parquet_metadata(&self) -> Result<ParquetScan> {
         let file = open(&self.path)?;
-        let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
+        let mut metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
             .map_err(|e| Error::io(format!("{}: not a readable Parquet file: {e}", self.ctx())))?;
         self.check_columns(metadata.schema())?;
         let needed = self.needed();
@@ -30,18 +72,98 @@ impl FileTable {
             .filter(|(_, f)| needed.contains(f.name()))
             .map(|(i, _)| i)
             .collect();
+        let as_dictionary: Vec<usize> = roots
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let f = metadata.schema().field(i);
+                *f.data_type() == DataType::Utf8
+                    && self.dictionary_columns.iter().any(|d| d == f.name())
+                    && self
+                        .schema
+                        .field_with_name(f.name())
+                        .is_ok_and(|d| *d.data_type() == DataType::Utf8)
+                    && all_dictionary_encoded(metadata.metadata(), i)
+            })
+            .collect();
+        let mut schema = Arc::clone(&self.schema);
+        if !as_dictionary.is_empty() {
+            let file_schema = Arc::clone(metadata.schema());
+            let hint: Vec<Field> = file_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let f = f.as_ref().clone();
+                    if as_dictionary.contains(&i) {
+                        let dt = dictionary_of(f.data_type());
+                        f.with_data_type(dt)
+                    } else {
+                        f
+                    }
+                })
+                .collect();
+            let hint = Arc::new(Schema::new_with_metadata(
+                hint,
+                file_schema.metadata().clone(),
+            ));
+            // A hint the reader refuses leaves the strings as they are.
+            if let Ok(hinted) = ArrowReaderMetadata::try_new(
+                Arc::clone(metadata.metadata()),
+                ArrowReaderOptions::new().with_schema(hint),
+            ) {
+                metadata = hinted;
+                let names: Vec<&String> = as_dictionary
+                    .iter()
+                    .map(|&i| file_schema.field(i).name())
+                    .collect();
+                let fields: Vec<Field> = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let f = f.as_ref().clone();
+                        if names.contains(&f.name()) {
+                            let dt = dictionary_of(f.data_type());
+                            f.with_data_type(dt)
+                        } else {
+                            f
+                        }
+                    })
+                    .collect();
+                schema = Arc::new(Schema::new_with_metadata(
+                    fields,
+                    self.schema.metadata().clone(),
+                ));
+            }
+        }
         let mask = ProjectionMask::roots(metadata.parquet_schema(), roots);
-        Ok((file, metadata, mask))
+        Ok(ParquetScan {
+            file,
+            metadata,
+            mask,
+            schema,
+        })
     }
 
     pub(super) fn open_parquet(&self, batch_size: usize, decoders: usize) -> Result<SourceReader> {
-        let (file, metadata, mask) = self.parquet_metadata()?;
+        let ParquetScan {
+            file,
+            metadata,
+            mask,
+            schema,
+        } = self.parquet_metadata()?;
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
         let total_rows = Some(builder.metadata().file_metadata().num_rows() as u64);
         let row_groups = builder.metadata().num_row_groups();
         let decoders = decoders.min(row_groups);
         if decoders > 1 {
-            return Ok(self.parallel_parquet(metadata, mask, batch_size, decoders, total_rows));
+            return Ok(self.parallel_parquet(
+                (metadata, mask, schema),
+                batch_size,
+                decoders,
+                total_rows,
+            ));
         }
         let reader = builder
             .with_projection(mask)
@@ -51,9 +173,12 @@ impl FileTable {
         let table = self.clone();
         let ctx = self.ctx();
         Ok(SourceReader {
-            inner: Box::new(reader.map(move |b| {
-                let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
-                table.convert(&b)
+            inner: Box::new(reader.map({
+                let mut nulls = NullColumns::default();
+                move |b| {
+                    let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                    table.convert_to(&b, &schema, &mut nulls)
+                }
             })),
             total_rows,
         })
@@ -64,8 +189,7 @@ impl FileTable {
     /// from the channels in turn, so batches come in file order.
     fn parallel_parquet(
         &self,
-        metadata: ArrowReaderMetadata,
-        mask: ProjectionMask,
+        (metadata, mask, schema): (ArrowReaderMetadata, ProjectionMask, SchemaRef),
         batch_size: usize,
         decoders: usize,
         total_rows: Option<u64>,
@@ -76,6 +200,8 @@ impl FileTable {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Result<ChangeBatch>>>(2);
             receivers.push(rx);
             let (table, metadata, mask) = (self.clone(), metadata.clone(), mask.clone());
+            let schema = Arc::clone(&schema);
+            let mut nulls = NullColumns::default();
             let spawned = std::thread::Builder::new()
                 .name(format!("tally-parquet-{k}"))
                 .spawn(move || {
@@ -107,7 +233,7 @@ impl FileTable {
                                 Ok(None) => break,
                                 Ok(Some(b)) => b
                                     .map_err(|e| Error::io(format!("{ctx}: {e}")))
-                                    .and_then(|b| table.convert(&b)),
+                                    .and_then(|b| table.convert_to(&b, &schema, &mut nulls)),
                                 Err(e) => Err(e),
                             };
                             let stop = item.is_err();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
-use super::{FileTable, Format, Rechunk, SourceReader, open};
+use super::parquet_reader::ParquetScan;
+use super::{FileTable, Format, NullColumns, Rechunk, SourceReader, open};
 use crate::changelog::ChangeBatch;
 use crate::decode::{check_ipc_lengths, guarded};
 use crate::error::{Error, Result};
@@ -39,7 +40,12 @@ impl FileTable {
     }
 
     fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
-        let (_, metadata, mask) = self.parquet_metadata()?;
+        let ParquetScan {
+            metadata,
+            mask,
+            schema,
+            ..
+        } = self.parquet_metadata()?;
         let sizes: Vec<usize> = metadata
             .metadata()
             .row_groups()
@@ -53,6 +59,8 @@ impl FileTable {
                 continue;
             }
             let (table, metadata, mask) = (self.clone(), metadata.clone(), mask.clone());
+            let schema = Arc::clone(&schema);
+            let mut nulls = NullColumns::default();
             let sizes = sizes.clone();
             let ctx = self.ctx();
             let mut groups = share.into_iter();
@@ -64,7 +72,7 @@ impl FileTable {
                             Some(b) => {
                                 return Some(
                                     b.map_err(|e| Error::io(format!("{ctx}: {e}")))
-                                        .and_then(|b| table.convert(&b)),
+                                        .and_then(|b| table.convert_to(&b, &schema, &mut nulls)),
                                 );
                             }
                             None => current = None,

@@ -125,6 +125,7 @@ pub(super) fn parse_create_table(stmt: &str) -> Result<FileTable> {
         changelog_column,
         time_column,
         unread_columns: vec![],
+        dictionary_columns: vec![],
     })
 }
 

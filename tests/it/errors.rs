@@ -326,6 +326,7 @@ fn fuzzer_found_files_are_errors_not_crashes() {
                     changelog_column: changelog.then(|| "op".to_string()),
                     time_column: None,
                     unread_columns: vec![],
+                    dictionary_columns: vec![],
                 };
                 // Every input is a broken file: reading it must fail, cleanly.
                 let result: tally::Result<Vec<_>> =

@@ -220,6 +220,7 @@ fn table(path: PathBuf, format: Format) -> FileTable {
         changelog_column: None,
         time_column: None,
         unread_columns: vec![],
+        dictionary_columns: vec![],
     }
 }
 

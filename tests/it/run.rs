@@ -31,6 +31,7 @@ fn orders() -> FileTable {
         changelog_column: None,
         time_column: None,
         unread_columns: vec![],
+        dictionary_columns: vec![],
     }
 }
 

@@ -1266,6 +1266,7 @@ fn parallel_parquet_decoding_keeps_file_order() {
         changelog_column: Some("op".into()),
         time_column: None,
         unread_columns: vec![],
+        dictionary_columns: vec![],
     };
     let read = |decoders: usize, batch: usize| -> Vec<String> {
         table

@@ -99,6 +99,12 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
         let values = dict.values();
+        if values.len() > dict.len() {
+            // More values than rows (a batch's share of a large dictionary): a cache over the
+            // values would cost more than it saves.
+            let flat = arrow_select::take::take(values.as_ref(), dict.keys(), None)?;
+            return self.intern(&[flat], hashes, groups);
+        }
         let string_at = string_accessor(values.as_ref())?;
         let value_nulls = values.logical_nulls();
         let keys = dict.keys();

@@ -60,7 +60,25 @@ impl GroupValues for RowGroupValues {
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
         check_len(cols, hashes, self.types.len())?;
-        let batch_rows = self.converter.convert_columns(cols)?;
+        let batch_rows = if cols
+            .iter()
+            .zip(&self.types)
+            .all(|(c, t)| c.data_type() == t)
+        {
+            self.converter.convert_columns(cols)?
+        } else {
+            // A dictionary of a key's values (as dictionary-encoded Parquet strings arrive):
+            // encoded as its values, so that it is the same key as the plain strings.
+            let plain = cols
+                .iter()
+                .zip(&self.types)
+                .map(|(c, t)| match c.data_type() {
+                    DataType::Dictionary(_, v) if v.as_ref() == t => arrow_cast::cast(c, t),
+                    _ => Ok(std::sync::Arc::clone(c)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.converter.convert_columns(&plain)?
+        };
         groups.clear();
         groups.reserve(hashes.len());
         for (i, &h) in hashes.iter().enumerate() {

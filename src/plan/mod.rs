@@ -21,6 +21,10 @@ use tally_kernels::group_values::key_type_supported;
 use crate::changelog::{ChangeBatch, OP_COLUMN, op_codes, op_type_supported};
 use crate::error::{Error, Result};
 
+mod columns;
+
+pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
+
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
 pub struct AggregateCall {
@@ -65,16 +69,20 @@ pub struct AggregatePlan {
     /// The output rows: the keys, then the aggregate results (the row kinds travel beside
     /// them, in the output [`ChangeBatch`]es).
     pub output_schema: SchemaRef,
+    /// The input columns (by index) that may arrive as dictionaries of their (Utf8) values:
+    /// those the [`Calc`] only keys by or compares with literals ([`ColumnUses`]).
+    pub dictionary_columns: BTreeSet<usize>,
 }
 
-/// Checks that `got` has `want`'s column names and types (nullability may differ).
-fn check_fields(got: &Schema, want: &Schema) -> Result<()> {
+/// Checks that `got` has `want`'s column names and types (nullability may differ); the columns
+/// in `dictionary` may also be dictionaries of their type's values.
+fn check_fields(got: &Schema, want: &Schema, dictionary: &BTreeSet<usize>) -> Result<()> {
     let (want, got) = (want.fields(), got.fields());
     if want.len() != got.len()
-        || want
-            .iter()
-            .zip(got.iter())
-            .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+        || want.iter().zip(got.iter()).enumerate().any(|(i, (a, b))| {
+            a.name() != b.name()
+                || !same_or_dictionary_of(b.data_type(), a.data_type(), dictionary.contains(&i))
+        })
     {
         let show = |f: &arrow::datatypes::Fields| {
             f.iter()
@@ -103,7 +111,11 @@ impl AggregatePlan {
     /// # Errors
     /// A one-line error naming the mismatch.
     pub fn check_input(&self, changes: &ChangeBatch) -> Result<()> {
-        check_fields(changes.data.schema_ref(), &self.input_schema)?;
+        check_fields(
+            changes.data.schema_ref(),
+            &self.input_schema,
+            &self.dictionary_columns,
+        )?;
         if changes.op.is_some() && !self.changelog {
             return Err(Error::invalid_input(
                 "the batch carries row kinds, but the aggregate was planned for insert-only input (give it a changelog column)",
@@ -118,7 +130,7 @@ impl AggregatePlan {
     /// # Errors
     /// A batch of another schema, a bad row kind (naming the row).
     pub fn to_changes(&self, batch: &RecordBatch) -> Result<ChangeBatch> {
-        check_fields(batch.schema_ref(), &self.record_schema)?;
+        check_fields(batch.schema_ref(), &self.record_schema, &BTreeSet::new())?;
         let Some(i) = self.op_column else {
             return Ok(ChangeBatch::inserts(RecordBatch::try_new_with_options(
                 Arc::clone(&self.input_schema),
@@ -283,7 +295,17 @@ impl AggregatePlan {
             arg_names: planner.arg_names,
             filter_names: planner.filter_names,
         };
+        let dictionary_columns = calc
+            .column_uses()
+            .dictionary_safe()
+            .into_iter()
+            .filter(|&i| {
+                i < input_schema.fields().len()
+                    && columns::dictionary_capable(input_schema.field(i).data_type())
+            })
+            .collect();
         Ok(Self {
+            dictionary_columns,
             record_schema: Arc::clone(&input_schema),
             op_column: None,
             changelog,
@@ -545,13 +567,14 @@ impl Calc {
     }
 }
 
-/// The input columns (by index) that `exprs` read.
-pub fn columns_read<'a>(
-    exprs: impl IntoIterator<Item = &'a Arc<dyn PhysicalExpr>>,
-) -> BTreeSet<usize> {
-    exprs
-        .into_iter()
-        .flat_map(datafusion_physical_expr::utils::collect_columns)
-        .map(|c| c.index())
-        .collect()
+impl Calc {
+    /// How its expressions use the input columns ([`ColumnUses`]): keys and FILTERs may read a
+    /// string column as a dictionary, arguments read it plain.
+    pub fn column_uses(&self) -> ColumnUses {
+        let mut uses = ColumnUses::default();
+        uses.keys(&self.keys);
+        uses.predicates(&self.filters);
+        uses.plain(&self.args);
+        uses
+    }
 }
