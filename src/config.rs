@@ -119,6 +119,11 @@ options! {
     DEFAULT_PARALLELISM = "table.exec.resource.default-parallelism" => parallelism: usize =
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         parse |k: &str, v: &str| parse_positive::<u32>(k, v).map(|p| p as usize), show show_value;
+    /// `pipeline.max-parallelism` (default `-1`: Flink's rule, 1.5 x the parallelism rounded up to
+    /// a power of two, at least 128): the number of key groups keyed state is partitioned into
+    /// (`tally::operator::key_groups`); at least the parallelism, at most 32768.
+    MAX_PARALLELISM = "pipeline.max-parallelism" => max_parallelism: i64 = -1,
+        parse parse_max_parallelism, show show_value;
     /// `tally.strict` (default `false`): settings that would have no effect are errors instead
     /// of warnings.
     STRICT = "tally.strict" => strict: bool = false,
@@ -368,6 +373,16 @@ fn parse_whole(key: &str, value: &str) -> Result<i64> {
         .trim()
         .parse()
         .map_err(|_| Error::config(key, format!("'{value}' is not a whole number")))
+}
+
+fn parse_max_parallelism(key: &str, value: &str) -> Result<i64> {
+    match parse_whole(key, value)? {
+        v @ (-1 | 1..=32768) => Ok(v),
+        _ => Err(Error::config(
+            key,
+            format!("'{value}' is not -1 (the default) or a whole number from 1 to 32768"),
+        )),
+    }
 }
 
 fn parse_strategy(key: &str, value: &str) -> Result<AggPhaseStrategy> {

@@ -179,6 +179,7 @@ fn analyzed(m: &AggregateMetrics, step: AggregateStep) -> Vec<String> {
     }
     if step.is_keyed() {
         attrs.push(format!("workers=[{}]", m.parallelism));
+        attrs.push(format!("keyGroups=[{}]", m.key_groups));
         if let Some(r) = &m.runtime {
             attrs.push(format!("tasks=[{}]", tasks(TaskRole::Keyed).join("; ")));
             attrs.push(format!(

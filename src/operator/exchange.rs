@@ -1,15 +1,15 @@
 //! The exchange and the slicing around it: cutting the input into slices and regrouping them
 //! into at most P tasks of consecutive rows (`balance`), and routing rows, or the local
-//! phases' accumulator rows, to the worker their key hash picks (`tally_kernels::hash::partition_of`), with one
-//! gather (`take_parts`) for every kind of routed rows.
+//! phases' accumulator rows, to the worker that owns their key's key group ([`KeyGroups`]), with
+//! one gather (`take_parts`) for every kind of routed rows.
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::buffer::ScalarBuffer;
 use arrow::compute::take_record_batch;
-use tally_kernels::hash::partition_of;
 
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
+use crate::operator::key_groups::KeyGroups;
 use crate::operator::local::Flushed;
 use crate::plan::CalcBatch;
 
@@ -117,13 +117,14 @@ pub(crate) fn balance<T: Rows>(slices: Vec<T>, p: usize, min_rows: usize) -> Vec
 /// constants").
 pub const MIN_SLICE_ROWS: usize = 1024;
 
-/// Row indices per worker: row `r` goes to `partition_of(hashes[r], p)`.
-fn partition(hashes: &[u64], p: usize) -> Vec<Vec<u32>> {
+/// Row indices per worker: row `r` goes to the owner of its key group.
+fn partition(hashes: &[u64], kg: &KeyGroups) -> Vec<Vec<u32>> {
+    let p = kg.workers();
     let mut idx: Vec<Vec<u32>> = (0..p)
         .map(|_| Vec::with_capacity(hashes.len() / p + 16))
         .collect();
     for (r, &h) in hashes.iter().enumerate() {
-        idx[partition_of(h, p)].push(r as u32);
+        idx[kg.worker_of_hash(h)].push(r as u32);
     }
     idx
 }
@@ -132,10 +133,10 @@ fn partition(hashes: &[u64], p: usize) -> Vec<Vec<u32>> {
 /// rows (the row indices, in order, and their hashes); the parts come back in worker order.
 pub(crate) fn take_parts<T>(
     hashes: &[u64],
-    p: usize,
+    kg: &KeyGroups,
     mut gather: impl FnMut(&UInt32Array, ScalarBuffer<u64>) -> Result<T>,
 ) -> Result<Vec<T>> {
-    partition(hashes, p)
+    partition(hashes, kg)
         .into_iter()
         .map(|idx| {
             let part_hashes: Vec<u64> = idx.iter().map(|&i| hashes[i as usize]).collect();
@@ -145,14 +146,14 @@ pub(crate) fn take_parts<T>(
 }
 
 /// The exchange for evaluated rows: one part per worker.
-pub(crate) fn route(h: Hashed, p: usize) -> Result<Vec<Routed>> {
-    if p == 1 {
+pub(crate) fn route(h: Hashed, kg: &KeyGroups) -> Result<Vec<Routed>> {
+    if kg.workers() == 1 {
         return Ok(vec![Routed {
             cb: h.cb,
             hashes: h.hashes,
         }]);
     }
-    take_parts(&h.hashes, p, |idx, hashes| {
+    take_parts(&h.hashes, kg, |idx, hashes| {
         Ok(Routed {
             cb: h.cb.take(idx)?,
             hashes,
@@ -161,11 +162,11 @@ pub(crate) fn route(h: Hashed, p: usize) -> Result<Vec<Routed>> {
 }
 
 /// The exchange for accumulator rows: one part per worker.
-pub(crate) fn route_accumulators(f: Flushed, p: usize) -> Result<Vec<Flushed>> {
-    if p == 1 {
+pub(crate) fn route_accumulators(f: Flushed, kg: &KeyGroups) -> Result<Vec<Flushed>> {
+    if kg.workers() == 1 {
         return Ok(vec![f]);
     }
-    take_parts(&f.hashes, p, |idx, hashes| {
+    take_parts(&f.hashes, kg, |idx, hashes| {
         Ok(Flushed {
             batch: take_record_batch(&f.batch, idx)?,
             hashes: hashes.to_vec(),
@@ -179,12 +180,12 @@ pub(crate) fn route_accumulators(f: Flushed, p: usize) -> Result<Vec<Flushed>> {
 pub(crate) fn route_snapshot(
     batch: &RecordBatch,
     hashes: &[u64],
-    p: usize,
+    kg: &KeyGroups,
 ) -> Result<Vec<(RecordBatch, Vec<u64>)>> {
-    if p == 1 {
+    if kg.workers() == 1 {
         return Ok(vec![(batch.clone(), hashes.to_vec())]);
     }
-    take_parts(hashes, p, |idx, hashes| {
+    take_parts(hashes, kg, |idx, hashes| {
         Ok((take_record_batch(batch, idx)?, hashes.to_vec()))
     })
 }

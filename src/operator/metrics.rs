@@ -280,6 +280,8 @@ impl Activity {
 pub struct AggregateMetrics {
     /// Workers.
     pub parallelism: usize,
+    /// Key groups (`pipeline.max-parallelism`), spread over the workers in contiguous ranges.
+    pub key_groups: usize,
     /// Whether it runs a local and a global phase.
     pub two_phase: bool,
     /// Rows pushed into the aggregate.
@@ -465,6 +467,7 @@ impl ParallelAggregate {
         let local_bytes: usize = self.locals.iter().map(LocalGroupAggregate::size).sum();
         Ok(AggregateMetrics {
             parallelism: self.workers.len(),
+            key_groups: self.key_groups.count(),
             two_phase: self.two_phase,
             rows_in: self.calc.rows_in,
             rows_out: self.aggregate.rows_out,

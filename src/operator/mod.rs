@@ -19,6 +19,7 @@ pub mod adaptive;
 mod builder;
 pub mod exchange;
 pub mod group_aggregate;
+pub mod key_groups;
 pub(crate) mod keyed;
 pub mod local;
 pub mod metrics;

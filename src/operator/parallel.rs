@@ -41,6 +41,7 @@ use crate::operator::exchange::{
     Evaluated, Hashed, MIN_SLICE_ROWS, Routed, Rows, balance, route, route_accumulators,
     slice_evenly,
 };
+use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
 use crate::operator::metrics::{AggregateStep, RuntimeMetrics, StageMetrics};
@@ -126,6 +127,8 @@ pub struct ParallelAggregate {
     pub(super) warnings: Vec<String>,
     /// Where the time of the last run on the pipelined runtime went.
     pub(super) runtime_metrics: Option<RuntimeMetrics>,
+    /// The key groups and the worker owning each: where the exchange sends a key.
+    pub(super) key_groups: KeyGroups,
 }
 
 impl ParallelAggregate {
@@ -143,6 +146,7 @@ impl ParallelAggregate {
     ) -> Result<Self> {
         config.validate()?;
         let p = runtime.parallelism();
+        let key_groups = KeyGroups::new(usize::try_from(config.max_parallelism).unwrap_or(0), p)?;
         let mut workers = Vec::with_capacity(p);
         for _ in 0..p {
             let agg = if two_phase {
@@ -196,6 +200,7 @@ impl ParallelAggregate {
             min_slice_rows: MIN_SLICE_ROWS,
             warnings: vec![],
             runtime_metrics: None,
+            key_groups,
         })
     }
 
@@ -235,6 +240,12 @@ impl ParallelAggregate {
     /// The number of workers.
     pub fn parallelism(&self) -> usize {
         self.runtime.parallelism()
+    }
+
+    /// The key groups its state is partitioned into and the worker owning each
+    /// ([`KeyGroups`]).
+    pub fn key_groups(&self) -> &KeyGroups {
+        &self.key_groups
     }
 
     /// The configuration it runs under.
@@ -361,6 +372,7 @@ impl ParallelAggregate {
         let tasks = balance(slices, p, self.min_slice_rows);
         let n_tasks = tasks.len() as u64;
         let plan = &self.plan;
+        let key_groups = &self.key_groups;
         let results = self.runtime.map(
             tasks,
             |slices| -> Result<(Vec<Evaluated>, u64, Duration, Duration)> {
@@ -380,7 +392,7 @@ impl ParallelAggregate {
                         hashes: hashes.into(),
                     };
                     if route_rows {
-                        out.push(Evaluated::Routed(route(hashed, p)?));
+                        out.push(Evaluated::Routed(route(hashed, key_groups)?));
                         exchange_busy += routing.elapsed();
                     } else {
                         out.push(Evaluated::Hashed(hashed));
@@ -469,13 +481,14 @@ impl ParallelAggregate {
             self.folded += rows;
             return Ok(());
         }
+        let key_groups = &self.key_groups;
         let results = self
             .runtime
             .map(tasks, |slices| -> Result<(Vec<Vec<Routed>>, Duration)> {
                 let start = Instant::now();
                 let routed = slices
                     .into_iter()
-                    .map(|h| route(h, p))
+                    .map(|h| route(h, key_groups))
                     .collect::<Result<Vec<_>>>()?;
                 Ok((routed, start.elapsed()))
             });
@@ -558,6 +571,7 @@ impl ParallelAggregate {
         let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
         if self.locals.iter().any(|l| l.keys() > 0) {
             let locals: Vec<&mut LocalGroupAggregate> = self.locals.iter_mut().collect();
+            let key_groups = &self.key_groups;
             let flushed = self.runtime.map(
                 locals,
                 |local| -> Result<(Vec<Flushed>, f64, Duration, Duration)> {
@@ -569,7 +583,7 @@ impl ParallelAggregate {
                     let all: u64 = f.rows.iter().sum();
                     let hot_share = top as f64 / all.max(1) as f64;
                     let routing = Instant::now();
-                    let parts = route_accumulators(f, p)?;
+                    let parts = route_accumulators(f, key_groups)?;
                     Ok((parts, hot_share, routing - start, routing.elapsed()))
                 },
             );

@@ -53,6 +53,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators};
+use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
 use crate::operator::metrics::{
@@ -63,8 +64,12 @@ use crate::operator::parallel::Worker;
 use crate::operator::{LocalGroupAggregate, ParallelAggregate};
 use crate::plan::AggregatePlan;
 
-/// Messages a channel holds before its sender waits (backpressure).
-pub const CHANNEL_DEPTH: usize = 16;
+/// Messages (epochs) a channel holds before its sender waits (backpressure). A decoded batch
+/// fires several mini-batches at once (65,536 rows make 13 of 5,000), so sources that take turns
+/// on a core run that many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
+/// "CHANNEL_DEPTH"). Memory: at most this many messages per source-worker pair, each a
+/// worker's share of one mini-batch.
+pub const CHANNEL_DEPTH: usize = 64;
 
 /// One split of the input: change batches in order.
 pub type Split = Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>;
@@ -105,6 +110,7 @@ struct Source<'a> {
     latency: bool,
     clock: &'a dyn crate::clock::Clock,
     senders: Vec<SyncSender<EpochPart>>,
+    key_groups: &'a KeyGroups,
     activity: &'a Activity,
     stop: &'a AtomicBool,
     /// Rows routed to each worker in the current epoch.
@@ -193,8 +199,7 @@ impl Source<'_> {
                 self.epoch_folded += n;
             }
             _ => {
-                let p = self.senders.len();
-                for (w, part) in route(rows, p)?.into_iter().enumerate() {
+                for (w, part) in route(rows, self.key_groups)?.into_iter().enumerate() {
                     if part.cb.num_rows > 0 {
                         self.routed[w].push(part);
                     }
@@ -220,7 +225,7 @@ impl Source<'_> {
             flushed = f.batch.num_rows() as u64;
             let routing = Instant::now();
             self.report.local_busy += routing - start;
-            parts = route_accumulators(f, p)?;
+            parts = route_accumulators(f, self.key_groups)?;
             self.report.exchange_busy += routing.elapsed();
         }
         let mut parts = parts.into_iter();
@@ -370,6 +375,7 @@ impl ParallelAggregate {
         let adaptive = self.adaptive.clone();
         let mut locals = self.locals.iter_mut();
         let workers = &mut self.workers;
+        let key_groups = &self.key_groups;
         let (collected, source_reports, keyed_reports) = std::thread::scope(|scope| {
             let activity = &activity;
             let stop = &stop;
@@ -384,6 +390,7 @@ impl ParallelAggregate {
                     latency: !latency.is_zero(),
                     clock,
                     senders,
+                    key_groups,
                     activity,
                     stop,
                     routed: (0..p).map(|_| vec![]).collect(),

@@ -208,7 +208,10 @@ impl ParallelAggregate {
             }
             let mut hashes = vec![];
             hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
-            for (w, part) in route_snapshot(b, &hashes, p)?.into_iter().enumerate() {
+            for (w, part) in route_snapshot(b, &hashes, &self.key_groups)?
+                .into_iter()
+                .enumerate()
+            {
                 if part.0.num_rows() > 0 {
                     parts[w].push(part);
                 }

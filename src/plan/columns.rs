@@ -26,7 +26,7 @@ pub fn columns_read<'a>(
 }
 
 /// Whether a column of this type may be handed over dictionary-encoded where
-/// [`dictionary_safe`] allows it.
+/// [`ColumnUses::dictionary_safe`] allows it.
 pub fn dictionary_capable(dt: &DataType) -> bool {
     *dt == DataType::Utf8
 }

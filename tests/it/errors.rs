@@ -537,3 +537,35 @@ fn library_reports_settings_without_effect() {
         assert!(e.contains(warning) && e.contains("tally.strict"), "{e}");
     }
 }
+
+/// Key groups fewer than the workers cannot be spread: a one-line error naming the option.
+#[test]
+fn max_parallelism_below_the_parallelism_is_an_error() {
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Utf8, true),
+    ]));
+    let config = tally::Config::from_pairs([
+        ("table.exec.resource.default-parallelism", "4"),
+        ("pipeline.max-parallelism", "3"),
+    ])
+    .unwrap();
+    let err = tally::GroupAggregate::builder(schema)
+        .group_by([datafusion_expr::col("k")])
+        .aggregate([tally::aggregates::count_star()])
+        .config(config)
+        .build_parallel()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.max-parallelism") && err.contains("4 workers"),
+        "{err}"
+    );
+    assert!(!err.contains('\n'), "{err}");
+    for bad in ["0", "-2", "40000", "x"] {
+        let err = tally::Config::from_pairs([("pipeline.max-parallelism", bad)]).unwrap_err();
+        assert!(
+            err.to_string().contains("pipeline.max-parallelism"),
+            "{bad}: {err}"
+        );
+    }
+}

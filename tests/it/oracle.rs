@@ -727,6 +727,8 @@ fn check_parallel(
     );
     let mut cfg = config(mini_batch, true);
     cfg.parallelism = par.workers;
+    // Key groups: Flink's default, one per worker, or a count that does not divide evenly.
+    cfg.max_parallelism = [-1, par.workers as i64, 7 * par.workers as i64 + 3][seed as usize % 3];
     match par.adaptive {
         Some((threshold, min_rows, probe)) => {
             cfg.adaptive_threshold = threshold;
