@@ -34,7 +34,7 @@ use tally::aggregates::{count_star, sum};
 use tally::changelog::ChangeBatch;
 use tally::clock::ManualClock;
 use tally::datagen::{OrdersConfig, OrdersGenerator};
-use tally::operator::pipelined::Split;
+use tally::operator::pipelined::{InputOrder, Split};
 use tally::{Config, GroupAggregate};
 
 #[global_allocator]
@@ -241,7 +241,7 @@ fn main() {
                                 Box::new(share.into_iter().map(|b| Ok(ChangeBatch::inserts(b))))
                             })
                             .collect();
-                        agg.run_splits(splits, &|b| Ok(Some(b)), &mut |_| {
+                        agg.run_splits(splits, InputOrder::Any, &|b| Ok(Some(b)), &mut |_| {
                             out += 1;
                             Ok(())
                         })

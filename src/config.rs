@@ -151,11 +151,11 @@ options! {
     /// the local phase before it is measured again (BENCHMARKS.md, "Tuning constants").
     ADAPTIVE_PROBE_INTERVAL = "tally.exec.local-agg.adaptive.probe-interval" => adaptive_probe_interval: u64 = 1_000_000,
         parse parse_positive, show show_value;
-    /// `tally.exec.pipelined` (default `true`): run an insert-only aggregate fed by a file
-    /// source on the pipelined runtime (`tally::operator::pipelined`: the source split across
-    /// the workers, mini-batches per worker, no barrier); `false` keeps the ordered runtime,
-    /// which cuts mini-batches from the input stream as a whole. Changelog inputs, replays,
-    /// checkpoints and mini-batch off always run ordered.
+    /// `tally.exec.pipelined` (default `true`): run an aggregate fed by a file source on the
+    /// pipelined runtime (`tally::operator::pipelined`: the source split across the workers,
+    /// mini-batches per worker, no barrier; a changelog in chunks applied in input order);
+    /// `false` keeps the ordered runtime, which cuts mini-batches from the input stream as a
+    /// whole. Replays, checkpoints and mini-batch off always run ordered.
     PIPELINED = "tally.exec.pipelined" => pipelined: bool = true,
         parse parse_bool, show show_value;
 }

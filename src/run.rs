@@ -18,7 +18,7 @@ use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::clock::ManualClock;
 use crate::error::{Error, Result};
 use crate::operator::AggregateMetrics;
-use crate::operator::pipelined::Split;
+use crate::operator::pipelined::{InputOrder, Split};
 use crate::pipeline::Pipeline;
 use crate::replay::{ReplayStats, Replayer};
 use crate::sink::Sink;
@@ -120,11 +120,12 @@ impl Job {
     /// pipeline and hands every batch of changes to `sink`; `on_progress` gets the rows read so
     /// far and the rows in the source (when the format says) after each batch.
     ///
-    /// Which runtime runs it: an insert-only aggregate over a Parquet or Arrow file, with
-    /// mini-batch on and `tally.exec.pipelined`, without checkpoints, a restore, replay or a time
-    /// column, runs on the pipelined runtime (the file split across the workers, each decoding
-    /// and folding its own split: [`crate::operator::pipelined`]); anything else on the ordered
-    /// one (the source read in order, each batch cut into P slices). [`RunStats::runtime`] says
+    /// Which runtime runs it: an aggregate with mini-batch on and `tally.exec.pipelined`,
+    /// without checkpoints, a restore, replay or a time column, runs on the pipelined runtime
+    /// (the file split across the workers, each decoding and folding its own split:
+    /// [`crate::operator::pipelined`]) over an insert-only Parquet or Arrow file, or a Parquet
+    /// changelog (dealt to the splits in chunks, applied in input order); anything else on the
+    /// ordered one (the source read in order, each batch cut into P slices). [`RunStats::runtime`] says
     /// which ran and why. Either way, only the source columns the pipeline reads are decoded.
     ///
     /// With checkpoints set ([`Job::checkpoint_every`]), at each one, as Flink does before a
@@ -244,9 +245,13 @@ impl Job {
         self.source.dictionary_columns = self.dictionary_columns();
         match self.pipelined(replayer.is_some()) {
             Ok(()) => {
-                let splits = self
-                    .source
-                    .open_splits(batch_size, self.pipeline.parallelism())?;
+                let p = self.pipeline.parallelism();
+                let splits = match self.pipeline.input_order() {
+                    InputOrder::Any => self.source.open_splits(batch_size, p)?,
+                    InputOrder::Chunks(rows) => {
+                        self.source.open_chunked_splits(batch_size, p, rows)?
+                    }
+                };
                 if splits.len() > 1 || self.pipeline.parallelism() == 1 {
                     self.run_pipelined(splits, &mut stats, sink, on_progress)?;
                     return Ok((stats, None));

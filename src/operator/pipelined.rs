@@ -34,10 +34,14 @@
 //!
 //! # Input order
 //!
-//! Splits are read concurrently, so rows of one key from two splits reach its worker in epoch
-//! order, not input order. That is exact for insert-only input (every accumulator is
-//! order-insensitive within a key); a changelog input needs each key's rows in input order, and
-//! runs on the ordered runtime ([`ParallelAggregate::push_slices`]).
+//! With [`InputOrder::Any`] splits are read concurrently, so rows of one key from two splits
+//! reach its worker in epoch order, not input order. That is exact for insert-only input (every
+//! accumulator is order-insensitive within a key). A changelog input needs each key's rows in
+//! input order: it runs with [`InputOrder::Chunks`], where the input is cut into chunks of a fixed
+//! number of rows dealt to the splits in turn (split `s` of `n` reads chunks `s`, `s + n`, …),
+//! each chunk is one epoch of its source (cut by source rows, before any filter), and every
+//! worker applies and fires the epochs source by source within a round: chunk after chunk, in
+//! input order. The sources still decode, filter and fold their chunks in parallel.
 //!
 //! # Where the time goes
 //!
@@ -73,6 +77,37 @@ pub const CHANNEL_DEPTH: usize = 64;
 
 /// One split of the input: change batches in order.
 pub type Split = Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>;
+
+/// How the splits cover the input, and so in which order a key's rows may be applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputOrder {
+    /// Any partition of the rows (insert-only input): a source's mini-batch ends after
+    /// `table.exec.mini-batch.size` of its rows (or the latency), and each worker merges one
+    /// mini-batch of every source before it fires.
+    Any,
+    /// Chunks of this many rows dealt to the splits in turn (split `s` of `n` holds chunks `s`,
+    /// `s + n`, …, the input's last chunk possibly shorter): each chunk is one mini-batch of its
+    /// source, and each worker applies and fires them in chunk order, so that every key's rows
+    /// are applied in input order (a changelog input). No latency trigger: chunks end by rows.
+    Chunks(usize),
+}
+
+/// The fewest rows in a chunk of [`InputOrder::Chunks`] at P > 1: chunks that span Parquet
+/// pages let each split skip the others' pages whole (a parquet-rs page holds up to 20 000
+/// rows by default).
+pub const MIN_CHUNK_ROWS: usize = 1 << 16;
+
+/// The chunk of a changelog input at P workers with mini-batches of `size` rows per worker: a
+/// mini-batch of the whole input, `size` x P rows (the ordered runtime's), at least
+/// [`MIN_CHUNK_ROWS`] at P > 1.
+pub fn chunk_rows(size: usize, p: usize) -> usize {
+    let rows = size.max(1).saturating_mul(p.max(1));
+    if p > 1 {
+        rows.max(MIN_CHUNK_ROWS)
+    } else {
+        rows
+    }
+}
 
 /// The stages before the aggregate, run by each source task on each batch it reads (a filter
 /// may drop the whole batch: `None`).
@@ -115,6 +150,8 @@ struct Source<'a> {
     stop: &'a AtomicBool,
     /// Rows routed to each worker in the current epoch.
     routed: Vec<Vec<Routed>>,
+    /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
+    chunk: Option<usize>,
     epoch_folded: u64,
     epoch_bypassed: u64,
     report: SourceReport,
@@ -134,7 +171,54 @@ impl Source<'_> {
         result.map(|()| self.report)
     }
 
-    fn read(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
+    fn read(&mut self, split: Split, pre: PreStages<'_>) -> Result<()> {
+        if let Some(chunk) = self.chunk {
+            return self.read_chunks(split, pre, chunk);
+        }
+        self.read_any(split, pre)
+    }
+
+    /// Reads a split of chunks of `chunk` source rows, ending an epoch at the end of each (even
+    /// one whose rows a filter dropped: the workers count the epochs to keep chunk order).
+    fn read_chunks(&mut self, mut split: Split, pre: PreStages<'_>, chunk: usize) -> Result<()> {
+        let mut in_chunk = 0usize;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let start = Instant::now();
+            let Some(batch) = split.next() else { break };
+            let batch = batch?;
+            self.report.task.reading += start.elapsed();
+            let n = batch.num_rows();
+            self.report.task.rows += n as u64;
+            self.report.batches += 1;
+            let mut off = 0;
+            while off < n {
+                let take = (chunk - in_chunk).min(n - off);
+                let piece = if take == n {
+                    batch.clone()
+                } else {
+                    batch.slice(off, take)
+                };
+                (off, in_chunk) = (off + take, in_chunk + take);
+                if let Some(piece) = pre(piece)? {
+                    self.push(piece)?;
+                }
+                if in_chunk == chunk {
+                    self.end_epoch()?;
+                    in_chunk = 0;
+                }
+            }
+        }
+        if in_chunk > 0 {
+            self.end_epoch()?;
+        }
+        Ok(())
+    }
+
+    /// Reads a split of any rows, ending an epoch after every mini-batch of them.
+    fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -260,10 +344,14 @@ impl Source<'_> {
 }
 
 /// One keyed task: aligns the epochs of the sources, merges and fires.
+///
+/// With `per_source` (chunks in input order), each source's epoch is applied and fired on its
+/// own, in source order; otherwise one epoch of every source is merged and fired together.
 fn keyed_task(
     worker: &mut Worker,
     receivers: Vec<Receiver<EpochPart>>,
     out: SyncSender<Vec<ChangeBatch>>,
+    per_source: bool,
     activity: &Activity,
     stop: &AtomicBool,
 ) -> Result<TaskMetrics> {
@@ -272,29 +360,15 @@ fn keyed_task(
     let mut open = vec![true; receivers.len()];
     let result = (|| -> Result<()> {
         while let Some(parts) = next_round(&receivers, &mut open, activity, &mut task) {
-            let (mut rows, mut accumulators) = (vec![], vec![]);
-            for part in parts {
-                rows.extend(part.rows);
-                accumulators.extend(part.accumulators);
-            }
-            let start = Instant::now();
-            let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
-            let n_acc: u64 = accumulators.iter().map(|f| f.batch.num_rows() as u64).sum();
-            let folded: u64 = accumulators.iter().flat_map(|f| &f.rows).sum();
-            let mut changes = worker.agg.push_routed(&rows)?;
-            if !accumulators.is_empty() {
-                worker.agg.merge_routed(&accumulators)?;
-            }
-            changes.extend(worker.agg.finish()?);
-            worker.rows_received += n_rows + n_acc;
-            worker.input_rows += n_rows + folded;
-            worker.busy += start.elapsed();
-            task.epochs += 1;
-            task.rows += n_rows + n_acc;
-            let (sent, waited) = activity.wait(|| out.send(changes));
-            task.waiting_output += waited;
-            if sent.is_err() {
-                return Ok(());
+            let steps: Vec<Vec<EpochPart>> = if per_source {
+                parts.into_iter().map(|p| vec![p]).collect()
+            } else {
+                vec![parts]
+            };
+            for parts in steps {
+                if !apply_and_fire(worker, parts, &out, activity, &mut task)? {
+                    return Ok(());
+                }
             }
         }
         Ok(())
@@ -308,6 +382,39 @@ fn keyed_task(
     result.map(|()| task)
 }
 
+/// Applies the rows and merges the accumulator rows of `parts` into the worker, fires, and
+/// sends the changes on. Returns whether the caller still listens.
+fn apply_and_fire(
+    worker: &mut Worker,
+    parts: Vec<EpochPart>,
+    out: &SyncSender<Vec<ChangeBatch>>,
+    activity: &Activity,
+    task: &mut TaskMetrics,
+) -> Result<bool> {
+    let (mut rows, mut accumulators) = (vec![], vec![]);
+    for part in parts {
+        rows.extend(part.rows);
+        accumulators.extend(part.accumulators);
+    }
+    let start = Instant::now();
+    let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
+    let n_acc: u64 = accumulators.iter().map(|f| f.batch.num_rows() as u64).sum();
+    let folded: u64 = accumulators.iter().flat_map(|f| &f.rows).sum();
+    let mut changes = worker.agg.push_routed(&rows)?;
+    if !accumulators.is_empty() {
+        worker.agg.merge_routed(&accumulators)?;
+    }
+    changes.extend(worker.agg.finish()?);
+    worker.rows_received += n_rows + n_acc;
+    worker.input_rows += n_rows + folded;
+    worker.busy += start.elapsed();
+    task.epochs += 1;
+    task.rows += n_rows + n_acc;
+    let (sent, waited) = activity.wait(|| out.send(changes));
+    task.waiting_output += waited;
+    Ok(sent.is_ok())
+}
+
 impl ParallelAggregate {
     /// Runs the aggregate over `splits` of its input on the pipelined runtime (see the module
     /// docs): one source task per split (at most P), each running `pre` (the stages before the
@@ -315,20 +422,27 @@ impl ParallelAggregate {
     /// gets the changes on the caller's thread, epoch by epoch, in worker order. Fires
     /// everything: at the end nothing is pending.
     ///
+    /// `order` says how the splits cover the input ([`InputOrder`]): a changelog input needs
+    /// [`InputOrder::Chunks`].
+    ///
     /// # Errors
-    /// An input with row kinds (which needs the ordered runtime), mini-batch off, the first
+    /// An input with row kinds in splits of [`InputOrder::Any`], mini-batch off, the first
     /// error of a split, of Calc or of the keyed tasks, and `emit`'s. Changes fired before an
     /// error have been handed to `emit`.
     pub fn run_splits(
         &mut self,
         splits: Vec<Split>,
+        order: InputOrder,
         pre: PreStages<'_>,
         emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
     ) -> Result<()> {
-        if self.plan.changelog {
-            return Err(Error::internal(
-                "a changelog input keeps each key's rows in input order: it runs on the ordered runtime",
+        if self.plan.changelog && order == InputOrder::Any {
+            return Err(Error::invalid_input(
+                "a changelog input needs each key's rows in input order: run it over splits of InputOrder::Chunks",
             ));
+        }
+        if order == InputOrder::Chunks(0) {
+            return Err(Error::invalid_input("a chunk needs at least one row"));
         }
         if !self.config.mini_batch_enabled {
             return Err(Error::internal(
@@ -349,8 +463,14 @@ impl ParallelAggregate {
         let sources = splits.len();
         let activity = Activity::new(sources + p + 1);
         let stop = AtomicBool::new(false);
-        let size = usize::try_from(self.config.mini_batch_size).unwrap_or(usize::MAX);
-        let latency = self.config.mini_batch_allow_latency;
+        let (size, latency, chunk) = match order {
+            InputOrder::Any => (
+                usize::try_from(self.config.mini_batch_size).unwrap_or(usize::MAX),
+                self.config.mini_batch_allow_latency,
+                None,
+            ),
+            InputOrder::Chunks(rows) => (usize::MAX, Duration::ZERO, Some(rows)),
+        };
         let (plan, clock) = (&*self.plan, &*self.clock);
         let two_phase = self.two_phase;
         // Channels: source s → worker w, and worker w → the caller.
@@ -394,6 +514,7 @@ impl ParallelAggregate {
                     activity,
                     stop,
                     routed: (0..p).map(|_| vec![]).collect(),
+                    chunk,
                     epoch_folded: 0,
                     epoch_bypassed: 0,
                     report: SourceReport::default(),
@@ -413,7 +534,7 @@ impl ParallelAggregate {
                 let handle = std::thread::Builder::new()
                     .name(format!("tally-worker-{w}"))
                     .spawn_scoped(scope, move || {
-                        keyed_task(worker, receivers, out, activity, stop)
+                        keyed_task(worker, receivers, out, chunk.is_some(), activity, stop)
                     });
                 keyed_handles.push(handle);
             }

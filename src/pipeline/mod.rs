@@ -25,6 +25,7 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
+use crate::operator::pipelined::{InputOrder, chunk_rows};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::plan::{ColumnUses, columns_read};
 use crate::runtime::Runtime;
@@ -467,8 +468,26 @@ impl Pipeline {
         BTreeSet::new()
     }
 
+    /// How the splits of the pipelined runtime must cover the input ([`InputOrder`]): chunks in
+    /// turn for a changelog input (each key's rows in input order; a chunk is a mini-batch of
+    /// the whole input, [`crate::operator::pipelined::chunk_rows`]), any split otherwise.
+    pub fn input_order(&self) -> InputOrder {
+        let agg = self
+            .stages
+            .iter()
+            .find(|s| s.as_calc().is_none())
+            .and_then(|s| s.as_aggregate());
+        match agg {
+            Some(agg) if agg.plan().changelog => InputOrder::Chunks(chunk_rows(
+                usize::try_from(agg.config().mini_batch_size).unwrap_or(1),
+                self.parallelism(),
+            )),
+            _ => InputOrder::Any,
+        }
+    }
+
     /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages
-    /// feeding an aggregate of insert-only input with mini-batch on and `tally.exec.pipelined`.
+    /// feeding an aggregate with mini-batch on and `tally.exec.pipelined`.
     ///
     /// # Errors
     /// Why it cannot, in words.
@@ -484,19 +503,15 @@ impl Pipeline {
         if !agg.config().pipelined {
             return Err("'tally.exec.pipelined' is false".into());
         }
-        if agg.plan().changelog {
-            return Err(
-                "a changelog input: each key's rows reach its worker in input order".into(),
-            );
-        }
         if !agg.config().mini_batch_enabled {
             return Err("mini-batch is off: rows are processed per record, in input order".into());
         }
         Ok(())
     }
 
-    /// Runs the pipeline over `splits` of its input on the pipelined runtime
-    /// ([`ParallelAggregate::run_splits`]): each split's task runs the Calc stages and the local
+    /// Runs the pipeline over `splits` of its input, laid out as [`Pipeline::input_order`] says,
+    /// on the pipelined runtime ([`ParallelAggregate::run_splits`]): each split's task runs the
+    /// Calc stages and the local
     /// phase on what it reads; the changes of the aggregate go through the later stages on the
     /// caller's thread, in order, and then to `emit`. Everything fires: at the end nothing is
     /// pending.
@@ -514,6 +529,7 @@ impl Pipeline {
                 "the pipelined runtime cannot run this pipeline: {why}"
             ))
         })?;
+        let order = self.input_order();
         let k = self
             .stages
             .iter()
@@ -551,7 +567,7 @@ impl Pipeline {
             }
             Ok(())
         };
-        agg.run_splits(splits, &pre, &mut through)?;
+        agg.run_splits(splits, order, &pre, &mut through)?;
         // The later stages' pending mini-batches fire at the end of input.
         for c in self.finish()? {
             emit(c)?;

@@ -1,6 +1,7 @@
 //! Splitting a file source across workers, for the pipelined runtime: Parquet by row ranges
-//! (whole row groups, cut where a split's boundary falls inside one), Arrow IPC files by record
-//! batches. Each split reads its part in file order on the thread that consumes it.
+//! (whole row groups, cut where a split's boundary falls inside one) or by chunks of rows dealt
+//! in turn (for a changelog), Arrow IPC files by record batches. Each split reads its part in
+//! file order on the thread that consumes it.
 
 use std::sync::Arc;
 
@@ -12,9 +13,9 @@ use crate::changelog::ChangeBatch;
 use crate::decode::{check_ipc_lengths, guarded};
 use crate::error::{Error, Result};
 
-/// One split's share of a Parquet file: for each row group it reads, the rows to skip at its
-/// start and the rows to read after them.
-type RowGroupShare = Vec<(usize, usize, usize)>;
+/// One split's share of a Parquet file: for each row group it reads, in file order, the row
+/// ranges (first row within the group, rows) it reads, in order.
+type RowGroupShare = Vec<(usize, Vec<(usize, usize)>)>;
 
 impl FileTable {
     /// Opens the file as up to `n` splits that together read every row once, each in file
@@ -39,7 +40,43 @@ impl FileTable {
         }
     }
 
+    /// Opens the file as up to `n` splits of chunks of `chunk` rows dealt in turn: split `s`
+    /// reads chunks `s`, `s + n`, … in file order (the layout of
+    /// [`crate::operator::pipelined::InputOrder::Chunks`]). Parquet only (a row selection per
+    /// row group); other formats, and `n` = 1, are one split reading everything. Empty splits
+    /// are left out (only the last ones can be).
+    ///
+    /// # Errors
+    /// As [`FileTable::open`].
+    pub fn open_chunked_splits(
+        &self,
+        batch_size: usize,
+        n: usize,
+        chunk: usize,
+    ) -> Result<Vec<SourceReader>> {
+        match self.format {
+            Format::Parquet if n > 1 => {
+                let ctx = self.ctx();
+                let chunk = chunk.max(1);
+                guarded(&ctx, || {
+                    self.parquet_shared(batch_size, |sizes| deal_chunks(sizes, n, chunk))
+                })
+            }
+            _ => Ok(vec![self.open(batch_size)?]),
+        }
+    }
+
     fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
+        self.parquet_shared(batch_size, |sizes| share_row_groups(sizes, n))
+    }
+
+    /// One split per non-empty share that `shares` makes of the row groups (of the sizes
+    /// given).
+    fn parquet_shared(
+        &self,
+        batch_size: usize,
+        shares: impl FnOnce(&[usize]) -> Vec<RowGroupShare>,
+    ) -> Result<Vec<SourceReader>> {
         let ParquetScan {
             metadata,
             mask,
@@ -54,7 +91,7 @@ impl FileTable {
             .collect();
         let total_rows = Some(sizes.iter().sum::<usize>() as u64);
         let mut splits = vec![];
-        for share in share_row_groups(&sizes, n) {
+        for share in shares(&sizes) {
             if share.is_empty() {
                 continue;
             }
@@ -78,18 +115,15 @@ impl FileTable {
                             None => current = None,
                         }
                     }
-                    let (rg, skip, take) = groups.next()?;
+                    let (rg, ranges) = groups.next()?;
                     let built = open(&table.path).and_then(|f| {
                         let mut builder =
                             ParquetRecordBatchReaderBuilder::new_with_metadata(f, metadata.clone())
                                 .with_row_groups(vec![rg])
                                 .with_projection(mask.clone())
                                 .with_batch_size(batch_size);
-                        if skip > 0 || take < sizes[rg] {
-                            builder = builder.with_row_selection(RowSelection::from(vec![
-                                RowSelector::skip(skip),
-                                RowSelector::select(take),
-                            ]));
+                        if ranges != [(0, sizes[rg])] {
+                            builder = builder.with_row_selection(selection(&ranges));
                         }
                         builder
                             .build()
@@ -186,28 +220,92 @@ impl arrow::array::RecordBatchReader for SliceOfBatches {
 /// `i` reads rows `[total·i/n, total·(i+1)/n)`, cut inside a row group where a boundary falls in
 /// one (that row group's dictionary pages are then decoded by both splits, a small cost beside
 /// the imbalance whole row groups leave: the 10 M-row bench file, in row groups of 1 Mi rows,
-/// split 5.24 M / 4.76 M rows by whole groups, and the larger split set the wall time). Each share lists `(row group, rows to skip, rows to read)`.
+/// split 5.24 M / 4.76 M rows by whole groups, and the larger split set the wall time).
 fn share_row_groups(sizes: &[usize], n: usize) -> Vec<RowGroupShare> {
     let total: usize = sizes.iter().sum();
-    let mut shares: Vec<RowGroupShare> = (0..n).map(|_| vec![]).collect();
+    (0..n)
+        .map(|i| share_of(sizes, [(total * i / n, total * (i + 1) / n)]))
+        .collect()
+}
+
+/// Deals chunks of `chunk` rows of row groups of `sizes` rows to `n` splits in turn: split `s`
+/// reads chunks `s`, `s + n`, …
+fn deal_chunks(sizes: &[usize], n: usize, chunk: usize) -> Vec<RowGroupShare> {
+    let total: usize = sizes.iter().sum();
+    (0..n)
+        .map(|s| {
+            let ranges = (s..)
+                .step_by(n)
+                .map(|j| j.saturating_mul(chunk))
+                .take_while(|&lo| lo < total)
+                .map(|lo| (lo, lo.saturating_add(chunk).min(total)));
+            share_of(sizes, ranges)
+        })
+        .collect()
+}
+
+/// The share of row groups of `sizes` rows that reads the file's rows in `ranges` (`[lo, hi)`,
+/// ascending, not overlapping).
+fn share_of(sizes: &[usize], ranges: impl IntoIterator<Item = (usize, usize)>) -> RowGroupShare {
+    let mut share: RowGroupShare = vec![];
+    let mut ranges = ranges.into_iter().peekable();
     let mut rg_start = 0;
     for (rg, &size) in sizes.iter().enumerate() {
         let rg_end = rg_start + size;
-        for (i, share) in shares.iter_mut().enumerate() {
-            let (lo, hi) = (total * i / n, total * (i + 1) / n);
+        let mut mine = vec![];
+        while let Some(&(lo, hi)) = ranges.peek() {
             let (a, b) = (lo.max(rg_start), hi.min(rg_end));
             if a < b {
-                share.push((rg, a - rg_start, b - a));
+                mine.push((a - rg_start, b - a));
             }
+            if hi <= rg_end {
+                ranges.next();
+            } else {
+                break;
+            }
+        }
+        if !mine.is_empty() {
+            share.push((rg, mine));
         }
         rg_start = rg_end;
     }
-    shares
+    share
+}
+
+/// The row selection reading `ranges` (first row, rows; ascending) of a row group.
+fn selection(ranges: &[(usize, usize)]) -> RowSelection {
+    let mut selectors = Vec::with_capacity(ranges.len() * 2);
+    let mut at = 0;
+    for &(first, rows) in ranges {
+        if first > at {
+            selectors.push(RowSelector::skip(first - at));
+        }
+        selectors.push(RowSelector::select(rows));
+        at = first + rows;
+    }
+    RowSelection::from(selectors)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Marks the rows a share reads; checks file order and that no row is read twice.
+    fn read_by(share: &RowGroupShare, seen: &mut [Vec<bool>], what: &str) -> Vec<(usize, usize)> {
+        let mut order = vec![];
+        for (rg, ranges) in share {
+            for &(first, rows) in ranges {
+                assert!(rows > 0, "{what}: an empty range");
+                order.push((*rg, first));
+                for r in &mut seen[*rg][first..first + rows] {
+                    assert!(!*r, "{what}: row read twice");
+                    *r = true;
+                }
+            }
+        }
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{what}: file order");
+        order
+    }
 
     /// Every row is in exactly one share, in file order within each.
     #[test]
@@ -220,27 +318,57 @@ mod tests {
             (vec![5, 5, 5, 5, 5], 5),
             (vec![0, 0], 2),
         ] {
+            let what = format!("{sizes:?} {n}");
             let shares = share_row_groups(&sizes, n);
             assert_eq!(shares.len(), n);
             let mut seen: Vec<Vec<bool>> = sizes.iter().map(|&s| vec![false; s]).collect();
             for share in &shares {
-                let mut last = None;
-                for &(rg, skip, take) in share {
-                    assert!(last < Some((rg, skip)), "{sizes:?} {n}: file order");
-                    last = Some((rg, skip));
-                    for r in &mut seen[rg][skip..skip + take] {
-                        assert!(!*r, "{sizes:?} {n}: row read twice");
-                        *r = true;
+                read_by(share, &mut seen, &what);
+            }
+            assert!(seen.iter().flatten().all(|&s| s), "{what}: a row not read");
+            let lens: Vec<usize> = shares
+                .iter()
+                .map(|s| s.iter().flat_map(|x| &x.1).map(|r| r.1).sum())
+                .collect();
+            let (lo, hi) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{what}: {lens:?}");
+        }
+    }
+
+    /// Chunks are dealt in turn: split `s` reads exactly the rows of chunks `s`, `s + n`, …
+    #[test]
+    fn chunks_are_dealt_in_turn() {
+        for (sizes, n, chunk) in [
+            (vec![100usize, 100, 100, 100], 2, 30),
+            (vec![100, 100, 100], 4, 100),
+            (vec![1000], 3, 7),
+            (vec![10, 0, 990], 2, 64),
+            (vec![5, 5], 4, 3),
+            (vec![0, 0], 2, 5),
+            (vec![50], 3, 1000),
+        ] {
+            let what = format!("{sizes:?} {n} {chunk}");
+            let shares = deal_chunks(&sizes, n, chunk);
+            let mut seen: Vec<Vec<bool>> = sizes.iter().map(|&s| vec![false; s]).collect();
+            let starts: Vec<usize> = sizes
+                .iter()
+                .scan(0, |at, &s| {
+                    let start = *at;
+                    *at += s;
+                    Some(start)
+                })
+                .collect();
+            for (s, share) in shares.iter().enumerate() {
+                read_by(share, &mut seen, &what);
+                for (rg, ranges) in share {
+                    for &(first, rows) in ranges {
+                        for row in starts[*rg] + first..starts[*rg] + first + rows {
+                            assert_eq!((row / chunk) % n, s, "{what}: row {row} in split {s}");
+                        }
                     }
                 }
             }
-            assert!(
-                seen.iter().flatten().all(|&s| s),
-                "{sizes:?} {n}: a row not read"
-            );
-            let lens: Vec<usize> = shares.iter().map(|s| s.iter().map(|x| x.2).sum()).collect();
-            let (lo, hi) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
-            assert!(hi - lo <= 1, "{sizes:?} {n}: {lens:?}");
+            assert!(seen.iter().flatten().all(|&s| s), "{what}: a row not read");
         }
     }
 }

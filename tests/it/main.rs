@@ -11,6 +11,7 @@ mod explain;
 mod generate;
 mod oracle;
 mod pipelined;
+mod pipelined_changelog;
 mod run;
 #[cfg(feature = "cli")]
 mod sql;

@@ -25,16 +25,16 @@ use tally::{Config, GroupAggregate};
 
 use crate::common::{Materialized, format_changes};
 
-#[derive(Debug, Clone)]
-struct Row {
-    k: Option<String>,
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Row {
+    pub(crate) k: Option<String>,
     g: Option<i64>,
     v: Option<i64>,
     s: String,
 }
 
 /// A hot key with half the rows, 30 others, NULL keys and values.
-fn random_rows(rng: &mut StdRng, n: usize) -> Vec<Row> {
+pub(crate) fn random_rows(rng: &mut StdRng, n: usize) -> Vec<Row> {
     (0..n)
         .map(|_| Row {
             k: if rng.random_bool(0.03) {
@@ -51,7 +51,7 @@ fn random_rows(rng: &mut StdRng, n: usize) -> Vec<Row> {
         .collect()
 }
 
-fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("g", DataType::Int64, true),
@@ -60,7 +60,7 @@ fn schema() -> SchemaRef {
     ]))
 }
 
-fn batch(rows: &[Row]) -> RecordBatch {
+pub(crate) fn batch(rows: &[Row]) -> RecordBatch {
     let cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.k.clone()))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.g))),
@@ -100,7 +100,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// `GROUP BY k`: COUNT(*), SUM(v), MIN(v), MAX(v), COUNT(DISTINCT g), SUM(v) FILTER (v > 0),
 /// SUM(CAST(s AS BIGINT)), one row at a time.
-fn reference(rows: &[Row]) -> Vec<String> {
+pub(crate) fn reference(rows: &[Row]) -> Vec<String> {
     let mut by_key: BTreeMap<Option<String>, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         by_key.entry(r.k.clone()).or_default().push(r);
@@ -127,6 +127,27 @@ fn reference(rows: &[Row]) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// The aggregates of [`reference`], by `k`.
+pub(crate) fn aggregates() -> Vec<Expr> {
+    let cast_s = Expr::Cast(datafusion_expr::expr::Cast::new(
+        Box::new(col("s")),
+        DataType::Int64,
+    ));
+    vec![
+        count_star().alias("n"),
+        sum(col("v")).alias("total"),
+        min(col("v")).alias("lo"),
+        max(col("v")).alias("hi"),
+        count(col("g")).distinct().build().unwrap().alias("gs"),
+        sum(col("v"))
+            .filter(col("v").gt(lit(0i64)))
+            .build()
+            .unwrap()
+            .alias("positive"),
+        sum(cast_s).alias("ss"),
+    ]
 }
 
 /// One configuration of the aggregate.
@@ -171,25 +192,9 @@ fn job(table: FileTable, s: &Settings) -> Job {
             pairs.push((k.into(), v.into()));
         }
     }
-    let cast_s = Expr::Cast(datafusion_expr::expr::Cast::new(
-        Box::new(col("s")),
-        DataType::Int64,
-    ));
     let agg = GroupAggregate::builder(Arc::clone(&table.schema))
         .group_by([col("k")])
-        .aggregate([
-            count_star().alias("n"),
-            sum(col("v")).alias("total"),
-            min(col("v")).alias("lo"),
-            max(col("v")).alias("hi"),
-            count(col("g")).distinct().build().unwrap().alias("gs"),
-            sum(col("v"))
-                .filter(col("v").gt(lit(0i64)))
-                .build()
-                .unwrap()
-                .alias("positive"),
-            sum(cast_s).alias("ss"),
-        ])
+        .aggregate(aggregates())
         .config(Config::from_pairs(pairs).unwrap())
         .build_parallel()
         .unwrap()
@@ -235,13 +240,13 @@ fn run(table: FileTable, s: &Settings) -> (RunStats, Vec<String>) {
     (stats, lines)
 }
 
-fn final_rows(lines: &[String]) -> Vec<String> {
+pub(crate) fn final_rows(lines: &[String]) -> Vec<String> {
     let mut m = Materialized::default();
     m.apply_lines(lines);
     m.rows()
 }
 
-fn temp(name: &str) -> PathBuf {
+pub(crate) fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tally-pipelined-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)

@@ -1,0 +1,242 @@
+//! Changelog inputs on the pipelined runtime: the file is cut into chunks dealt to the splits in
+//! turn, and every worker applies the chunks in input order, so that a key's updates that cross
+//! chunk and split boundaries (`-U` in one chunk, `+U` in the next, a delete far after the
+//! insert) give the row-at-a-time reference's final table under every P, phase strategy, chunk
+//! and batch size; the changelog is the same on every run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int8Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion_expr::col;
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tally::changelog::ChangeBatch;
+use tally::operator::ParallelAggregate;
+use tally::operator::pipelined::InputOrder;
+use tally::pipeline::{AggregateStage, Pipeline, Stage};
+use tally::run::Job;
+use tally::runtime::Runtime;
+use tally::source::{FileTable, Format};
+use tally::{Config, GroupAggregate};
+
+use crate::common::{changelog_stream, format_changes};
+use crate::pipelined::{Row, aggregates, batch, final_rows, random_rows, reference, schema, temp};
+
+/// A changelog over a few keys (a hot one among them): inserts, deletes of live rows, and
+/// `-U`/`+U` updates of live rows keeping the key; `true` marks a retraction.
+fn stream(rng: &mut StdRng, n: usize) -> Vec<(bool, Row)> {
+    changelog_stream(
+        rng,
+        n,
+        true,
+        |rng| random_rows(rng, 1).remove(0),
+        |old, new| new.k = old.k.clone(),
+    )
+}
+
+/// The rows live at the end of `stream`.
+fn live(stream: &[(bool, Row)]) -> Vec<Row> {
+    let mut counts: BTreeMap<&Row, i64> = BTreeMap::new();
+    for (retract, row) in stream {
+        *counts.entry(row).or_default() += if *retract { -1 } else { 1 };
+    }
+    let mut out = vec![];
+    for (row, n) in counts {
+        assert!(n >= 0, "the stream retracts a row it never inserted");
+        out.extend(std::iter::repeat_n(row.clone(), n as usize));
+    }
+    out
+}
+
+fn record_schema() -> SchemaRef {
+    let mut fields = vec![Field::new("op", DataType::Int8, false)];
+    fields.extend(schema().fields().iter().map(|f| f.as_ref().clone()));
+    Arc::new(Schema::new(fields))
+}
+
+/// Writes the stream with its row kinds (`+I` for an insert, `-D` for a retraction) in `op`.
+fn write_changelog(path: &Path, stream: &[(bool, Row)], row_group: usize) {
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(row_group))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = ArrowWriter::try_new(file, record_schema(), Some(props)).unwrap();
+    for chunk in stream.chunks(777) {
+        let rows: Vec<Row> = chunk.iter().map(|(_, r)| r.clone()).collect();
+        let ops: ArrayRef = Arc::new(Int8Array::from_iter_values(
+            chunk
+                .iter()
+                .map(|(retract, _)| if *retract { 3 } else { 0 }),
+        ));
+        let mut cols = vec![ops];
+        cols.extend(batch(&rows).columns().iter().cloned());
+        w.write(&RecordBatch::try_new(record_schema(), cols).unwrap())
+            .unwrap();
+    }
+    w.close().unwrap();
+}
+
+fn table(path: PathBuf) -> FileTable {
+    FileTable {
+        name: "t".into(),
+        schema: schema(),
+        path,
+        format: Format::Parquet,
+        changelog_column: Some("op".into()),
+        time_column: None,
+        unread_columns: vec![],
+        dictionary_columns: vec![],
+    }
+}
+
+fn config(workers: usize, two_phase: bool, size: usize, pipelined: bool) -> Config {
+    let mut config = Config::from_pairs([
+        (
+            "table.exec.resource.default-parallelism",
+            workers.to_string().as_str(),
+        ),
+        ("table.exec.mini-batch.enabled", "true"),
+        ("table.exec.mini-batch.allow-latency", "1 h"),
+        ("table.exec.mini-batch.size", size.to_string().as_str()),
+        (
+            "table.optimizer.agg-phase-strategy",
+            if two_phase { "TWO_PHASE" } else { "ONE_PHASE" },
+        ),
+        (
+            "tally.exec.pipelined",
+            if pipelined { "true" } else { "false" },
+        ),
+    ])
+    .unwrap();
+    if two_phase && size > 1 {
+        // A local phase that flips between folding and stepping aside: in one round some
+        // sources send accumulator rows and others raw rows.
+        for (k, v) in [
+            ("tally.exec.local-agg.adaptive.threshold", "0.3"),
+            ("tally.exec.local-agg.adaptive.min-rows", "20"),
+            ("tally.exec.local-agg.adaptive.probe-interval", "40"),
+        ] {
+            config.set(k, v).unwrap();
+        }
+    }
+    config
+}
+
+fn aggregate(config: Config) -> ParallelAggregate {
+    GroupAggregate::builder(record_schema())
+        .changelog_column("op")
+        .group_by([col("k")])
+        .aggregate(aggregates())
+        .config(config)
+        .build_parallel()
+        .unwrap()
+        .with_min_slice_rows(1)
+}
+
+/// Runs `agg` over the file in chunks of `chunk` rows; returns the changelog lines.
+fn run_chunks(agg: &mut ParallelAggregate, path: &Path, chunk: usize, batch: usize) -> Vec<String> {
+    let splits = table(path.to_path_buf())
+        .open_chunked_splits(batch, agg.parallelism(), chunk)
+        .unwrap();
+    let splits: Vec<tally::operator::pipelined::Split> = splits
+        .into_iter()
+        .map(|s| -> tally::operator::pipelined::Split { Box::new(s) })
+        .collect();
+    let mut lines = vec![];
+    agg.run_splits(
+        splits,
+        InputOrder::Chunks(chunk),
+        &|b| Ok(Some(b)),
+        &mut |b| {
+            lines.extend(format_changes(std::slice::from_ref(&b)));
+            Ok(())
+        },
+    )
+    .unwrap();
+    lines
+}
+
+#[test]
+fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
+    for seed in 0..5u64 {
+        let mut rng = StdRng::seed_from_u64(100 + seed);
+        let n = rng.random_range(1500..4000);
+        let stream = stream(&mut rng, n);
+        let expected = reference(&live(&stream));
+        let path = temp(&format!("changelog-{seed}.parquet"));
+        write_changelog(&path, &stream, rng.random_range(200..1500));
+        for _ in 0..4 {
+            let workers = rng.random_range(1..=4);
+            let two_phase = rng.random_bool(0.6);
+            let size = [1, 10, 300][rng.random_range(0..3)];
+            let chunk = [3, 50, 400][rng.random_range(0..3)];
+            let batch = [7, 128, 4096][rng.random_range(0..3)];
+            let what = format!(
+                "seed {seed}: P={workers} two-phase {two_phase} size {size} chunk {chunk} batch {batch}"
+            );
+            let mut agg = aggregate(config(workers, two_phase, size, true));
+            let lines = run_chunks(&mut agg, &path, chunk, batch);
+            assert_eq!(final_rows(&lines), expected, "{what}");
+            let mut again = aggregate(config(workers, two_phase, size, true));
+            assert_eq!(
+                run_chunks(&mut again, &path, chunk, batch),
+                lines,
+                "{what}: again"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_changelog_in_splits_of_any_order_is_refused() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let path = temp("changelog-any.parquet");
+    write_changelog(&path, &stream(&mut rng, 300), 100);
+    let mut agg = aggregate(config(2, true, 10, true));
+    let splits: Vec<tally::operator::pipelined::Split> = table(path)
+        .open_splits(64, 2)
+        .unwrap()
+        .into_iter()
+        .map(|s| -> tally::operator::pipelined::Split { Box::new(s) })
+        .collect();
+    let err = agg
+        .run_splits(splits, InputOrder::Any, &|b| Ok(Some(b)), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(err.to_string().contains("input order"), "{err}");
+}
+
+/// Through a job: a changelog file of three chunks runs pipelined at P = 2 (the chunk is
+/// 65 536 rows there) and gives the reference; the ordered runtime gives it too.
+#[test]
+fn a_changelog_file_runs_pipelined_in_a_job() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let stream = stream(&mut rng, 140_000);
+    let expected = reference(&live(&stream));
+    let path = temp("changelog-job.parquet");
+    write_changelog(&path, &stream, 50_000);
+    for (pipelined, runtime) in [(true, "pipelined (2 splits)"), (false, "ordered")] {
+        let agg = aggregate(config(2, true, 5000, pipelined));
+        let mut job = Job::new(
+            table(path.clone()),
+            Pipeline::new(
+                vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
+                Runtime::new(2).unwrap(),
+            ),
+            None,
+        );
+        let mut lines = vec![];
+        let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
+            lines.extend(format_changes(std::slice::from_ref(b)));
+            Ok(())
+        };
+        let stats = job.run(4096, &mut sink, |_, _| {}).unwrap();
+        assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
+        assert_eq!(stats.rows_in, stream.len() as u64);
+        assert_eq!(final_rows(&lines), expected, "{runtime}");
+    }
+}
