@@ -13,25 +13,21 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
-use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion_common::DFSchema;
-use datafusion_expr::Expr;
-use datafusion_expr::execution_props::ExecutionProps;
-use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
 use crate::operator::pipelined::{InputOrder, chunk_rows};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
-use crate::plan::{ColumnUses, columns_read};
+use crate::plan::ColumnUses;
 use crate::runtime::Runtime;
 
+mod calc;
 mod expand;
 
+pub use calc::{CalcStage, physical_expr};
 pub use expand::ExpandStage;
 
 /// A streaming transformation of change batches.
@@ -115,174 +111,6 @@ pub trait Stage: Send + std::fmt::Debug {
     /// A stateless stage, and state of another query.
     fn restore(&mut self, _batches: &[RecordBatch]) -> Result<()> {
         Err(Error::invalid_input("this stage keeps no state to restore"))
-    }
-}
-
-/// Plans `expr` against `schema` into a physical expression.
-///
-/// # Errors
-/// When the expression does not resolve.
-pub fn physical_expr(expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
-    create_physical_expr(
-        expr,
-        schema,
-        &ExecutionProps::new(),
-        &PhysicalPlanningContext::default(),
-    )
-    .map_err(|e| Error::plan(format!("cannot plan {expr}: {}", e.strip_backtrace())))
-}
-
-/// A filter and/or projection over change batches; row kinds pass through.
-#[derive(Debug)]
-pub struct CalcStage {
-    filter: Option<Arc<dyn PhysicalExpr>>,
-    projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
-    output: SchemaRef,
-}
-
-impl CalcStage {
-    /// A stage filtering rows of `input` by `filter` and computing `projection` (None keeps the
-    /// columns), producing batches of `output` schema.
-    ///
-    /// # Errors
-    /// When an expression does not resolve or the filter is not boolean.
-    pub fn try_new(
-        input: &DFSchema,
-        filter: Option<&Expr>,
-        projection: Option<&[Expr]>,
-        output: SchemaRef,
-    ) -> Result<Self> {
-        let filter = filter.map(|f| physical_expr(f, input)).transpose()?;
-        if let Some(f) = &filter {
-            let dt = f.data_type(input.as_arrow())?;
-            if dt != DataType::Boolean {
-                return Err(Error::plan(format!(
-                    "WHERE/HAVING condition has type {dt}; it must be BOOLEAN"
-                )));
-            }
-        }
-        let projection = projection
-            .map(|exprs| {
-                exprs
-                    .iter()
-                    .map(|e| physical_expr(e, input))
-                    .collect::<Result<Vec<_>>>()
-            })
-            .transpose()?;
-        Ok(Self {
-            filter,
-            projection,
-            output,
-        })
-    }
-}
-
-impl CalcStage {
-    /// Whether it passes its input's columns on as they are (a filter without a projection).
-    fn keeps_columns(&self) -> bool {
-        self.projection.is_none()
-    }
-
-    /// The output schema for a filtered `data` (no projection): the declared one, or where
-    /// `data` carries dictionary-encoded strings ([`Pipeline::dictionary_columns`]), the same
-    /// names with `data`'s types.
-    fn output_for(&self, data: &RecordBatch) -> SchemaRef {
-        let same = self
-            .output
-            .fields()
-            .iter()
-            .zip(data.schema_ref().fields().iter())
-            .all(|(a, b)| a.data_type() == b.data_type());
-        if same {
-            return Arc::clone(&self.output);
-        }
-        let fields: Vec<Field> = self
-            .output
-            .fields()
-            .iter()
-            .zip(data.schema_ref().fields().iter())
-            .map(|(a, b)| a.as_ref().clone().with_data_type(b.data_type().clone()))
-            .collect();
-        Arc::new(Schema::new_with_metadata(
-            fields,
-            self.output.metadata().clone(),
-        ))
-    }
-
-    /// The input columns (by index) its filter reads.
-    fn filter_columns(&self) -> BTreeSet<usize> {
-        columns_read(&self.filter)
-    }
-
-    /// Filters and projects one batch (None when no row is left).
-    ///
-    /// # Errors
-    /// When an expression fails on the data.
-    pub fn apply(&self, batch: ChangeBatch) -> Result<Option<ChangeBatch>> {
-        let ChangeBatch { mut op, mut data } = batch;
-        if let Some(f) = &self.filter {
-            let mask = f.evaluate(&data)?.into_array(data.num_rows())?;
-            let mask = mask
-                .as_boolean_opt()
-                .ok_or_else(|| Error::internal("filter is not boolean"))?
-                .clone();
-            // NULL is false.
-            let mask = match mask.nulls() {
-                Some(n) => BooleanArray::new(mask.values() & n.inner(), None),
-                None => mask,
-            };
-            if mask.true_count() < data.num_rows() {
-                data = filter_record_batch(&data, &mask)?;
-                op = op.map(|o| arrow::compute::filter(&o, &mask)).transpose()?;
-            }
-        }
-        if data.num_rows() == 0 {
-            return Ok(None);
-        }
-        let data = match &self.projection {
-            None => RecordBatch::try_new(self.output_for(&data), data.columns().to_vec())?,
-            Some(exprs) => {
-                let n = data.num_rows();
-                let cols = exprs
-                    .iter()
-                    .map(|e| Ok(e.evaluate(&data)?.into_array(n)?))
-                    .collect::<Result<Vec<_>>>()?;
-                RecordBatch::try_new_with_options(
-                    Arc::clone(&self.output),
-                    cols,
-                    &RecordBatchOptions::new().with_row_count(Some(n)),
-                )?
-            }
-        };
-        Ok(Some(ChangeBatch { op, data }))
-    }
-}
-
-impl Stage for CalcStage {
-    fn as_calc(&self) -> Option<&CalcStage> {
-        Some(self)
-    }
-
-    fn columns_read(&self) -> Option<BTreeSet<usize>> {
-        let projection = self.projection.as_ref()?;
-        Some(columns_read(projection.iter().chain(&self.filter)))
-    }
-
-    fn passes_every_row(&self) -> bool {
-        self.filter.is_none()
-    }
-
-    fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        let this = &*self;
-        let mut out = Vec::with_capacity(slices.len());
-        for r in runtime.map(slices, |s| this.apply(s)) {
-            out.extend(r?);
-        }
-        Ok(out)
-    }
-
-    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        Ok(vec![])
     }
 }
 

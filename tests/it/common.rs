@@ -359,3 +359,26 @@ pub fn changelog_stream<R: Clone>(
     }
     out
 }
+
+/// The options of a parallel aggregate run by `tally::run::Job`: P workers, one or two phases,
+/// mini-batches of `size` rows (latency 1 h), on the pipelined runtime or not.
+pub fn runtime_config(workers: usize, two_phase: bool, size: usize, pipelined: bool) -> Config {
+    Config::from_pairs([
+        (
+            "table.exec.resource.default-parallelism",
+            workers.to_string().as_str(),
+        ),
+        ("table.exec.mini-batch.enabled", "true"),
+        ("table.exec.mini-batch.allow-latency", "1 h"),
+        ("table.exec.mini-batch.size", size.to_string().as_str()),
+        (
+            "table.optimizer.agg-phase-strategy",
+            if two_phase { "TWO_PHASE" } else { "ONE_PHASE" },
+        ),
+        (
+            "tally.exec.pipelined",
+            if pipelined { "true" } else { "false" },
+        ),
+    ])
+    .unwrap()
+}

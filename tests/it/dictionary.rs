@@ -23,7 +23,7 @@ use tally::runtime::Runtime;
 use tally::source::{FileTable, Format};
 use tally::{Config, GroupAggregate};
 
-use crate::common::{Materialized, format_changes};
+use crate::common::{Materialized, format_changes, runtime_config};
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -132,25 +132,13 @@ fn reference(rows: &[Row], filter: bool) -> Vec<String> {
     out
 }
 
-fn settings(workers: usize, two_phase: bool, size: usize, pipelined: bool) -> Config {
-    Config::from_pairs([
-        (
-            "table.exec.resource.default-parallelism",
-            workers.to_string().as_str(),
-        ),
-        ("table.exec.mini-batch.enabled", "true"),
-        ("table.exec.mini-batch.allow-latency", "1 h"),
-        ("table.exec.mini-batch.size", size.to_string().as_str()),
-        (
-            "table.optimizer.agg-phase-strategy",
-            if two_phase { "TWO_PHASE" } else { "ONE_PHASE" },
-        ),
-        (
-            "tally.exec.pipelined",
-            if pipelined { "true" } else { "false" },
-        ),
-    ])
-    .unwrap()
+/// `SUM(amount) FILTER (WHERE status = 'PAID') AS paid`.
+fn paid() -> Expr {
+    sum(col("amount"))
+        .filter(col("status").eq(lit("PAID")))
+        .build()
+        .unwrap()
+        .alias("paid")
 }
 
 /// The pipeline of [`reference`], with `key` as the group key.
@@ -159,11 +147,7 @@ fn pipeline(config: Config, workers: usize, filter: bool, key: Expr) -> Pipeline
         .group_by([key])
         .aggregate([
             count_star().alias("n"),
-            sum(col("amount"))
-                .filter(col("status").eq(lit("PAID")))
-                .build()
-                .unwrap()
-                .alias("paid"),
+            paid(),
             count_star()
                 .filter(lit("NEW").gt(col("status")))
                 .build()
@@ -230,7 +214,7 @@ fn keys_and_comparisons_read_dictionaries_and_match_the_reference() {
         for _ in 0..4 {
             let workers = rng.random_range(1..=3);
             let filter = rng.random_bool(0.5);
-            let config = settings(
+            let config = runtime_config(
                 workers,
                 rng.random_bool(0.6),
                 [1, 50, 400][rng.random_range(0..3)],
@@ -262,7 +246,7 @@ fn keys_and_comparisons_read_dictionaries_and_match_the_reference() {
 fn other_uses_and_undictionaried_files_read_plain_strings() {
     let mut rng = StdRng::seed_from_u64(11);
     let rows = random_rows(&mut rng, 1500);
-    let config = || settings(2, true, 100, true);
+    let config = || runtime_config(2, true, 100, true);
     // The key used inside an expression (a LIKE): plain strings for it.
     let p = pipeline(config(), 2, false, col("shop").like(lit("shop-1%")));
     assert_eq!(
@@ -305,7 +289,7 @@ fn a_dictionary_where_plain_strings_are_needed_is_an_error() {
     let mut agg = GroupAggregate::builder(schema())
         .group_by([col("amount")])
         .aggregate([min(col("shop")).alias("first")])
-        .config(settings(1, false, 10, true))
+        .config(runtime_config(1, false, 10, true))
         .build()
         .unwrap();
     let dict_schema = Arc::new(Schema::new(vec![
@@ -342,15 +326,8 @@ fn a_dictionary_batch_reaches_the_aggregate_as_its_strings() {
     ]));
     let mut agg = GroupAggregate::builder(schema())
         .group_by([col("shop")])
-        .aggregate([
-            count_star().alias("n"),
-            sum(col("amount"))
-                .filter(col("status").eq(lit("PAID")))
-                .build()
-                .unwrap()
-                .alias("paid"),
-        ])
-        .config(settings(1, false, 100, true))
+        .aggregate([count_star().alias("n"), paid()])
+        .config(runtime_config(1, false, 100, true))
         .build()
         .unwrap();
     let shop = arrow::array::DictionaryArray::<arrow::datatypes::Int32Type>::from_iter([
@@ -375,7 +352,7 @@ fn a_dictionary_batch_reaches_the_aggregate_as_its_strings() {
     let mut by_two = GroupAggregate::builder(schema())
         .group_by([col("shop"), col("status")])
         .aggregate([count_star().alias("n")])
-        .config(settings(1, false, 100, true))
+        .config(runtime_config(1, false, 100, true))
         .build()
         .unwrap();
     let mut two = by_two

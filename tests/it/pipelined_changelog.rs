@@ -24,7 +24,7 @@ use tally::runtime::Runtime;
 use tally::source::{FileTable, Format};
 use tally::{Config, GroupAggregate};
 
-use crate::common::{changelog_stream, format_changes};
+use crate::common::{changelog_stream, format_changes, runtime_config};
 use crate::pipelined::{Row, aggregates, batch, final_rows, random_rows, reference, schema, temp};
 
 /// A changelog over a few keys (a hot one among them): inserts, deletes of live rows, and
@@ -95,24 +95,7 @@ fn table(path: PathBuf) -> FileTable {
 }
 
 fn config(workers: usize, two_phase: bool, size: usize, pipelined: bool) -> Config {
-    let mut config = Config::from_pairs([
-        (
-            "table.exec.resource.default-parallelism",
-            workers.to_string().as_str(),
-        ),
-        ("table.exec.mini-batch.enabled", "true"),
-        ("table.exec.mini-batch.allow-latency", "1 h"),
-        ("table.exec.mini-batch.size", size.to_string().as_str()),
-        (
-            "table.optimizer.agg-phase-strategy",
-            if two_phase { "TWO_PHASE" } else { "ONE_PHASE" },
-        ),
-        (
-            "tally.exec.pipelined",
-            if pipelined { "true" } else { "false" },
-        ),
-    ])
-    .unwrap();
+    let mut config = runtime_config(workers, two_phase, size, pipelined);
     if two_phase && size > 1 {
         // A local phase that flips between folding and stepping aside: in one round some
         // sources send accumulator rows and others raw rows.

@@ -1,0 +1,320 @@
+//! The tasks of the pipelined runtime: a source task per split (read, Calc, local phase, and
+//! the end of each epoch) and a keyed task per worker (align, apply, fire).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use super::{PreStages, Split, next_round};
+use crate::changelog::ChangeBatch;
+use crate::error::Result;
+use crate::operator::LocalGroupAggregate;
+use crate::operator::adaptive::Adaptive;
+use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators};
+use crate::operator::key_groups::KeyGroups;
+use crate::operator::keyed::hash_keys;
+use crate::operator::local::Flushed;
+use crate::operator::metrics::{Activity, LocalPhaseMetrics, TaskMetrics};
+use crate::operator::mini_batch::Trigger;
+use crate::operator::parallel::Worker;
+use crate::plan::AggregatePlan;
+
+/// What a source task sends one worker for one epoch.
+pub(super) struct EpochPart {
+    /// Raw rows (one-phase, or a bypassed local phase).
+    pub(super) rows: Vec<Routed>,
+    /// Accumulator rows of the local phase.
+    pub(super) accumulators: Option<Flushed>,
+}
+
+/// What a source task did.
+#[derive(Debug, Default)]
+pub(super) struct SourceReport {
+    pub(super) task: TaskMetrics,
+    pub(super) calc_busy: Duration,
+    pub(super) local_busy: Duration,
+    pub(super) exchange_busy: Duration,
+    pub(super) batches: u64,
+    pub(super) rows: u64,
+    pub(super) folded: u64,
+    pub(super) flushed: u64,
+    pub(super) bypassed: u64,
+    pub(super) adaptive: LocalPhaseMetrics,
+}
+
+/// One source task: its split, its local phase and the channels to the workers.
+pub(super) struct Source<'a> {
+    pub(super) plan: &'a AggregatePlan,
+    pub(super) local: Option<&'a mut LocalGroupAggregate>,
+    pub(super) adaptive: Adaptive,
+    pub(super) trigger: Trigger,
+    pub(super) latency: bool,
+    pub(super) clock: &'a dyn crate::clock::Clock,
+    pub(super) senders: Vec<SyncSender<EpochPart>>,
+    pub(super) key_groups: &'a KeyGroups,
+    pub(super) activity: &'a Activity,
+    pub(super) stop: &'a AtomicBool,
+    /// Rows routed to each worker in the current epoch.
+    pub(super) routed: Vec<Vec<Routed>>,
+    /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
+    pub(super) chunk: Option<usize>,
+    pub(super) epoch_folded: u64,
+    pub(super) epoch_bypassed: u64,
+    pub(super) report: SourceReport,
+}
+
+impl Source<'_> {
+    pub(super) fn run(mut self, split: Split, pre: PreStages<'_>) -> Result<SourceReport> {
+        let started = Instant::now();
+        let result = self.read(split, pre);
+        if result.is_err() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        self.report.task.busy = started
+            .elapsed()
+            .saturating_sub(self.report.task.waiting_output);
+        self.report.adaptive = self.adaptive.m.clone();
+        result.map(|()| self.report)
+    }
+
+    fn read(&mut self, split: Split, pre: PreStages<'_>) -> Result<()> {
+        if let Some(chunk) = self.chunk {
+            return self.read_chunks(split, pre, chunk);
+        }
+        self.read_any(split, pre)
+    }
+
+    /// Reads a split of chunks of `chunk` source rows, ending an epoch at the end of each (even
+    /// one whose rows a filter dropped: the workers count the epochs to keep chunk order).
+    fn read_chunks(&mut self, mut split: Split, pre: PreStages<'_>, chunk: usize) -> Result<()> {
+        let mut in_chunk = 0usize;
+        while let Some(batch) = self.next_batch(&mut split)? {
+            let n = batch.num_rows();
+            let mut off = 0;
+            while off < n {
+                let take = (chunk - in_chunk).min(n - off);
+                let piece = if take == n {
+                    batch.clone()
+                } else {
+                    batch.slice(off, take)
+                };
+                (off, in_chunk) = (off + take, in_chunk + take);
+                if let Some(piece) = pre(piece)? {
+                    self.push(piece)?;
+                }
+                if in_chunk == chunk {
+                    self.end_epoch()?;
+                    in_chunk = 0;
+                }
+            }
+        }
+        if in_chunk > 0 && !self.stop.load(Ordering::Relaxed) {
+            self.end_epoch()?;
+        }
+        Ok(())
+    }
+
+    /// The split's next batch (its reading time and rows counted); `None` at its end, or when
+    /// another task failed (`stop`: then nothing more is sent).
+    fn next_batch(&mut self, split: &mut Split) -> Result<Option<ChangeBatch>> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let Some(batch) = split.next().transpose()? else {
+            return Ok(None);
+        };
+        self.report.task.reading += start.elapsed();
+        self.report.task.rows += batch.num_rows() as u64;
+        self.report.batches += 1;
+        Ok(Some(batch))
+    }
+
+    /// Reads a split of any rows, ending an epoch after every mini-batch of them.
+    fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
+        while let Some(batch) = self.next_batch(&mut split)? {
+            let Some(batch) = pre(batch)? else { continue };
+            self.push(batch)?;
+        }
+        if self.epoch_folded + self.epoch_bypassed > 0 && !self.stop.load(Ordering::Relaxed) {
+            self.end_epoch()?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, batch: ChangeBatch) -> Result<()> {
+        self.plan.check_input(&batch)?;
+        let start = Instant::now();
+        let cb = self.plan.calc.evaluate(&batch)?;
+        let n = cb.num_rows;
+        let mut hashes = vec![];
+        hash_keys(&cb.keys, n, &mut hashes)?;
+        let hashed = Hashed {
+            cb,
+            hashes: hashes.into(),
+        };
+        self.report.calc_busy += start.elapsed();
+        self.report.rows += n as u64;
+        if self.latency
+            && self.trigger.latency_due(self.clock.now_ms())
+            && self.epoch_folded + self.epoch_bypassed > 0
+        {
+            self.trigger.reset();
+            self.end_epoch()?;
+        }
+        for (off, len, ends) in self.trigger.cut(n) {
+            let piece = if len == n {
+                hashed.clone()
+            } else {
+                hashed.slice(off, len)
+            };
+            self.take(piece)?;
+            if ends {
+                self.end_epoch()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds `rows` into the local phase, or routes them to the workers.
+    fn take(&mut self, rows: Hashed) -> Result<()> {
+        let n = rows.num_rows() as u64;
+        let start = Instant::now();
+        match &mut self.local {
+            Some(local) if !self.adaptive.m.bypassed => {
+                local.push_evaluated(&rows.cb, &rows.hashes)?;
+                self.report.local_busy += start.elapsed();
+                self.epoch_folded += n;
+            }
+            _ => {
+                for (w, part) in route(rows, self.key_groups)?.into_iter().enumerate() {
+                    if part.cb.num_rows > 0 {
+                        self.routed[w].push(part);
+                    }
+                }
+                self.report.exchange_busy += start.elapsed();
+                self.epoch_bypassed += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the source's mini-batch: flushes the local phase and sends every worker its part.
+    fn end_epoch(&mut self) -> Result<()> {
+        let p = self.senders.len();
+        let start = Instant::now();
+        let (mut parts, mut flushed, mut hot_share) = (vec![], 0u64, 0.0f64);
+        if let Some(local) = &mut self.local
+            && let Some(f) = local.flush_parts()?
+        {
+            let top = f.rows.iter().copied().max().unwrap_or(0);
+            let all: u64 = f.rows.iter().sum();
+            hot_share = top as f64 / all.max(1) as f64;
+            flushed = f.batch.num_rows() as u64;
+            let routing = Instant::now();
+            self.report.local_busy += routing - start;
+            parts = route_accumulators(f, self.key_groups)?;
+            self.report.exchange_busy += routing.elapsed();
+        }
+        let mut parts = parts.into_iter();
+        for w in 0..p {
+            let part = EpochPart {
+                rows: std::mem::take(&mut self.routed[w]),
+                accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
+            };
+            let (sent, waited) = self.activity.wait(|| self.senders[w].send(part));
+            self.report.task.waiting_output += waited;
+            if sent.is_err() {
+                // The worker stopped (an error downstream): stop reading.
+                self.stop.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        if self.local.is_some() {
+            self.adaptive.after_mini_batch(
+                self.epoch_folded,
+                flushed,
+                hot_share,
+                self.epoch_bypassed,
+            );
+        }
+        self.report.folded += self.epoch_folded;
+        self.report.bypassed += self.epoch_bypassed;
+        self.report.flushed += flushed;
+        self.report.task.epochs += 1;
+        (self.epoch_folded, self.epoch_bypassed) = (0, 0);
+        Ok(())
+    }
+}
+
+/// One keyed task: aligns the epochs of the sources, merges and fires.
+///
+/// With `per_source` (chunks in input order), each source's epoch is applied and fired on its
+/// own, in source order; otherwise one epoch of every source is merged and fired together.
+pub(super) fn keyed_task(
+    worker: &mut Worker,
+    receivers: Vec<Receiver<EpochPart>>,
+    out: SyncSender<Vec<ChangeBatch>>,
+    per_source: bool,
+    activity: &Activity,
+    stop: &AtomicBool,
+) -> Result<TaskMetrics> {
+    let started = Instant::now();
+    let mut task = TaskMetrics::default();
+    let mut open = vec![true; receivers.len()];
+    let result = (|| -> Result<()> {
+        while let Some(parts) = next_round(&receivers, &mut open, activity, &mut task) {
+            let steps: Vec<Vec<EpochPart>> = if per_source {
+                parts.into_iter().map(|p| vec![p]).collect()
+            } else {
+                vec![parts]
+            };
+            for parts in steps {
+                if !apply_and_fire(worker, parts, &out, activity, &mut task)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    task.busy = started
+        .elapsed()
+        .saturating_sub(task.waiting_input + task.waiting_output);
+    result.map(|()| task)
+}
+
+/// Applies the rows and merges the accumulator rows of `parts` into the worker, fires, and
+/// sends the changes on. Returns whether the caller still listens.
+fn apply_and_fire(
+    worker: &mut Worker,
+    parts: Vec<EpochPart>,
+    out: &SyncSender<Vec<ChangeBatch>>,
+    activity: &Activity,
+    task: &mut TaskMetrics,
+) -> Result<bool> {
+    let (mut rows, mut accumulators) = (vec![], vec![]);
+    for part in parts {
+        rows.extend(part.rows);
+        accumulators.extend(part.accumulators);
+    }
+    let start = Instant::now();
+    let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
+    let n_acc: u64 = accumulators.iter().map(|f| f.batch.num_rows() as u64).sum();
+    let folded: u64 = accumulators.iter().flat_map(|f| &f.rows).sum();
+    let mut changes = worker.agg.push_routed(&rows)?;
+    if !accumulators.is_empty() {
+        worker.agg.merge_routed(&accumulators)?;
+    }
+    changes.extend(worker.agg.finish()?);
+    worker.rows_received += n_rows + n_acc;
+    worker.input_rows += n_rows + folded;
+    worker.busy += start.elapsed();
+    task.epochs += 1;
+    task.rows += n_rows + n_acc;
+    let (sent, waited) = activity.wait(|| out.send(changes));
+    task.waiting_output += waited;
+    Ok(sent.is_ok())
+}
