@@ -155,7 +155,7 @@ options! {
     /// pipelined runtime (`tally::operator::pipelined`: the source split across the workers,
     /// mini-batches per worker, no barrier; a changelog in chunks applied in input order);
     /// `false` keeps the ordered runtime, which cuts mini-batches from the input stream as a
-    /// whole. Replays, checkpoints and mini-batch off always run ordered.
+    /// whole. Replays and mini-batch off always run ordered.
     PIPELINED = "tally.exec.pipelined" => pipelined: bool = true,
         parse parse_bool, show show_value;
 }

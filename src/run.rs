@@ -19,10 +19,10 @@ use crate::clock::ManualClock;
 use crate::error::{Error, Result};
 use crate::operator::AggregateMetrics;
 use crate::operator::pipelined::{InputOrder, Split};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Output, Pipeline};
 use crate::replay::{ReplayStats, Replayer};
 use crate::sink::Sink;
-use crate::source::{FileTable, SourceReader};
+use crate::source::{FileTable, Format, SourceReader};
 
 /// Source batches decoded ahead of the pipeline, on the source's own thread (BENCHMARKS.md,
 /// "`tally bench` from Parquet": 4 batches deep took one worker from 7.2 to 14.2 M rows/s).
@@ -121,12 +121,14 @@ impl Job {
     /// far and the rows in the source (when the format says) after each batch.
     ///
     /// Which runtime runs it: an aggregate with mini-batch on and `tally.exec.pipelined`,
-    /// without checkpoints, a restore, replay or a time column, runs on the pipelined runtime
+    /// without replay or a time column, runs on the pipelined runtime
     /// (the file split across the workers, each decoding and folding its own split:
     /// [`crate::operator::pipelined`]) over an insert-only Parquet or Arrow file, or a Parquet
-    /// changelog (dealt to the splits in chunks, applied in input order); anything else on the
-    /// ordered one (the source read in order, each batch cut into P slices). [`RunStats::runtime`] says
-    /// which ran and why. Either way, only the source columns the pipeline reads are decoded.
+    /// changelog (dealt to the splits in chunks, applied in input order; so is any Parquet file
+    /// with checkpoints or a restore: a checkpoint is taken at the end of a round of chunks);
+    /// anything else on the ordered one (the source read in order, each batch cut into P
+    /// slices). [`RunStats::runtime`] says which ran and why. Either way, only the source
+    /// columns the pipeline reads are decoded.
     ///
     /// With checkpoints set ([`Job::checkpoint_every`]), at each one, as Flink does before a
     /// barrier, every pending mini-batch is fired and its changes handed to the sink; then
@@ -246,14 +248,22 @@ impl Job {
         match self.pipelined(replayer.is_some()) {
             Ok(()) => {
                 let p = self.pipeline.parallelism();
-                let splits = match self.pipeline.input_order() {
+                // Checkpoints (and a resumed run) need the rows applied at a round's end to be
+                // a prefix of the input: chunks in turn.
+                let chunked = self.checkpoints.is_some() || self.resume_rows > 0;
+                let order = match self.pipeline.chunked_order() {
+                    Some(chunks) if chunked => chunks,
+                    _ => self.pipeline.input_order(),
+                };
+                let splits = match order {
                     InputOrder::Any => self.source.open_splits(batch_size, p)?,
                     InputOrder::Chunks(rows) => {
-                        self.source.open_chunked_splits(batch_size, p, rows)?
+                        self.source
+                            .open_chunked_splits(batch_size, p, rows, self.resume_rows)?
                     }
                 };
-                if splits.len() > 1 || self.pipeline.parallelism() == 1 {
-                    self.run_pipelined(splits, &mut stats, sink, on_progress)?;
+                if splits.len() > 1 || p == 1 || self.source.format == Format::Parquet {
+                    self.run_pipelined(splits, order, &mut stats, sink, on_progress)?;
                     return Ok((stats, None));
                 }
                 stats.runtime = format!(
@@ -402,12 +412,6 @@ impl Job {
         if replaying {
             return Err("a replay paces one ordered stream".into());
         }
-        if self.checkpoints.is_some() {
-            return Err("checkpoints record one source position".into());
-        }
-        if self.resume_rows > 0 {
-            return Err("the run resumes from a checkpoint's source position".into());
-        }
         if self.event_clock.is_some() {
             return Err(
                 "the recorded time of one ordered stream drives the latency trigger".into(),
@@ -420,10 +424,15 @@ impl Job {
     fn run_pipelined(
         &mut self,
         splits: Vec<SourceReader>,
+        order: InputOrder,
         stats: &mut RunStats,
         sink: &mut impl Sink,
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<()> {
+        let resumed = std::mem::take(&mut self.resume_rows);
+        let checkpoints = self.checkpoint_meta();
+        let every = self.checkpoints.as_ref().map(|p| p.every_rows);
+        let mut last_checkpoint = None;
         let total_rows = splits.first().and_then(|s| s.total_rows);
         stats.runtime = match splits.len() {
             1 => "pipelined (1 split)".to_string(),
@@ -442,16 +451,35 @@ impl Job {
                 }))
             })
             .collect();
-        let mut rows_out = 0u64;
-        let result = self.pipeline.run_splits(splits, &mut |b| {
-            rows_out += b.num_rows() as u64;
-            sink.write(&b)?;
-            on_progress(read.load(Ordering::Relaxed), total_rows);
-            Ok(())
-        });
+        let result = self
+            .pipeline
+            .run_splits(splits, order, every, &mut |out| match out {
+                Output::Changes(b) => {
+                    stats.rows_out += b.num_rows() as u64;
+                    sink.write(&b)?;
+                    on_progress(read.load(Ordering::Relaxed), total_rows);
+                    Ok(())
+                }
+                Output::Checkpoint { rows, stages } => {
+                    let meta = checkpoints.as_ref().ok_or_else(|| {
+                        Error::internal("a checkpoint without a checkpoint directory")
+                    })?;
+                    last_checkpoint = Some(resumed + rows);
+                    meta.write(resumed + rows, stages, stats, sink)
+                }
+            });
         stats.rows_in = read.load(Ordering::Relaxed);
-        stats.rows_out = rows_out;
-        result?;
+        if let Err(e) = result {
+            // Bad input after a checkpoint: the rows before it are in that state.
+            let saved = last_checkpoint.zip(checkpoints.and_then(|m| m.dir.latest().ok()?));
+            return Err(match saved {
+                Some((position, path)) => e.with_note(format!(
+                    "the state after the first {position} rows is saved in checkpoint {}; resume from it with --restore once the input is fixed",
+                    path.display()
+                )),
+                None => e,
+            });
+        }
         on_progress(stats.rows_in, total_rows);
         stats.aggregates = self.pipeline.metrics()?;
         Ok(())
@@ -491,36 +519,68 @@ impl Job {
         stats: &mut RunStats,
         sink: &mut impl Sink,
     ) -> Result<usize> {
-        let dir = self
-            .checkpoints
-            .as_ref()
-            .map(|p| p.dir.clone())
+        let meta = self
+            .checkpoint_meta()
             .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
         let out = self.pipeline.finish()?;
         let rows = deliver(sink, out, stats)?;
-        let mut chk = sink.checkpoint()?;
-        let meta = &mut chk.meta;
-        meta.insert("source.rows".into(), position.to_string());
-        if let Some(b) = self.input_bytes() {
-            meta.insert("source.bytes".into(), b.to_string());
-        }
-        meta.insert(
-            "source.path".into(),
+        meta.write(position, self.pipeline.snapshot()?, stats, sink)?;
+        Ok(rows)
+    }
+
+    /// Where checkpoints go and what each records besides the state and positions, when the
+    /// job takes checkpoints.
+    fn checkpoint_meta(&self) -> Option<CheckpointMeta> {
+        let dir = self.checkpoints.as_ref()?.dir.clone();
+        let mut fixed = vec![(
+            "source.path".to_string(),
             self.source
                 .path
                 .display()
                 .to_string()
                 .replace(['\n', '\r'], " "),
-        );
-        meta.insert("output.rows".into(), stats.rows_out.to_string());
-        for (key, value) in &self.state_settings {
-            meta.insert(format!("setting.{key}"), value.clone());
+        )];
+        if let Some(b) = self.input_bytes() {
+            fixed.push(("source.bytes".into(), b.to_string()));
         }
-        chk.id = dir.next_id()?;
-        chk.entries.extend(self.pipeline.snapshot()?);
-        dir.write(&chk)?;
+        for (key, value) in &self.state_settings {
+            fixed.push((format!("setting.{key}"), value.clone()));
+        }
+        Some(CheckpointMeta { dir, fixed })
+    }
+}
+
+/// A job's checkpoint directory and the metadata every checkpoint of the run records (taken
+/// before the run, which borrows the pipeline).
+struct CheckpointMeta {
+    dir: CheckpointDir,
+    fixed: Vec<(String, String)>,
+}
+
+impl CheckpointMeta {
+    /// Makes the sink durable ([`Sink::checkpoint`]) and writes a checkpoint of `stages` after
+    /// `position` source rows, with the output rows delivered so far.
+    fn write(
+        &self,
+        position: u64,
+        stages: Vec<(
+            String,
+            arrow::datatypes::SchemaRef,
+            Vec<arrow::array::RecordBatch>,
+        )>,
+        stats: &mut RunStats,
+        sink: &mut impl Sink,
+    ) -> Result<()> {
+        let mut chk = sink.checkpoint()?;
+        chk.meta.insert("source.rows".into(), position.to_string());
+        chk.meta.extend(self.fixed.iter().cloned());
+        chk.meta
+            .insert("output.rows".into(), stats.rows_out.to_string());
+        chk.id = self.dir.next_id()?;
+        chk.entries.extend(stages);
+        self.dir.write(&chk)?;
         stats.checkpoints += 1;
-        Ok(rows)
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ use arrow::datatypes::SchemaRef;
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
-use crate::operator::pipelined::{InputOrder, chunk_rows};
+use crate::operator::pipelined::{Delivery, InputOrder, chunk_rows};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::plan::ColumnUses;
 use crate::runtime::Runtime;
@@ -181,6 +181,22 @@ impl Stage for AggregateStage {
     }
 }
 
+/// What [`Pipeline::run_splits`] hands its caller, in order.
+#[derive(Debug)]
+pub enum Output {
+    /// Changes of the last stage.
+    Changes(ChangeBatch),
+    /// A consistent state of the whole pipeline after `rows` input rows of this run (a prefix
+    /// of it): every change before it has been delivered; `stages` as [`Pipeline::snapshot`]
+    /// names them.
+    Checkpoint {
+        /// Input rows applied.
+        rows: u64,
+        /// Each stateful stage's state: its name, schema and batches.
+        stages: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+    },
+}
+
 /// Stages chained in order, on a [`Runtime`].
 #[derive(Debug)]
 pub struct Pipeline {
@@ -300,18 +316,32 @@ impl Pipeline {
     /// turn for a changelog input (each key's rows in input order; a chunk is a mini-batch of
     /// the whole input, [`crate::operator::pipelined::chunk_rows`]), any split otherwise.
     pub fn input_order(&self) -> InputOrder {
+        let changelog = self
+            .stages
+            .iter()
+            .find(|s| s.as_calc().is_none())
+            .and_then(|s| s.as_aggregate())
+            .is_some_and(|agg| agg.plan().changelog);
+        match self.chunked_order() {
+            Some(chunks) if changelog => chunks,
+            _ => InputOrder::Any,
+        }
+    }
+
+    /// The layout of chunks in turn for this pipeline's aggregate (a chunk is a mini-batch of the
+    /// whole input, [`crate::operator::pipelined::chunk_rows`]), under which the rows applied at
+    /// the end of a round are a prefix of the input (checkpoints need it); `None` without an
+    /// aggregate.
+    pub fn chunked_order(&self) -> Option<InputOrder> {
         let agg = self
             .stages
             .iter()
             .find(|s| s.as_calc().is_none())
-            .and_then(|s| s.as_aggregate());
-        match agg {
-            Some(agg) if agg.plan().changelog => InputOrder::Chunks(chunk_rows(
-                usize::try_from(agg.config().mini_batch_size).unwrap_or(1),
-                self.parallelism(),
-            )),
-            _ => InputOrder::Any,
-        }
+            .and_then(|s| s.as_aggregate())?;
+        Some(InputOrder::Chunks(chunk_rows(
+            usize::try_from(agg.config().mini_batch_size).unwrap_or(1),
+            self.parallelism(),
+        )))
     }
 
     /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages
@@ -337,27 +367,30 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs the pipeline over `splits` of its input, laid out as [`Pipeline::input_order`] says,
-    /// on the pipelined runtime ([`ParallelAggregate::run_splits`]): each split's task runs the
-    /// Calc stages and the local
-    /// phase on what it reads; the changes of the aggregate go through the later stages on the
-    /// caller's thread, in order, and then to `emit`. Everything fires: at the end nothing is
-    /// pending.
+    /// Runs the pipeline over `splits` of its input, laid out as `order` says (for a file,
+    /// [`Pipeline::input_order`], or [`Pipeline::chunked_order`] with checkpoints), on the
+    /// pipelined runtime ([`ParallelAggregate::run_splits_checkpointed`]): each split's task
+    /// runs the Calc stages and the local phase on what it reads; the changes of the aggregate
+    /// go through the later stages on the caller's thread, in order, and then to `deliver`.
+    /// With `checkpoint_every`, at each of the aggregate's checkpoints the later stages fire
+    /// what they hold and `deliver` gets every stage's state ([`Output::Checkpoint`]).
+    /// Everything fires: at the end nothing is pending.
     ///
     /// # Errors
     /// A pipeline that cannot ([`Pipeline::pipelined`]), and the first error of a stage, a
-    /// split, or `emit`.
+    /// split, or `deliver`.
     pub fn run_splits(
         &mut self,
         splits: Vec<crate::operator::pipelined::Split>,
-        emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
+        order: InputOrder,
+        checkpoint_every: Option<u64>,
+        deliver: &mut dyn FnMut(Output) -> Result<()>,
     ) -> Result<()> {
         self.pipelined().map_err(|why| {
             Error::invalid_input(format!(
                 "the pipelined runtime cannot run this pipeline: {why}"
             ))
         })?;
-        let order = self.input_order();
         let k = self
             .stages
             .iter()
@@ -381,24 +414,50 @@ impl Pipeline {
         let agg = aggregate
             .as_aggregate_mut()
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
+        let agg_schema = agg.snapshot_schema();
         let runtime = &self.runtime;
-        let mut through = |b: ChangeBatch| -> Result<()> {
-            let mut current = vec![b];
-            for stage in after.iter_mut() {
+        // Pushes `batches` that stage `first` of the later stages produced through the rest.
+        let onward = |after: &mut [Box<dyn Stage>],
+                      first: usize,
+                      batches: Vec<ChangeBatch>,
+                      deliver: &mut dyn FnMut(Output) -> Result<()>|
+         -> Result<()> {
+            let mut current = batches;
+            for stage in after[first..].iter_mut() {
                 if current.is_empty() {
                     break;
                 }
                 current = stage.push(current, runtime)?;
             }
             for c in current {
-                emit(c)?;
+                deliver(Output::Changes(c))?;
             }
             Ok(())
         };
-        agg.run_splits(splits, order, &pre, &mut through)?;
+        let mut through = |d: Delivery| -> Result<()> {
+            match d {
+                Delivery::Changes(b) => onward(after, 0, vec![b], deliver),
+                Delivery::Checkpoint { rows, state } => {
+                    // As at a barrier: the later stages fire what they hold, then every
+                    // stage's state is taken.
+                    for i in 0..after.len() {
+                        let tail = after[i].finish(runtime)?;
+                        onward(after, i + 1, tail, deliver)?;
+                    }
+                    let mut stages = vec![(format!("stage-{k}"), Arc::clone(&agg_schema), state)];
+                    for (i, s) in after.iter().enumerate() {
+                        if let Some((schema, batches)) = s.snapshot()? {
+                            stages.push((format!("stage-{}", k + 1 + i), schema, batches));
+                        }
+                    }
+                    deliver(Output::Checkpoint { rows, stages })
+                }
+            }
+        };
+        agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, &mut through)?;
         // The later stages' pending mini-batches fire at the end of input.
         for c in self.finish()? {
-            emit(c)?;
+            deliver(Output::Changes(c))?;
         }
         Ok(())
     }

@@ -107,6 +107,37 @@ impl Iterator for SourceReader {
 }
 
 impl SourceReader {
+    /// The rows after the first `rows` (a restored checkpoint's position); `past_end(rows
+    /// read)` is the error when the input ends before them.
+    pub(crate) fn skip_rows(
+        self,
+        rows: u64,
+        past_end: impl FnOnce(u64) -> Error + Send + 'static,
+    ) -> SourceReader {
+        let mut inner = self.inner;
+        let (mut skipped, mut past_end) = (0u64, Some(past_end));
+        SourceReader {
+            inner: Box::new(std::iter::from_fn(move || {
+                while skipped < rows {
+                    match inner.next() {
+                        None => return past_end.take().map(|f| Err(f(skipped))),
+                        Some(Err(e)) => return Some(Err(e)),
+                        Some(Ok(b)) => {
+                            let n = b.num_rows() as u64;
+                            let drop = (rows - skipped).min(n);
+                            skipped += drop;
+                            if drop < n {
+                                return Some(Ok(b.slice(drop as usize, (n - drop) as usize)));
+                            }
+                        }
+                    }
+                }
+                inner.next()
+            })),
+            total_rows: self.total_rows,
+        }
+    }
+
     /// Reads and decodes on a thread of its own, up to `depth` batches ahead, so that decoding
     /// overlaps the aggregation; batches (and the first error) arrive in file order. The thread
     /// stops when the reader is dropped.

@@ -40,34 +40,56 @@ impl FileTable {
         }
     }
 
-    /// Opens the file as up to `n` splits of chunks of `chunk` rows dealt in turn: split `s`
-    /// reads chunks `s`, `s + n`, … in file order (the layout of
-    /// [`crate::operator::pipelined::InputOrder::Chunks`]). Parquet only (a row selection per
-    /// row group); other formats, and `n` = 1, are one split reading everything. Empty splits
-    /// are left out (only the last ones can be).
+    /// Opens the rows after the first `start` as up to `n` splits of chunks of `chunk` rows
+    /// dealt in turn: split `s` reads chunks `s`, `s + n`, … in file order (the layout of
+    /// [`crate::operator::pipelined::InputOrder::Chunks`]; `start` is a restored checkpoint's
+    /// position). Parquet only (a row selection per row group); other formats, and `n` = 1, are
+    /// one split reading everything after `start`. Empty splits are left out (only the last
+    /// ones can be).
     ///
     /// # Errors
-    /// As [`FileTable::open`].
+    /// As [`FileTable::open`], and a `start` past the end of the file.
     pub fn open_chunked_splits(
         &self,
         batch_size: usize,
         n: usize,
         chunk: usize,
+        start: u64,
     ) -> Result<Vec<SourceReader>> {
+        let path = self.path.display().to_string();
+        let past_end = move |total: u64| {
+            Error::invalid_input(format!(
+                "the checkpoint's source position ({start} rows) is past the end of {path} ({total} rows): it was taken over another input"
+            ))
+        };
         match self.format {
-            Format::Parquet if n > 1 => {
+            Format::Parquet if n > 1 || start > 0 => {
                 let ctx = self.ctx();
                 let chunk = chunk.max(1);
                 guarded(&ctx, || {
-                    self.parquet_shared(batch_size, |sizes| deal_chunks(sizes, n, chunk))
+                    self.parquet_shared(batch_size, |sizes| {
+                        let total: usize = sizes.iter().sum();
+                        match usize::try_from(start) {
+                            Ok(start) if start <= total => {
+                                Ok(deal_chunks(sizes, n.max(1), chunk, start))
+                            }
+                            _ => Err(past_end.clone()(total as u64)),
+                        }
+                    })
                 })
             }
-            _ => Ok(vec![self.open(batch_size)?]),
+            _ => {
+                let reader = self.open(batch_size)?;
+                if start == 0 {
+                    return Ok(vec![reader]);
+                }
+                Ok(vec![reader.skip_rows(start, past_end)])
+            }
         }
     }
 
     fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
-        self.parquet_shared(batch_size, |sizes| share_row_groups(sizes, n))
+        self.parquet_shared(batch_size, |sizes| Ok(share_row_groups(sizes, n)))
     }
 
     /// One split per non-empty share that `shares` makes of the row groups (of the sizes
@@ -75,7 +97,7 @@ impl FileTable {
     fn parquet_shared(
         &self,
         batch_size: usize,
-        shares: impl FnOnce(&[usize]) -> Vec<RowGroupShare>,
+        shares: impl FnOnce(&[usize]) -> Result<Vec<RowGroupShare>>,
     ) -> Result<Vec<SourceReader>> {
         let ParquetScan {
             metadata,
@@ -91,7 +113,7 @@ impl FileTable {
             .collect();
         let total_rows = Some(sizes.iter().sum::<usize>() as u64);
         let mut splits = vec![];
-        for share in shares(&sizes) {
+        for share in shares(&sizes)? {
             if share.is_empty() {
                 continue;
             }
@@ -228,15 +250,15 @@ fn share_row_groups(sizes: &[usize], n: usize) -> Vec<RowGroupShare> {
         .collect()
 }
 
-/// Deals chunks of `chunk` rows of row groups of `sizes` rows to `n` splits in turn: split `s`
-/// reads chunks `s`, `s + n`, …
-fn deal_chunks(sizes: &[usize], n: usize, chunk: usize) -> Vec<RowGroupShare> {
+/// Deals chunks of `chunk` rows of row groups of `sizes` rows, from row `start` on, to `n`
+/// splits in turn: split `s` reads chunks `s`, `s + n`, …
+fn deal_chunks(sizes: &[usize], n: usize, chunk: usize, start: usize) -> Vec<RowGroupShare> {
     let total: usize = sizes.iter().sum();
     (0..n)
         .map(|s| {
             let ranges = (s..)
                 .step_by(n)
-                .map(|j| j.saturating_mul(chunk))
+                .map(|j| start.saturating_add(j.saturating_mul(chunk)))
                 .take_while(|&lo| lo < total)
                 .map(|lo| (lo, lo.saturating_add(chunk).min(total)));
             share_of(sizes, ranges)
@@ -348,7 +370,7 @@ mod tests {
             (vec![50], 3, 1000),
         ] {
             let what = format!("{sizes:?} {n} {chunk}");
-            let shares = deal_chunks(&sizes, n, chunk);
+            let shares = deal_chunks(&sizes, n, chunk, 0);
             let mut seen: Vec<Vec<bool>> = sizes.iter().map(|&s| vec![false; s]).collect();
             let starts: Vec<usize> = sizes
                 .iter()

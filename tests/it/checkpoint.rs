@@ -187,7 +187,19 @@ fn resuming_from_any_checkpoint_matches_the_reference() {
             "nested",
             script(
                 "data/orders_changelog.sql",
-                "SET 'table.exec.resource.default-parallelism' = '2';",
+                "SET 'table.exec.resource.default-parallelism' = '2'; SET 'tally.exec.pipelined' = 'false';",
+            ),
+            1000,
+            4000,
+            crate::common::orders_changelog_expected(),
+        ),
+        // The pipelined runtime: one worker here (its rounds are one mini-batch of 5 000 rows),
+        // resumed on 1 to 3 workers (chunks of 65 536 rows dealt to the splits).
+        (
+            "nested-pipelined",
+            script(
+                "data/orders_changelog.sql",
+                "SET 'table.exec.resource.default-parallelism' = '1';",
             ),
             1000,
             4000,
@@ -206,7 +218,7 @@ fn resuming_from_any_checkpoint_matches_the_reference() {
         ("ttl", ttl_script, 500, 2000, ttl_reference(500, 200)),
     ];
     // The TTL matters on this recording: without it the table differs.
-    assert_ne!(cases[3].4, ttl_reference(500, i64::MAX / 4));
+    assert_ne!(cases[4].4, ttl_reference(500, i64::MAX / 4));
     for (name, script, batch, every, expected) in cases {
         assert!(expected.len() > 5, "{name}: {expected:?}");
         let dir = scratch(name);

@@ -124,7 +124,7 @@ fn aggregate(config: Config) -> ParallelAggregate {
 /// Runs `agg` over the file in chunks of `chunk` rows; returns the changelog lines.
 fn run_chunks(agg: &mut ParallelAggregate, path: &Path, chunk: usize, batch: usize) -> Vec<String> {
     let splits = table(path.to_path_buf())
-        .open_chunked_splits(batch, agg.parallelism(), chunk)
+        .open_chunked_splits(batch, agg.parallelism(), chunk, 0)
         .unwrap();
     let splits: Vec<tally::operator::pipelined::Split> = splits
         .into_iter()
@@ -222,4 +222,59 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
         assert_eq!(stats.rows_in, stream.len() as u64);
         assert_eq!(final_rows(&lines), expected, "{runtime}");
     }
+}
+
+/// Checkpoints on the pipelined runtime at P = 2: taken at the end of a round of chunks (the
+/// rows applied are the first 131 072 of the file), and resumed on 1, 2 and 3 workers, the
+/// output before the checkpoint plus the resumed run's give the reference.
+#[test]
+fn pipelined_checkpoints_resume_at_any_parallelism() {
+    let mut rng = StdRng::seed_from_u64(22);
+    let stream = stream(&mut rng, 140_000);
+    let expected = reference(&live(&stream));
+    let path = temp("changelog-checkpoints.parquet");
+    write_changelog(&path, &stream, 30_000);
+    let dir = temp("checkpoints");
+    let _ = std::fs::remove_dir_all(&dir);
+    let job = |workers: usize| {
+        let agg = aggregate(config(workers, true, 5000, true));
+        Job::new(
+            table(path.clone()),
+            Pipeline::new(
+                vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
+                Runtime::new(workers).unwrap(),
+            ),
+            None,
+        )
+    };
+    let run = |job: &mut Job| {
+        let mut lines = vec![];
+        let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
+            lines.extend(format_changes(std::slice::from_ref(b)));
+            Ok(())
+        };
+        let stats = job.run(4096, &mut sink, |_, _| {}).unwrap();
+        (stats, lines)
+    };
+    let store = tally::checkpoint::CheckpointDir::new(&dir).retain(10);
+    let mut first = job(2);
+    first.checkpoint_every(store.clone(), 50_000).unwrap();
+    let (stats, full) = run(&mut first);
+    assert_eq!(stats.runtime, "pipelined (2 splits)");
+    assert_eq!(final_rows(&full), expected);
+    assert_eq!(stats.checkpoints, 1, "{stats:?}");
+    let (_, folder) = store.list().unwrap().pop().unwrap();
+    for workers in 1..=3 {
+        let mut resumed = job(workers);
+        let chk = resumed.restore(&folder).unwrap();
+        assert_eq!(chk.meta("source.rows").unwrap(), "131072");
+        let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
+        let (stats, rest) = run(&mut resumed);
+        assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
+        assert_eq!(stats.rows_in, 140_000 - 131_072, "{workers} workers");
+        let mut lines = full[..delivered].to_vec();
+        lines.extend(rest);
+        assert_eq!(final_rows(&lines), expected, "resumed on {workers} workers");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

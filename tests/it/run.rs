@@ -38,6 +38,11 @@ fn orders() -> FileTable {
 /// `SELECT shop, COUNT(*), SUM(amount), MAX(amount), COUNT(DISTINCT user_id) GROUP BY shop` on
 /// `workers` workers, mini-batch on (two phases) or off.
 fn job(workers: usize, mini_batch: bool) -> Job {
+    job_on(workers, mini_batch, true)
+}
+
+/// [`job`], on the pipelined runtime where it can run or on the ordered one.
+fn job_on(workers: usize, mini_batch: bool, pipelined: bool) -> Job {
     let table = orders();
     let mut pairs = vec![(
         "table.exec.resource.default-parallelism".to_string(),
@@ -52,6 +57,7 @@ fn job(workers: usize, mini_batch: bool) -> Job {
             pairs.push((k.into(), v.into()));
         }
     }
+    pairs.push(("tally.exec.pipelined".into(), pipelined.to_string()));
     let agg = tally::GroupAggregate::builder(Arc::clone(&table.schema))
         .group_by([col("shop")])
         .aggregate([
@@ -97,33 +103,45 @@ fn a_job_runs_checkpoints_and_resumes_without_sql() {
     let expected = reference.to_batch().unwrap();
     assert_eq!(expected.num_rows(), 50, "one row per shop");
 
-    let dir = std::env::temp_dir().join(format!("tally-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = CheckpointDir::new(&dir).retain(100);
-    let mut first = job(2, true);
-    first.checkpoint_every(store.clone(), 30_000).unwrap();
-    let mut whole = table();
-    let stats = first.run(4096, &mut whole, |_, _| {}).unwrap();
-    assert_eq!(
-        whole.to_batch().unwrap(),
-        expected,
-        "two phases on two workers"
-    );
-    assert_eq!(stats.checkpoints, 3, "{stats:?}");
-    for (id, folder) in store.list().unwrap() {
-        // Resume on another parallelism, with the final table the checkpoint holds.
-        let mut resumed = job(1 + id as usize % 3, true);
-        let chk = resumed.restore(&folder).unwrap();
-        let mut sink = table();
-        sink.restore(&chk).unwrap();
-        let stats = resumed.run(4096, &mut sink, |_, _| {}).unwrap();
-        let position: u64 = chk.meta("source.rows").unwrap().parse().unwrap();
-        assert_eq!(stats.rows_in, 100_000 - position, "checkpoint {id}");
+    // The ordered runtime on two workers (a checkpoint after the batch that brings 30 000
+    // rows), and the pipelined one on one worker (after the round of chunks, here one
+    // mini-batch of 700 rows, that does): three checkpoints each.
+    for (workers, pipelined, runtime) in [(2, false, "ordered"), (1, true, "pipelined")] {
+        let dir = std::env::temp_dir().join(format!("tally-run-{}-{runtime}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = CheckpointDir::new(&dir).retain(100);
+        let mut first = job_on(workers, true, pipelined);
+        first.checkpoint_every(store.clone(), 30_000).unwrap();
+        let mut whole = table();
+        let stats = first.run(4096, &mut whole, |_, _| {}).unwrap();
+        assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
         assert_eq!(
-            sink.to_batch().unwrap(),
+            whole.to_batch().unwrap(),
             expected,
-            "resumed from checkpoint {id}"
+            "{runtime}: two phases on {workers} workers"
         );
+        assert_eq!(stats.checkpoints, 3, "{runtime}: {stats:?}");
+        for (id, folder) in store.list().unwrap() {
+            // Resume on another parallelism (pipelined), with the final table the checkpoint
+            // holds.
+            let mut resumed = job(1 + id as usize % 3, true);
+            let chk = resumed.restore(&folder).unwrap();
+            let mut sink = table();
+            sink.restore(&chk).unwrap();
+            let stats = resumed.run(4096, &mut sink, |_, _| {}).unwrap();
+            assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
+            let position: u64 = chk.meta("source.rows").unwrap().parse().unwrap();
+            assert_eq!(
+                stats.rows_in,
+                100_000 - position,
+                "{runtime}: checkpoint {id}"
+            );
+            assert_eq!(
+                sink.to_batch().unwrap(),
+                expected,
+                "{runtime}: resumed from checkpoint {id}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -53,6 +53,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
+use arrow::array::RecordBatch;
+
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::ParallelAggregate;
@@ -63,7 +65,7 @@ use crate::operator::mini_batch::Trigger;
 
 mod tasks;
 
-use tasks::{EpochPart, Source, SourceReport, keyed_task};
+use tasks::{EpochPart, Source, SourceReport, WorkerOutput, keyed_task};
 
 /// Messages (epochs) a channel holds before its sender waits (backpressure). A decoded batch
 /// fires several mini-batches at once (65,536 rows make 13 of 5,000), so sources that take turns
@@ -106,6 +108,23 @@ pub fn chunk_rows(size: usize, p: usize) -> usize {
     }
 }
 
+/// What the pipelined runtime hands the caller, in order: changes, and with checkpoints the
+/// aggregate's state at the end of a round of chunks.
+#[derive(Debug)]
+pub enum Delivery {
+    /// Changes fired.
+    Changes(ChangeBatch),
+    /// A consistent state: every change fired before it has been delivered, none after; `rows`
+    /// input rows (of this run) are applied, exactly the first `rows` of the splits' chunks;
+    /// `state` is [`ParallelAggregate::snapshot`]'s, taken at that point.
+    Checkpoint {
+        /// Input rows applied (a prefix of this run's input).
+        rows: u64,
+        /// The snapshot batches, worker by worker.
+        state: Vec<RecordBatch>,
+    },
+}
+
 /// The stages before the aggregate, run by each source task on each batch it reads (a filter
 /// may drop the whole batch: `None`).
 pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Option<ChangeBatch>> + Sync);
@@ -131,6 +150,38 @@ impl ParallelAggregate {
         pre: PreStages<'_>,
         emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
     ) -> Result<()> {
+        self.run_splits_checkpointed(splits, order, None, pre, &mut |d| match d {
+            Delivery::Changes(b) => emit(b),
+            Delivery::Checkpoint { .. } => Ok(()),
+        })
+    }
+
+    /// As [`ParallelAggregate::run_splits`], and with `checkpoint_every` (chunks only) a
+    /// [`Delivery::Checkpoint`] after each round of chunks (one chunk of every split) that takes
+    /// the input rows applied past a multiple of it: the workers snapshot their state at the
+    /// end of that round, as Flink's tasks do at an aligned barrier, while the sources read on.
+    ///
+    /// # Errors
+    /// As [`ParallelAggregate::run_splits`], and checkpoints over [`InputOrder::Any`] (whose
+    /// applied rows are no prefix of the input).
+    pub fn run_splits_checkpointed(
+        &mut self,
+        splits: Vec<Split>,
+        order: InputOrder,
+        checkpoint_every: Option<u64>,
+        pre: PreStages<'_>,
+        deliver: &mut dyn FnMut(Delivery) -> Result<()>,
+    ) -> Result<()> {
+        if checkpoint_every.is_some() && order == InputOrder::Any {
+            return Err(Error::invalid_input(
+                "checkpoints need chunks in turn (InputOrder::Chunks): the rows applied at a checkpoint must be a prefix of the input",
+            ));
+        }
+        if checkpoint_every == Some(0) {
+            return Err(Error::invalid_input(
+                "the checkpoint interval must be at least 1 row",
+            ));
+        }
         if self.plan.changelog && order == InputOrder::Any {
             return Err(Error::invalid_input(
                 "a changelog input needs each key's rows in input order: run it over splits of InputOrder::Chunks",
@@ -146,7 +197,7 @@ impl ParallelAggregate {
         }
         // Whatever the ordered runtime left pending fires first.
         for b in self.finish()? {
-            emit(b)?;
+            deliver(Delivery::Changes(b))?;
         }
         let p = self.workers.len();
         if splits.len() > p {
@@ -210,6 +261,7 @@ impl ParallelAggregate {
                     stop,
                     routed: (0..p).map(|_| vec![]).collect(),
                     chunk,
+                    epoch_source_rows: 0,
                     epoch_folded: 0,
                     epoch_bypassed: 0,
                     report: SourceReport::default(),
@@ -229,11 +281,19 @@ impl ParallelAggregate {
                 let handle = std::thread::Builder::new()
                     .name(format!("tally-worker-{w}"))
                     .spawn_scoped(scope, move || {
-                        keyed_task(worker, receivers, out, chunk.is_some(), activity, stop)
+                        keyed_task(
+                            worker,
+                            receivers,
+                            out,
+                            chunk.is_some(),
+                            checkpoint_every,
+                            activity,
+                            stop,
+                        )
                     });
                 keyed_handles.push(handle);
             }
-            let collected = collect(outputs, emit, activity, stop);
+            let collected = collect(outputs, deliver, activity, stop);
             let sources: Vec<Result<SourceReport>> =
                 source_handles.into_iter().map(join_task).collect();
             let keyed: Vec<Result<TaskMetrics>> =
@@ -345,8 +405,8 @@ fn join_task<T>(h: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>
 /// The caller's part: takes each epoch's changes from the workers in worker order and hands
 /// them to `emit`. Returns its task metrics and the rows it handed on.
 fn collect(
-    outputs: Vec<Receiver<Vec<ChangeBatch>>>,
-    emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
+    outputs: Vec<Receiver<WorkerOutput>>,
+    deliver: &mut dyn FnMut(Delivery) -> Result<()>,
     activity: &Activity,
     stop: &AtomicBool,
 ) -> Result<(TaskMetrics, u64)> {
@@ -356,10 +416,33 @@ fn collect(
     let mut rows_out = 0u64;
     let result = (|| -> Result<()> {
         while let Some(round) = next_round(&outputs, &mut open, activity, &mut task) {
-            for b in round.into_iter().flatten() {
-                rows_out += b.num_rows() as u64;
-                task.rows += b.num_rows() as u64;
-                emit(b)?;
+            let mut checkpoint: Option<(u64, Vec<RecordBatch>)> = None;
+            let workers = round.len();
+            let mut states = 0;
+            for out in round {
+                for b in out.changes {
+                    rows_out += b.num_rows() as u64;
+                    task.rows += b.num_rows() as u64;
+                    deliver(Delivery::Changes(b))?;
+                }
+                if let Some((rows, state)) = out.state {
+                    states += 1;
+                    let (at, all) = checkpoint.get_or_insert_with(|| (rows, vec![]));
+                    if *at != rows {
+                        return Err(Error::internal(format!(
+                            "workers disagree on a checkpoint's position: {at} and {rows} rows"
+                        )));
+                    }
+                    all.extend(state);
+                }
+            }
+            if let Some((rows, state)) = checkpoint {
+                if states != workers {
+                    return Err(Error::internal(
+                        "a checkpoint without the state of every worker",
+                    ));
+                }
+                deliver(Delivery::Checkpoint { rows, state })?;
             }
             task.epochs += 1;
         }

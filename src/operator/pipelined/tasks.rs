@@ -6,6 +6,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use super::{PreStages, Split, next_round};
+use arrow::array::RecordBatch;
+
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::LocalGroupAggregate;
@@ -25,6 +27,16 @@ pub(super) struct EpochPart {
     pub(super) rows: Vec<Routed>,
     /// Accumulator rows of the local phase.
     pub(super) accumulators: Option<Flushed>,
+    /// The split's rows the epoch covers (before any filter): with chunks, the input position
+    /// advances by them.
+    pub(super) source_rows: u64,
+}
+
+/// What a keyed task sends the caller after an epoch: the changes, and at a checkpoint its
+/// state (the input rows applied so far, the worker's snapshot).
+pub(super) struct WorkerOutput {
+    pub(super) changes: Vec<ChangeBatch>,
+    pub(super) state: Option<(u64, Vec<RecordBatch>)>,
 }
 
 /// What a source task did.
@@ -58,6 +70,8 @@ pub(super) struct Source<'a> {
     pub(super) routed: Vec<Vec<Routed>>,
     /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
     pub(super) chunk: Option<usize>,
+    /// Source rows of the current epoch (counted with chunks).
+    pub(super) epoch_source_rows: u64,
     pub(super) epoch_folded: u64,
     pub(super) epoch_bypassed: u64,
     pub(super) report: SourceReport,
@@ -99,6 +113,7 @@ impl Source<'_> {
                     batch.slice(off, take)
                 };
                 (off, in_chunk) = (off + take, in_chunk + take);
+                self.epoch_source_rows += take as u64;
                 if let Some(piece) = pre(piece)? {
                     self.push(piece)?;
                 }
@@ -221,6 +236,7 @@ impl Source<'_> {
             let part = EpochPart {
                 rows: std::mem::take(&mut self.routed[w]),
                 accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
+                source_rows: self.epoch_source_rows,
             };
             let (sent, waited) = self.activity.wait(|| self.senders[w].send(part));
             self.report.task.waiting_output += waited;
@@ -243,6 +259,7 @@ impl Source<'_> {
         self.report.flushed += flushed;
         self.report.task.epochs += 1;
         (self.epoch_folded, self.epoch_bypassed) = (0, 0);
+        self.epoch_source_rows = 0;
         Ok(())
     }
 }
@@ -251,26 +268,35 @@ impl Source<'_> {
 ///
 /// With `per_source` (chunks in input order), each source's epoch is applied and fired on its
 /// own, in source order; otherwise one epoch of every source is merged and fired together.
+/// With `checkpoint_every` (chunks only), after a round of epochs that takes the input rows
+/// applied past a multiple of it, the worker's snapshot goes with the round's last changes.
 pub(super) fn keyed_task(
     worker: &mut Worker,
     receivers: Vec<Receiver<EpochPart>>,
-    out: SyncSender<Vec<ChangeBatch>>,
+    out: SyncSender<WorkerOutput>,
     per_source: bool,
+    checkpoint_every: Option<u64>,
     activity: &Activity,
     stop: &AtomicBool,
 ) -> Result<TaskMetrics> {
     let started = Instant::now();
     let mut task = TaskMetrics::default();
     let mut open = vec![true; receivers.len()];
+    let mut position = 0u64;
     let result = (|| -> Result<()> {
         while let Some(parts) = next_round(&receivers, &mut open, activity, &mut task) {
+            let before = position;
+            position += parts.iter().map(|p| p.source_rows).sum::<u64>();
+            let due = checkpoint_every.is_some_and(|every| position / every > before / every);
             let steps: Vec<Vec<EpochPart>> = if per_source {
                 parts.into_iter().map(|p| vec![p]).collect()
             } else {
                 vec![parts]
             };
-            for parts in steps {
-                if !apply_and_fire(worker, parts, &out, activity, &mut task)? {
+            let last = steps.len() - 1;
+            for (i, parts) in steps.into_iter().enumerate() {
+                let checkpoint = (due && i == last).then_some(position);
+                if !apply_and_fire(worker, parts, &out, checkpoint, activity, &mut task)? {
                     return Ok(());
                 }
             }
@@ -287,11 +313,13 @@ pub(super) fn keyed_task(
 }
 
 /// Applies the rows and merges the accumulator rows of `parts` into the worker, fires, and
-/// sends the changes on. Returns whether the caller still listens.
+/// sends the changes on, with the worker's snapshot at a `checkpoint` (the input rows applied).
+/// Returns whether the caller still listens.
 fn apply_and_fire(
     worker: &mut Worker,
     parts: Vec<EpochPart>,
-    out: &SyncSender<Vec<ChangeBatch>>,
+    out: &SyncSender<WorkerOutput>,
+    checkpoint: Option<u64>,
     activity: &Activity,
     task: &mut TaskMetrics,
 ) -> Result<bool> {
@@ -314,7 +342,11 @@ fn apply_and_fire(
     worker.busy += start.elapsed();
     task.epochs += 1;
     task.rows += n_rows + n_acc;
-    let (sent, waited) = activity.wait(|| out.send(changes));
+    let state = match checkpoint {
+        Some(rows) => Some((rows, worker.agg.snapshot()?)),
+        None => None,
+    };
+    let (sent, waited) = activity.wait(|| out.send(WorkerOutput { changes, state }));
     task.waiting_output += waited;
     Ok(sent.is_ok())
 }
