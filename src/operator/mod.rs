@@ -24,6 +24,7 @@ pub(crate) mod keyed;
 pub mod local;
 pub mod metrics;
 pub(crate) mod mini_batch;
+pub mod ordered;
 pub mod parallel;
 pub mod pipelined;
 pub mod snapshot;
