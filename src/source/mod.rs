@@ -1,20 +1,21 @@
 //! File sources: CSV (header row matched by column name, empty field = NULL), Parquet and Arrow
-//! IPC, read as change batches of a declared schema, whole (CSV here, `parquet_reader.rs`,
-//! `ipc.rs`) or in splits (`splits.rs`).
+//! IPC, read as change batches of a declared schema (the declaration and the conversion here),
+//! whole (`csv.rs`, `parquet_reader.rs`, `ipc.rs`) or in splits (`splits.rs`, and CSV's own in
+//! `csv.rs`).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::changelog::ChangeBatch;
 use crate::changelog::op_codes;
 use crate::decode::guarded;
 use crate::error::{Error, Result};
 
+mod csv;
 mod ipc;
 mod parquet_reader;
 mod splits;
@@ -360,54 +361,5 @@ impl FileTable {
             }
         }
         Ok(())
-    }
-
-    fn open_csv(&self, batch_size: usize) -> Result<SourceReader> {
-        let mut file = open(&self.path)?;
-        let mut header = String::new();
-        BufReader::new(&mut file)
-            .read_line(&mut header)
-            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
-        if header.trim().is_empty() {
-            return Err(Error::invalid_input(format!(
-                "{}: the CSV file has no header row",
-                self.ctx()
-            )));
-        }
-        file.seek(SeekFrom::Start(0))?;
-        let names: Vec<String> = header
-            .trim_end_matches(['\r', '\n'])
-            .split(',')
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .collect();
-        // Declared columns get their types; the changelog column and undeclared ones are read as
-        // strings and dropped by `convert`.
-        let file_schema = Arc::new(Schema::new(
-            names
-                .iter()
-                .map(|n| {
-                    let dt = self
-                        .schema
-                        .field_with_name(n)
-                        .map_or(DataType::Utf8, |f| f.data_type().clone());
-                    Field::new(n, dt, true)
-                })
-                .collect::<Vec<_>>(),
-        ));
-        self.check_columns(&file_schema)?;
-        let reader = arrow::csv::ReaderBuilder::new(file_schema)
-            .with_header(true)
-            .with_batch_size(batch_size)
-            .build(file)
-            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
-        let table = self.clone();
-        let ctx = self.ctx();
-        Ok(SourceReader {
-            inner: Box::new(reader.map(move |b| {
-                let b = b.map_err(|e| Error::invalid_input(format!("{ctx}: {e}")))?;
-                table.convert(&b)
-            })),
-            total_rows: None,
-        })
     }
 }

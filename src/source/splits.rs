@@ -1,7 +1,7 @@
 //! Splitting a file source across workers, for the pipelined runtime: Parquet by row ranges
 //! (whole row groups, cut where a split's boundary falls inside one) or by chunks of rows dealt
-//! in turn (for a changelog), Arrow IPC files by record batches. Each split reads its part in
-//! file order on the thread that consumes it.
+//! in turn (for a changelog), Arrow IPC files by record batches, CSV by byte ranges
+//! (`csv.rs`). Each split reads its part in file order on the thread that consumes it.
 
 use std::sync::Arc;
 
@@ -20,8 +20,9 @@ type RowGroupShare = Vec<(usize, Vec<(usize, usize)>)>;
 impl FileTable {
     /// Opens the file as up to `n` splits that together read every row once, each in file
     /// order (batches of `batch_size` rows). Parquet splits into equal row ranges (cutting a row
-    /// group where a boundary falls inside one); an Arrow IPC file by record batches; an Arrow stream
-    /// and CSV are one split. Empty splits are left out.
+    /// group where a boundary falls inside one); an Arrow IPC file by record batches; CSV by
+    /// byte ranges cut at line ends (one split when a field may be quoted); an Arrow stream is
+    /// one split. Empty splits are left out.
     ///
     /// # Errors
     /// As [`FileTable::open`].
@@ -35,6 +36,10 @@ impl FileTable {
             Format::Arrow if n > 1 => {
                 let ctx = self.ctx();
                 guarded(&ctx, || self.arrow_splits(batch_size, n))
+            }
+            Format::Csv if n > 1 => {
+                let ctx = self.ctx();
+                guarded(&ctx, || self.csv_splits(batch_size, n))
             }
             _ => Ok(vec![self.open(batch_size)?]),
         }

@@ -82,6 +82,17 @@ fn write_parquet(path: &Path, rows: &[Row], row_group: usize) {
     w.close().unwrap();
 }
 
+/// A CSV file of the rows (a header, NULL as an empty field, no quotes).
+pub(crate) fn write_csv(path: &Path, rows: &[Row]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(file);
+    for chunk in rows.chunks(500) {
+        w.write(&batch(chunk)).unwrap();
+    }
+}
+
 fn write_arrow(path: &Path, rows: &[Row], rng: &mut StdRng) {
     let file = std::fs::File::create(path).unwrap();
     let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema()).unwrap();
@@ -152,18 +163,18 @@ pub(crate) fn aggregates() -> Vec<Expr> {
 
 /// One configuration of the aggregate.
 #[derive(Debug, Clone)]
-struct Settings {
-    workers: usize,
-    two_phase: bool,
-    size: usize,
-    adaptive_probe: bool,
-    pipelined: bool,
-    batch: usize,
+pub(crate) struct Settings {
+    pub(crate) workers: usize,
+    pub(crate) two_phase: bool,
+    pub(crate) size: usize,
+    pub(crate) adaptive_probe: bool,
+    pub(crate) pipelined: bool,
+    pub(crate) batch: usize,
     /// A Calc stage before the aggregate: `WHERE v IS NULL OR v <> 3`.
-    filter: bool,
+    pub(crate) filter: bool,
 }
 
-fn job(table: FileTable, s: &Settings) -> Job {
+pub(crate) fn job(table: FileTable, s: &Settings) -> Job {
     let mut pairs: Vec<(String, String)> = vec![
         (
             "table.exec.resource.default-parallelism".into(),
@@ -216,7 +227,7 @@ fn job(table: FileTable, s: &Settings) -> Job {
     )
 }
 
-fn table(path: PathBuf, format: Format) -> FileTable {
+pub(crate) fn table(path: PathBuf, format: Format) -> FileTable {
     FileTable {
         name: "t".into(),
         schema: schema(),
@@ -266,10 +277,13 @@ fn every_split_and_strategy_matches_the_reference() {
         write_parquet(&one, &rows, n);
         let arrow = temp(&format!("t-{seed}.arrow"));
         write_arrow(&arrow, &rows, &mut rng);
+        let csv = temp(&format!("t-{seed}.csv"));
+        write_csv(&csv, &rows);
         for (path, format) in [
             (many, Format::Parquet),
             (one, Format::Parquet),
             (arrow, Format::Arrow),
+            (csv, Format::Csv),
         ] {
             for _ in 0..3 {
                 let s = Settings {
