@@ -41,7 +41,7 @@ impl PhaseDecision {
         if self.partitioned {
             note.push_str("; the input is already partitioned by the group keys, so a local phase would not reduce the exchange (Flink keeps one phase too).");
         } else if self.two_phase {
-            note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them by key hash, each worker's GlobalGroupAggregate merges them.");
+            note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them to the worker owning their key group, each worker's GlobalGroupAggregate merges them.");
             if config.adaptive_local {
                 note.push_str(&format!(
                     " Adaptive local phase: bypassed while its rows out / rows in is above {} and no key holds more than 1/{workers} of its input (measured over {} rows, probed again after {} bypassed rows).",

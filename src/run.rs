@@ -406,6 +406,45 @@ impl Job {
         unread
     }
 
+    /// The runtime a run would take, in words, as far as it is known before the input is read
+    /// (EXPLAIN): `pipelined` and how the file is split, or `ordered` and why. A run says what
+    /// it took in [`RunStats::runtime`].
+    pub fn planned_runtime(&self) -> String {
+        let p = self.pipeline.parallelism();
+        let format = self.source.format.name();
+        if let Err(why) = self.pipelined(false) {
+            return format!("ordered: {why}");
+        }
+        let chunked = self.checkpoints.is_some() || self.resume_rows > 0;
+        let order = match self.pipeline.chunked_order() {
+            Some(chunks) if chunked => chunks,
+            _ => self.pipeline.input_order(),
+        };
+        match order {
+            _ if p == 1 => "pipelined: one split, read, filtered and folded by its own task".into(),
+            InputOrder::Chunks(_) if self.source.format != Format::Parquet => format!(
+                "ordered: a {format} file cannot be dealt to the splits in chunks of rows (Parquet can)"
+            ),
+            InputOrder::Chunks(rows) => format!(
+                "pipelined: the file dealt to {p} splits in chunks of {rows} rows, applied in input order{}",
+                if self.pipeline.input_order() == order {
+                    " (a changelog)"
+                } else {
+                    " (checkpoints end rounds of chunks)"
+                }
+            ),
+            InputOrder::Any => format!(
+                "pipelined: the file split across {p} workers, each split read, filtered and folded by its own task, mini-batches per split, no barrier{}",
+                match self.source.format {
+                    Format::Csv =>
+                        " (a CSV file holding a double quote is one split and runs ordered)",
+                    Format::Arrow => " (an Arrow stream is one split and runs ordered)",
+                    Format::Parquet => "",
+                }
+            ),
+        }
+    }
+
     /// Whether the run can take the pipelined runtime (the source split across the workers);
     /// why not, in words.
     fn pipelined(&self, replaying: bool) -> std::result::Result<(), String> {

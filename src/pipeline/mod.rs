@@ -356,7 +356,10 @@ impl Pipeline {
             .find(|s| s.as_calc().is_none())
             .and_then(|s| s.as_aggregate())
         else {
-            return Err("the source feeds no aggregate".into());
+            return Err(
+                "the first stage after the Calc stages is not an aggregate (split-distinct's Expand, say)"
+                    .into(),
+            );
         };
         if !agg.config().pipelined {
             return Err("'tally.exec.pipelined' is false".into());

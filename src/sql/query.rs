@@ -91,9 +91,14 @@ impl PlannedQuery {
     }
 
     /// The plan as text, Flink-style: one node per line, indented as a tree, then the aggregate
-    /// strategy; with PLAN_ADVICE the advice, with CHANGELOG_MODE each node's row kinds.
+    /// strategy and the runtime a run would take ([`crate::run::Job::planned_runtime`]); with
+    /// PLAN_ADVICE the advice, with CHANGELOG_MODE each node's row kinds.
     pub fn explain(&self, details: &[ExplainDetail]) -> String {
-        self.explain.render(details, None)
+        let mut explain = self.explain.clone();
+        explain
+            .strategy
+            .push(format!("Runtime: {}", self.job.planned_runtime()));
+        explain.render(details, None)
     }
 
     /// EXPLAIN ANALYZE: runs the query (reading its source in batches of `batch_size` rows and
@@ -110,7 +115,9 @@ impl PlannedQuery {
     ) -> Result<String> {
         let started = std::time::Instant::now();
         let stats = self.job.run(batch_size, &mut Discard, |_, _| {})?;
-        let mut text = self.explain.render(details, Some(&stats.aggregates));
+        let mut explain = self.explain.clone();
+        explain.strategy.push(format!("Runtime: {}", stats.runtime));
+        let mut text = explain.render(details, Some(&stats.aggregates));
         text.push_str(&format!(
             "\n== Metrics ==\nrows read {}, output rows {}, wall time {:.1} ms\n",
             stats.rows_in,

@@ -891,6 +891,9 @@ fn explain_analyze_and_metrics_show_each_stage() {
     };
     let global = plan_line("GlobalGroupAggregate");
     assert!(global.contains("workers=[3]"), "{global}");
+    assert!(global.contains("keyGroups=[128]"), "{global}");
+    // The runtime that ran: the file split across the three workers.
+    assert!(out.contains("Runtime: pipelined (3 splits)"), "{out}");
     assert!(global.contains("skew=["), "{global}");
     let local = plan_line("LocalGroupAggregate");
     assert!(local.contains("rows=[in 100000, out "), "{local}");
