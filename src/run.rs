@@ -423,7 +423,7 @@ impl Job {
         match order {
             _ if p == 1 => "pipelined: one split, read, filtered and folded by its own task".into(),
             InputOrder::Chunks(_) if self.source.format != Format::Parquet => format!(
-                "ordered: a {format} file cannot be dealt to the splits in chunks of rows (Parquet can)"
+                "ordered: the {format} file cannot be dealt to the splits in chunks of rows (Parquet can)"
             ),
             InputOrder::Chunks(rows) => format!(
                 "pipelined: the file dealt to {p} splits in chunks of {rows} rows, applied in input order{}",

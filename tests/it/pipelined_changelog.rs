@@ -225,8 +225,9 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
 }
 
 /// Checkpoints on the pipelined runtime at P = 2: taken at the end of a round of chunks (the
-/// rows applied are the first 131 072 of the file), and resumed on 1, 2 and 3 workers, the
-/// output before the checkpoint plus the resumed run's give the reference.
+/// rows applied are the first 131 072 of the file, then all 140 000), and resumed on 1, 2 and 3
+/// workers, the output before the checkpoint plus the resumed run's give the reference (from
+/// the last one there is nothing left to read).
 #[test]
 fn pipelined_checkpoints_resume_at_any_parallelism() {
     let mut rng = StdRng::seed_from_u64(22);
@@ -258,23 +259,29 @@ fn pipelined_checkpoints_resume_at_any_parallelism() {
     };
     let store = tally::checkpoint::CheckpointDir::new(&dir).retain(10);
     let mut first = job(2);
-    first.checkpoint_every(store.clone(), 50_000).unwrap();
+    first.checkpoint_every(store.clone(), 70_000).unwrap();
     let (stats, full) = run(&mut first);
     assert_eq!(stats.runtime, "pipelined (2 splits)");
     assert_eq!(final_rows(&full), expected);
-    assert_eq!(stats.checkpoints, 1, "{stats:?}");
-    let (_, folder) = store.list().unwrap().pop().unwrap();
-    for workers in 1..=3 {
-        let mut resumed = job(workers);
-        let chk = resumed.restore(&folder).unwrap();
-        assert_eq!(chk.meta("source.rows").unwrap(), "131072");
-        let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
-        let (stats, rest) = run(&mut resumed);
-        assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
-        assert_eq!(stats.rows_in, 140_000 - 131_072, "{workers} workers");
-        let mut lines = full[..delivered].to_vec();
-        lines.extend(rest);
-        assert_eq!(final_rows(&lines), expected, "resumed on {workers} workers");
+    assert_eq!(stats.checkpoints, 2, "{stats:?}");
+    let checkpoints = store.list().unwrap();
+    for ((_, folder), position) in checkpoints.iter().zip([131_072u64, 140_000]) {
+        for workers in 1..=3 {
+            let mut resumed = job(workers);
+            let chk = resumed.restore(folder).unwrap();
+            assert_eq!(chk.meta("source.rows").unwrap(), position.to_string());
+            let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
+            let (stats, rest) = run(&mut resumed);
+            assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
+            assert_eq!(stats.rows_in, 140_000 - position, "{workers} workers");
+            let mut lines = full[..delivered].to_vec();
+            lines.extend(rest);
+            assert_eq!(
+                final_rows(&lines),
+                expected,
+                "resumed at {position} on {workers} workers"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
