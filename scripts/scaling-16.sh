@@ -2,9 +2,10 @@
 # Throughput scaling with workers on a 16-core machine, at P = 1, 2, 4, 8, 16:
 #  1. in memory (examples/scaling.rs): one-phase vs two-phase on 10M generated rows with a hot
 #     key, uniform keys and high-cardinality keys, on the ordered and the pipelined runtime;
-#  2. from Parquet (`tally bench`, the pipelined runtime): orders-count on 10M orders and q15, q17
-#     on 10M bids, against DuckDB with as many threads (`--duckdb`, when DuckDB's Python package
-#     is installed: scripts/install-duckdb.sh);
+#  2. from Parquet (`tally bench`, the pipelined runtime): orders-count on 10M orders (also with
+#     mini-batches of 32768, and over a changelog of 10M rows: chunks applied in input order)
+#     and q15, q17 on 10M bids, against DuckDB with as many threads (`--duckdb`, when DuckDB's
+#     Python package is installed: scripts/install-duckdb.sh);
 #  3. Nexmark q15/q16 in memory with split-distinct off and on (examples/nexmark.rs).
 #
 # Build here, then run where the cores are:
@@ -29,6 +30,8 @@ data="${TMPDIR:-/tmp}/tally-scaling"
 mkdir -p "$data"
 [[ -f "$data/orders-10m.parquet" ]] || "$tally" gen orders --rows 10000000 --out "$data/orders-10m.parquet" >&2
 [[ -f "$data/bid-10m.parquet" ]] || "$tally" gen nexmark --events 10000000 --out "$data/bid-10m.parquet" >&2
+[[ -f "$data/orders-changelog-10m.parquet" ]] || "$tally" gen orders --rows 10000000 --updates 0.2 \
+  --out "$data/orders-changelog-10m.parquet" >&2
 duckdb=()
 if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
 {
@@ -41,6 +44,12 @@ if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
   echo
   "$tally" bench --query orders-count --input "$data/orders-10m.parquet" --matrix one-phase,two-phase \
     --workers 1,2,4,8,16 --repeat 3 "${duckdb[@]}"
+  echo
+  "$tally" bench --query orders-count --input "$data/orders-10m.parquet" --matrix two-phase \
+    --workers 1,2,4,8,16 --repeat 3 --mini-batch 32768
+  echo
+  "$tally" bench --query orders-count --input "$data/orders-changelog-10m.parquet" --matrix two-phase \
+    --workers 1,2,4,8,16 --repeat 3
   echo
   for q in q15 q17; do
     "$tally" bench --query "$q" --input "$data/bid-10m.parquet" --matrix two-phase \
