@@ -21,6 +21,7 @@ use crate::operator::AggregateMetrics;
 use crate::operator::pipelined::{InputOrder, Split};
 use crate::pipeline::{Output, Pipeline};
 use crate::replay::{ReplayStats, Replayer};
+use crate::runtime::Activity;
 use crate::sink::Sink;
 use crate::source::{FileTable, Format, SourceReader};
 
@@ -52,6 +53,10 @@ pub struct RunStats {
     pub aggregates: Vec<AggregateMetrics>,
     /// The runtime that ran the pipeline: `pipelined (N splits)`, or `ordered` and why.
     pub runtime: String,
+    /// The share of the wall time in which at most one task was busy: on the pipelined
+    /// runtime the source, keyed and caller tasks; on the ordered one the caller's thread, the
+    /// source's reading thread and the pool's tasks.
+    pub serial_fraction: Option<f64>,
 }
 
 /// A pipeline over a file source, ready to run (and to checkpoint, restore and replay).
@@ -238,9 +243,9 @@ impl Job {
     fn run_with(
         &mut self,
         batch_size: usize,
-        mut replayer: Option<Replayer>,
+        replayer: Option<Replayer>,
         sink: &mut impl Sink,
-        mut on_progress: impl FnMut(u64, Option<u64>),
+        on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<(RunStats, Option<ReplayStats>)> {
         let mut stats = RunStats::default();
         self.source.unread_columns = self.unread_columns();
@@ -276,10 +281,30 @@ impl Job {
         // Decoding runs ahead on threads of its own (source tasks, as in Flink): Parquet row
         // groups on up to P decoders, in file order.
         let decoders = self.pipeline.parallelism();
+        // The caller's thread is busy from here on, beside the reading thread and the pool.
+        let activity = Arc::new(Activity::new(1));
         let reader = self
             .source
             .open_with(batch_size, decoders)?
-            .prefetch(PREFETCH_BATCHES);
+            .prefetch(PREFETCH_BATCHES, Some(Arc::clone(&activity)));
+        self.pipeline.runtime().watch(Some(Arc::clone(&activity)));
+        let result = self.run_ordered(reader, replayer, &mut stats, sink, on_progress);
+        self.pipeline.runtime().watch(None);
+        stats.serial_fraction = Some(activity.serial_fraction().1);
+        let replay = result?;
+        Ok((stats, replay))
+    }
+
+    /// The ordered runtime: `reader`'s batches in order through the pipeline, with checkpoints,
+    /// a restored position to skip to, and replay.
+    fn run_ordered(
+        &mut self,
+        reader: SourceReader,
+        mut replayer: Option<Replayer>,
+        stats: &mut RunStats,
+        sink: &mut impl Sink,
+        mut on_progress: impl FnMut(u64, Option<u64>),
+    ) -> Result<Option<ReplayStats>> {
         let total_rows = reader.total_rows;
         let time_index = self
             .source
@@ -302,7 +327,7 @@ impl Job {
                         return Err(e);
                     };
                     let saved = self
-                        .take_checkpoint(position, &mut stats, sink)
+                        .take_checkpoint(position, stats, sink)
                         .map(|_| dir.latest());
                     return Err(match saved {
                         Ok(Ok(Some(p))) => e.with_note(format!(
@@ -343,12 +368,12 @@ impl Job {
                 }
             }
             let out = self.pipeline.push(batch)?;
-            let mut rows = deliver(sink, out, &mut stats)?;
+            let mut rows = deliver(sink, out, stats)?;
             if let Some(policy) = &self.checkpoints
                 && since_checkpoint >= policy.every_rows
             {
                 since_checkpoint = 0;
-                rows += self.take_checkpoint(position, &mut stats, sink)?;
+                rows += self.take_checkpoint(position, stats, sink)?;
             }
             if let Some(r) = &mut replayer {
                 r.after_push(rows);
@@ -362,13 +387,13 @@ impl Job {
             )));
         }
         let out = self.pipeline.finish()?;
-        let rows = deliver(sink, out, &mut stats)?;
+        let rows = deliver(sink, out, stats)?;
         if let Some(r) = &mut replayer {
             // Whatever is still pending is emitted by the end of input (or never changes output).
             r.after_push(rows.max(1));
         }
         stats.aggregates = self.pipeline.metrics()?;
-        Ok((stats, replayer.map(Replayer::finish)))
+        Ok(replayer.map(Replayer::finish))
     }
 
     /// The declared columns of the source that the pipeline may take as dictionaries
@@ -521,6 +546,11 @@ impl Job {
         }
         on_progress(stats.rows_in, total_rows);
         stats.aggregates = self.pipeline.metrics()?;
+        stats.serial_fraction = stats
+            .aggregates
+            .first()
+            .and_then(|m| m.runtime.as_ref())
+            .map(|r| r.serial_fraction);
         Ok(())
     }
 

@@ -5,7 +5,8 @@
 //! worker and wait for all of them: a barrier per step, which keeps results deterministic for a
 //! given input and configuration.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -16,6 +17,8 @@ use crate::error::{Error, Result};
 pub struct Runtime {
     parallelism: usize,
     pool: Option<rayon::ThreadPool>,
+    /// Counts the tasks [`Runtime::map`] runs, while a run watches ([`Runtime::watch`]).
+    activity: Mutex<Option<Arc<Activity>>>,
 }
 
 impl Runtime {
@@ -38,7 +41,11 @@ impl Runtime {
         } else {
             None
         };
-        Ok(Arc::new(Self { parallelism, pool }))
+        Ok(Arc::new(Self {
+            parallelism,
+            pool,
+            activity: Mutex::new(None),
+        }))
     }
 
     /// The number of workers.
@@ -57,7 +64,8 @@ impl Runtime {
         }
     }
 
-    /// Runs `f` on every item, one task each, and returns the results in item order.
+    /// Runs `f` on every item, one task each, and returns the results in item order. While a
+    /// run watches, the tasks count as busy and the caller, waiting for them, as idle.
     pub fn map<T, R, F>(&self, items: Vec<T>, f: F) -> Vec<R>
     where
         T: Send,
@@ -66,9 +74,103 @@ impl Runtime {
     {
         match &self.pool {
             Some(pool) if items.len() > 1 => {
-                pool.install(|| items.into_par_iter().with_max_len(1).map(f).collect())
+                let watching = self
+                    .activity
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                match watching {
+                    None => pool.install(|| items.into_par_iter().with_max_len(1).map(f).collect()),
+                    Some(a) => {
+                        let task = |item: T| {
+                            a.change(1);
+                            let r = f(item);
+                            a.change(-1);
+                            r
+                        };
+                        a.wait(|| {
+                            pool.install(|| {
+                                items.into_par_iter().with_max_len(1).map(task).collect()
+                            })
+                        })
+                        .0
+                    }
+                }
             }
             _ => items.into_iter().map(f).collect(),
         }
+    }
+
+    /// Counts the busy tasks of every [`Runtime::map`] in `activity` from now on (`None`: no
+    /// more); the caller's thread counts as one busy task outside the maps.
+    pub fn watch(&self, activity: Option<Arc<Activity>>) {
+        *self.activity.lock().unwrap_or_else(|e| e.into_inner()) = activity;
+    }
+}
+
+/// How many tasks are busy, over time: the serial fraction is the share of the run in which at
+/// most one task was busy.
+#[derive(Debug)]
+pub struct Activity {
+    inner: Mutex<ActivityState>,
+}
+
+#[derive(Debug)]
+struct ActivityState {
+    start: Instant,
+    last: Instant,
+    busy: usize,
+    /// Time during which at most one task was busy.
+    serial: Duration,
+}
+
+impl Activity {
+    /// Starts counting with `busy` tasks busy.
+    pub fn new(busy: usize) -> Self {
+        let now = Instant::now();
+        Self {
+            inner: Mutex::new(ActivityState {
+                start: now,
+                last: now,
+                busy,
+                serial: Duration::ZERO,
+            }),
+        }
+    }
+
+    pub(crate) fn change(&self, delta: isize) {
+        // A poisoned lock only means another task panicked; the counts are still usable.
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if s.busy <= 1 {
+            let since = now - s.last;
+            s.serial += since;
+        }
+        s.last = now;
+        s.busy = s.busy.saturating_add_signed(delta);
+    }
+
+    /// Runs `f` (a blocking wait) with the calling task counted as idle, and returns its result
+    /// and how long it took.
+    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
+        self.change(-1);
+        let start = Instant::now();
+        let r = f();
+        let waited = start.elapsed();
+        self.change(1);
+        (r, waited)
+    }
+
+    /// The wall time so far and the share of it in which at most one task was busy.
+    pub fn serial_fraction(&self) -> (Duration, f64) {
+        self.change(0);
+        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let wall = s.last - s.start;
+        let share = if wall.is_zero() {
+            0.0
+        } else {
+            s.serial.as_secs_f64() / wall.as_secs_f64()
+        };
+        (wall, share)
     }
 }

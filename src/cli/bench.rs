@@ -287,12 +287,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         .map(|s| format!("{} {}", s.step.name(), s.rows_in))
                 })
                 .collect();
-            // The first aggregate's serial fraction, when it ran on the pipelined runtime.
-            let serial = stats
-                .aggregates
-                .first()
-                .and_then(|m| m.runtime.as_ref())
-                .map(|r| r.serial_fraction);
+            // The share of the run with at most one task busy, on either runtime.
+            let serial = stats.serial_fraction;
             println!(
                 "| {strategy} | {p} | {:.2} | {wall:.3} | {:.1} | {skew:.2} | {} | {} | {} |",
                 rate / 1e6,

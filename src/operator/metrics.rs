@@ -5,8 +5,7 @@
 //! ([`Activity`], which gives the serial fraction).
 
 use std::fmt;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::operator::{LocalGroupAggregate, ParallelAggregate};
@@ -206,73 +205,6 @@ pub struct RuntimeMetrics {
     pub serial_fraction: f64,
     /// Every task: sources, keyed tasks, the consumer.
     pub tasks: Vec<TaskMetrics>,
-}
-
-/// How many tasks are busy, over time: the serial fraction is the share of the run in which at
-/// most one task was busy.
-#[derive(Debug)]
-pub struct Activity {
-    inner: Mutex<ActivityState>,
-}
-
-#[derive(Debug)]
-struct ActivityState {
-    start: Instant,
-    last: Instant,
-    busy: usize,
-    /// Time during which at most one task was busy.
-    serial: Duration,
-}
-
-impl Activity {
-    /// Starts counting with `busy` tasks busy.
-    pub fn new(busy: usize) -> Self {
-        let now = Instant::now();
-        Self {
-            inner: Mutex::new(ActivityState {
-                start: now,
-                last: now,
-                busy,
-                serial: Duration::ZERO,
-            }),
-        }
-    }
-
-    fn change(&self, delta: isize) {
-        // A poisoned lock only means another task panicked; the counts are still usable.
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if s.busy <= 1 {
-            let since = now - s.last;
-            s.serial += since;
-        }
-        s.last = now;
-        s.busy = s.busy.saturating_add_signed(delta);
-    }
-
-    /// Runs `f` (a blocking wait) with the calling task counted as idle, and returns its result
-    /// and how long it took.
-    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
-        self.change(-1);
-        let start = Instant::now();
-        let r = f();
-        let waited = start.elapsed();
-        self.change(1);
-        (r, waited)
-    }
-
-    /// The wall time so far and the share of it in which at most one task was busy.
-    pub fn serial_fraction(&self) -> (Duration, f64) {
-        self.change(0);
-        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let wall = s.last - s.start;
-        let share = if wall.is_zero() {
-            0.0
-        } else {
-            s.serial.as_secs_f64() / wall.as_secs_f64()
-        };
-        (wall, share)
-    }
 }
 
 /// Metrics of a parallel aggregation: per stage, per worker, skew, state and hot keys.

@@ -210,6 +210,11 @@ impl Pipeline {
         Self { stages, runtime }
     }
 
+    /// The runtime its stages run on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// The number of workers it runs on.
     pub fn parallelism(&self) -> usize {
         self.runtime.parallelism()

@@ -14,6 +14,7 @@ use crate::changelog::ChangeBatch;
 use crate::changelog::op_codes;
 use crate::decode::guarded;
 use crate::error::{Error, Result};
+use crate::runtime::Activity;
 
 mod csv;
 mod ipc;
@@ -142,17 +143,30 @@ impl SourceReader {
     /// Reads and decodes on a thread of its own, up to `depth` batches ahead, so that decoding
     /// overlaps the aggregation; batches (and the first error) arrive in file order. The thread
     /// stops when the reader is dropped.
-    pub fn prefetch(self, depth: usize) -> SourceReader {
+    ///
+    /// With `activity`, the reading thread counts as a task, busy but while it waits to hand a
+    /// batch on.
+    pub fn prefetch(self, depth: usize, activity: Option<Arc<Activity>>) -> SourceReader {
         let (tx, rx) = std::sync::mpsc::sync_channel(depth.max(1));
         let mut inner = self.inner;
         let spawned = std::thread::Builder::new()
             .name("tally-source".into())
             .spawn(move || {
+                if let Some(a) = &activity {
+                    a.change(1);
+                }
                 for item in inner.by_ref() {
                     let stop = item.is_err();
-                    if tx.send(item).is_err() || stop {
+                    let sent = match &activity {
+                        Some(a) => a.wait(|| tx.send(item)).0,
+                        None => tx.send(item),
+                    };
+                    if sent.is_err() || stop {
                         break;
                     }
+                }
+                if let Some(a) = &activity {
+                    a.change(-1);
                 }
             });
         let inner: Box<dyn Iterator<Item = Result<ChangeBatch>> + Send> = match spawned {

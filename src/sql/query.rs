@@ -119,10 +119,14 @@ impl PlannedQuery {
         explain.strategy.push(format!("Runtime: {}", stats.runtime));
         let mut text = explain.render(details, Some(&stats.aggregates));
         text.push_str(&format!(
-            "\n== Metrics ==\nrows read {}, output rows {}, wall time {:.1} ms\n",
+            "\n== Metrics ==\nrows read {}, output rows {}, wall time {:.1} ms{}\n",
             stats.rows_in,
             stats.rows_out,
-            started.elapsed().as_secs_f64() * 1e3
+            started.elapsed().as_secs_f64() * 1e3,
+            stats.serial_fraction.map_or(String::new(), |f| format!(
+                ", at most one task busy {:.1} % of it",
+                f * 100.0
+            ))
         ));
         for (i, m) in stats.aggregates.iter().enumerate() {
             text.push_str(&format!("aggregate {i}: {m}"));

@@ -335,6 +335,14 @@ fn every_split_and_strategy_matches_the_reference() {
                 };
                 let (stats, lines) = run(table(path.clone(), format), &ordered);
                 assert!(stats.runtime.starts_with("ordered"), "{what}");
+                let serial = stats
+                    .serial_fraction
+                    .expect("the ordered runtime's serial fraction");
+                assert!((0.0..=1.0).contains(&serial), "{what}: {serial}");
+                if ordered.workers == 1 {
+                    // One worker: the caller's thread alone, but while the reader decodes.
+                    assert!(serial > 0.0, "{what}: {serial}");
+                }
                 assert_eq!(final_rows(&lines), expected, "{what}: ordered");
             }
         }

@@ -894,6 +894,7 @@ fn explain_analyze_and_metrics_show_each_stage() {
     assert!(global.contains("keyGroups=[128]"), "{global}");
     // The runtime that ran: the file split across the three workers.
     assert!(out.contains("Runtime: pipelined (3 splits)"), "{out}");
+    assert!(out.contains("at most one task busy"), "{out}");
     assert!(global.contains("skew=["), "{global}");
     let local = plan_line("LocalGroupAggregate");
     assert!(local.contains("rows=[in 100000, out "), "{local}");
@@ -1275,7 +1276,7 @@ fn parallel_parquet_decoding_keeps_file_order() {
         table
             .open_with(batch, decoders)
             .unwrap()
-            .prefetch(2)
+            .prefetch(2, None)
             .flat_map(|b| {
                 let b = b.unwrap();
                 let rows =

@@ -46,7 +46,7 @@
 //! # Where the time goes
 //!
 //! Each task measures its busy time, and the time it waited on input (an empty channel) and on
-//! output (a full one); an [`Activity`] counts how many tasks are busy at each moment, which
+//! output (a full one); an [`Activity`](crate::runtime::Activity) counts how many tasks are busy at each moment, which
 //! gives the share of the run in which at most one was (the serial fraction).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,10 +58,9 @@ use arrow::array::RecordBatch;
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::ParallelAggregate;
-use crate::operator::metrics::{
-    Activity, LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole,
-};
+use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
 use crate::operator::mini_batch::Trigger;
+use crate::runtime::Activity;
 
 mod tasks;
 

@@ -16,10 +16,11 @@ use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators}
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
-use crate::operator::metrics::{Activity, LocalPhaseMetrics, TaskMetrics};
+use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
 use crate::operator::parallel::Worker;
 use crate::plan::AggregatePlan;
+use crate::runtime::Activity;
 
 /// What a source task sends one worker for one epoch.
 pub(super) struct EpochPart {
