@@ -193,6 +193,31 @@ fn a_changelog_in_splits_of_any_order_is_refused() {
     assert!(err.to_string().contains("input order"), "{err}");
 }
 
+/// A job aggregating the changelog file at `path` on `workers` workers, two-phase, mini-batches
+/// of 5 000 rows.
+fn changelog_job(path: &Path, workers: usize, pipelined: bool) -> Job {
+    let agg = aggregate(config(workers, true, 5000, pipelined));
+    Job::new(
+        table(path.to_path_buf()),
+        Pipeline::new(
+            vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
+            Runtime::new(workers).unwrap(),
+        ),
+        None,
+    )
+}
+
+/// Runs `job` in batches of 4096 rows; returns its stats and changelog lines.
+fn run_job(job: &mut Job) -> (tally::run::RunStats, Vec<String>) {
+    let mut lines = vec![];
+    let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
+        lines.extend(format_changes(std::slice::from_ref(b)));
+        Ok(())
+    };
+    let stats = job.run(4096, &mut sink, |_, _| {}).unwrap();
+    (stats, lines)
+}
+
 /// Through a job: a changelog file of three chunks runs pipelined at P = 2 (the chunk is
 /// 65 536 rows there) and gives the reference; the ordered runtime gives it too.
 #[test]
@@ -203,21 +228,7 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
     let path = temp("changelog-job.parquet");
     write_changelog(&path, &stream, 50_000);
     for (pipelined, runtime) in [(true, "pipelined (2 splits)"), (false, "ordered")] {
-        let agg = aggregate(config(2, true, 5000, pipelined));
-        let mut job = Job::new(
-            table(path.clone()),
-            Pipeline::new(
-                vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
-                Runtime::new(2).unwrap(),
-            ),
-            None,
-        );
-        let mut lines = vec![];
-        let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
-            lines.extend(format_changes(std::slice::from_ref(b)));
-            Ok(())
-        };
-        let stats = job.run(4096, &mut sink, |_, _| {}).unwrap();
+        let (stats, lines) = run_job(&mut changelog_job(&path, 2, pipelined));
         assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
         assert_eq!(stats.rows_in, stream.len() as u64);
         assert_eq!(final_rows(&lines), expected, "{runtime}");
@@ -237,41 +248,21 @@ fn pipelined_checkpoints_resume_at_any_parallelism() {
     write_changelog(&path, &stream, 30_000);
     let dir = temp("checkpoints");
     let _ = std::fs::remove_dir_all(&dir);
-    let job = |workers: usize| {
-        let agg = aggregate(config(workers, true, 5000, true));
-        Job::new(
-            table(path.clone()),
-            Pipeline::new(
-                vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
-                Runtime::new(workers).unwrap(),
-            ),
-            None,
-        )
-    };
-    let run = |job: &mut Job| {
-        let mut lines = vec![];
-        let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
-            lines.extend(format_changes(std::slice::from_ref(b)));
-            Ok(())
-        };
-        let stats = job.run(4096, &mut sink, |_, _| {}).unwrap();
-        (stats, lines)
-    };
     let store = tally::checkpoint::CheckpointDir::new(&dir).retain(10);
-    let mut first = job(2);
+    let mut first = changelog_job(&path, 2, true);
     first.checkpoint_every(store.clone(), 70_000).unwrap();
-    let (stats, full) = run(&mut first);
+    let (stats, full) = run_job(&mut first);
     assert_eq!(stats.runtime, "pipelined (2 splits)");
     assert_eq!(final_rows(&full), expected);
     assert_eq!(stats.checkpoints, 2, "{stats:?}");
     let checkpoints = store.list().unwrap();
     for ((_, folder), position) in checkpoints.iter().zip([131_072u64, 140_000]) {
         for workers in 1..=3 {
-            let mut resumed = job(workers);
+            let mut resumed = changelog_job(&path, workers, true);
             let chk = resumed.restore(folder).unwrap();
             assert_eq!(chk.meta("source.rows").unwrap(), position.to_string());
             let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
-            let (stats, rest) = run(&mut resumed);
+            let (stats, rest) = run_job(&mut resumed);
             assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
             assert_eq!(stats.rows_in, 140_000 - position, "{workers} workers");
             let mut lines = full[..delivered].to_vec();
