@@ -47,17 +47,17 @@ fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, 
     })
 }
 
-/// Writes the stream as an Arrow IPC file of random batch sizes, with an `op` column (`-D` or
-/// `-U` for retractions, `+I` or `+U` for the rest).
-fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng) {
+/// Writes the stream as an Arrow IPC file of random batch sizes (or, with `parquet`, a Parquet
+/// file of random row groups), with an `op` column (`-D` or `-U` for retractions, `+I` or `+U`
+/// for the rest).
+fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng, parquet: bool) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("op", DataType::Int8, false),
         Field::new("k", DataType::Utf8, true),
         Field::new("v", DataType::Int64, true),
         Field::new("u", DataType::Int64, false),
     ]));
-    let file = std::fs::File::create(path).unwrap();
-    let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema).unwrap();
+    let mut batches = vec![];
     let mut at = 0;
     while at < stream.len() {
         let n = rng.random_range(1..=90).min(stream.len() - at);
@@ -78,11 +78,26 @@ fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng
             Arc::new(Int64Array::from_iter(rows.iter().map(|(_, r)| r.v))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.u))),
         ];
-        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap())
-            .unwrap();
+        batches.push(RecordBatch::try_new(schema.clone(), cols).unwrap());
         at += n;
     }
-    w.finish().unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    if parquet {
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(rng.random_range(30..300)))
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, Some(props)).unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    } else {
+        let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema).unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.finish().unwrap();
+    }
 }
 
 /// The rows a changelog leaves.
@@ -335,14 +350,18 @@ fn sql_queries_match_the_reference_under_random_settings() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = StdRng::seed_from_u64(4242);
     let (mut bypasses, mut local_tasks, mut mini_batches, mut dropped_ub) = (0, 0, 0, 0);
+    let mut chunked_changelogs = 0;
     for (s, retractions) in [false, true, true].into_iter().enumerate() {
         let stream = random_stream(&mut rng, 500, retractions);
-        let path = dir.join(format!("t{s}.arrow"));
-        write_stream(&path, &stream, &mut rng);
+        // The second changelog as Parquet: on one worker it runs pipelined, in chunks of a
+        // mini-batch applied in input order (more workers deal it in chunks of 65 536 rows).
+        let format = if s == 1 { "parquet" } else { "arrow" };
+        let path = dir.join(format!("t{s}.{format}"));
+        write_stream(&path, &stream, &mut rng, s == 1);
         let rows = live(&stream);
         let table = format!(
             "CREATE TABLE t (k STRING, v BIGINT, u BIGINT) WITH ('connector' = 'filesystem', \
-             'path' = '{}', 'format' = 'arrow'{});",
+             'path' = '{}', 'format' = '{format}'{});",
             path.display(),
             if retractions {
                 ", 'changelog-column' = 'op'"
@@ -380,6 +399,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                     .unwrap_or_default();
                 let got = final_table(&lines, query.emits_update_before(), &keys);
                 assert_eq!(got, expected, "{ctx}");
+                chunked_changelogs += usize::from(s == 1 && stats.runtime.starts_with("pipelined"));
                 for m in &stats.aggregates {
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
@@ -403,4 +423,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
         "never more than one local phase per mini-batch: {local_tasks} tasks, {mini_batches} mini-batches"
     );
     assert!(dropped_ub > 3, "{dropped_ub} runs without -U");
+    assert!(
+        chunked_changelogs > 5,
+        "{chunked_changelogs} runs of the Parquet changelog on the pipelined runtime"
+    );
 }
