@@ -10,18 +10,22 @@
 //!
 //! NULL values are skipped: every inner function ignores NULLs, so they cannot change a result.
 //!
-//! Distinct values are interned once ([`crate::group_values`]) into value ids; the map is keyed
-//! by `(group id, value id)`. A deleted group's entries are invalidated in O(1) by bumping the
-//! group's epoch; stale entries are reused when the same pair comes back.
+//! One table per argument holds an entry per live (group, value) pair: the value as 64 bits (a
+//! primitive value's own bits; for other types, strings say, the id the value was interned
+//! under once, [`crate::group_values`]), the group, its epoch and the counter (with several
+//! sharing aggregates, the index of their counters). A row of a primitive argument so costs one
+//! probe of one table, the entry holding everything it updates. A deleted group's entries are
+//! invalidated in O(1) by bumping the group's epoch; stale entries are reset when the same pair
+//! comes back.
 
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
+use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, GenericListArray, Int64Array, StructArray};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 
 use crate::accumulator::GroupsAccumulator;
 use crate::accumulator::grow;
@@ -29,31 +33,73 @@ use crate::aggregates::{AggregateKind, new_accumulator};
 use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
 
-/// The DISTINCT aggregates over one argument, with their shared value → counters map.
+mod bits;
+
+use bits::{bits_type, from_bits, to_bits};
+
+/// One live (group, value) pair.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The value's bits, or its interned id.
+    value: u64,
+    /// The counter of the only aggregate, or with several the index of their counters in
+    /// `DistinctAccumulator::counts`.
+    count: i64,
+    group: u32,
+    /// The group's epoch when the entry was last written; an older one means the group was
+    /// emptied since, and the counters are 0.
+    epoch: u32,
+}
+
+/// The hash of a (group, value) pair: both mixed into 64 bits (the value bits of a primitive
+/// argument are not hashed beforehand).
+#[inline(always)]
+fn pair_hash(group: u32, value: u64) -> u64 {
+    let mut x = value.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ u64::from(group).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    // murmur3's finalizer: every output bit depends on every input bit.
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// How the values of the argument become an entry's 64 bits.
+enum Values {
+    /// A primitive of at most 64 bits: its bits (floats by their bits, as keys compare them).
+    Bits,
+    /// Anything else: interned once into value ids.
+    Interned {
+        table: Box<dyn GroupValues>,
+        /// Scratch: row hashes of the batch at hand.
+        hashes: Vec<u64>,
+        /// Scratch: value ids of the batch at hand.
+        vids: Vec<u32>,
+    },
+}
+
+/// The DISTINCT aggregates over one argument, with their shared (group, value) → counters table.
 pub struct DistinctAccumulator {
     arg_type: DataType,
-    values: Box<dyn GroupValues>,
-    /// `(group << 32) | value id` → entry index.
-    map: HashMap<u64, u32>,
-    /// `counts[entry * k + i]`: aggregate `i`'s counter.
+    values: Values,
+    table: HashTable<Entry>,
+    /// With several aggregates, `counts[c * k + i]`: aggregate `i`'s counter of the entry
+    /// whose `count` is `c`.
     counts: Vec<i64>,
-    /// The group epoch each entry was written in.
-    entry_epoch: Vec<u32>,
-    /// The map key each entry belongs to (for state and reuse).
-    entry_key: Vec<u64>,
+    /// Free counter slots (several aggregates).
     free: Vec<u32>,
     group_epoch: Vec<u32>,
     inners: Vec<Box<dyn GroupsAccumulator>>,
-    /// Scratch: row hashes and value ids of the batch at hand.
-    hashes: Vec<u64>,
-    vids: Vec<u32>,
+    /// Scratch: the values of the batch at hand as entry bits.
+    bits: Vec<u64>,
 }
 
 impl std::fmt::Debug for DistinctAccumulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DistinctAccumulator")
             .field("arg_type", &self.arg_type)
-            .field("entries", &self.map.len())
+            .field("entries", &self.table.len())
             .field("inners", &self.inners)
             .finish()
     }
@@ -79,19 +125,129 @@ impl DistinctAccumulator {
             .iter()
             .map(|&k| new_accumulator(k, Some(arg_type), retractable))
             .collect::<Result<Vec<_>, _>>()?;
+        let values = if bits_type(arg_type) {
+            Values::Bits
+        } else {
+            Values::Interned {
+                table: new_group_values(std::slice::from_ref(arg_type))?,
+                hashes: vec![],
+                vids: vec![],
+            }
+        };
         Ok(Self {
             arg_type: arg_type.clone(),
-            values: new_group_values(std::slice::from_ref(arg_type))?,
-            map: HashMap::new(),
+            values,
+            table: HashTable::with_capacity(64),
             counts: vec![],
-            entry_epoch: vec![],
-            entry_key: vec![],
             free: vec![],
             group_epoch: vec![],
             inners,
-            hashes: vec![],
-            vids: vec![],
+            bits: vec![],
         })
+    }
+
+    /// The values of `array` as entry bits, into `self.bits` (interning them if need be).
+    fn load_bits(&mut self, array: &ArrayRef) -> Result<(), ArrowError> {
+        match &mut self.values {
+            Values::Bits => to_bits(array.as_ref(), &mut self.bits),
+            Values::Interned {
+                table,
+                hashes,
+                vids,
+            } => {
+                let cols = [Arc::clone(array)];
+                hash_columns(&cols, hashes)?;
+                table.intern(&cols, hashes, vids)?;
+                self.bits.clear();
+                self.bits.extend(vids.iter().map(|&v| u64::from(v)));
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i`
+    /// it selects (None: not selected), creating the entry (or renewing a stale one) and
+    /// dropping it once every counter is 0; `seen(i, before, after)` hears of each change.
+    #[inline(always)]
+    fn add(
+        &mut self,
+        group: u32,
+        value: u64,
+        delta: impl Fn(usize) -> Option<i64>,
+        mut seen: impl FnMut(usize, i64, i64),
+    ) {
+        let k = self.inners.len();
+        let epoch = self.group_epoch[group as usize];
+        let h = pair_hash(group, value);
+        let eq = |e: &Entry| e.group == group && e.value == value;
+        let entry = match self.table.find_mut(h, eq) {
+            Some(e) => {
+                if e.epoch != epoch {
+                    e.epoch = epoch;
+                    if k == 1 {
+                        e.count = 0;
+                    } else {
+                        let c = e.count as usize;
+                        self.counts[c * k..(c + 1) * k].fill(0);
+                    }
+                }
+                e
+            }
+            None => {
+                let count = if k == 1 {
+                    0
+                } else {
+                    let c = match self.free.pop() {
+                        Some(c) => {
+                            let c = c as usize;
+                            self.counts[c * k..(c + 1) * k].fill(0);
+                            c
+                        }
+                        None => {
+                            self.counts.extend(std::iter::repeat_n(0, k));
+                            self.counts.len() / k - 1
+                        }
+                    };
+                    c as i64
+                };
+                let entry = Entry {
+                    value,
+                    count,
+                    group,
+                    epoch,
+                };
+                self.table
+                    .insert_unique(h, entry, |e| pair_hash(e.group, e.value))
+                    .into_mut()
+            }
+        };
+        let empty = if k == 1 {
+            if let Some(d) = delta(0) {
+                let before = entry.count;
+                entry.count += d;
+                seen(0, before, entry.count);
+            }
+            entry.count == 0
+        } else {
+            let c = entry.count as usize;
+            let counters = &mut self.counts[c * k..(c + 1) * k];
+            for (i, counter) in counters.iter_mut().enumerate() {
+                if let Some(d) = delta(i) {
+                    let before = *counter;
+                    *counter += d;
+                    seen(i, before, *counter);
+                }
+            }
+            counters.iter().all(|&n| n == 0)
+        };
+        if empty {
+            if k > 1 {
+                self.free.push(entry.count as u32);
+            }
+            if let Ok(e) = self.table.find_entry(h, eq) {
+                e.remove();
+            }
+        }
     }
 
     /// The number of aggregates sharing the map.
@@ -102,44 +258,6 @@ impl DistinctAccumulator {
     /// The result type of aggregate `i`.
     pub fn result_type(&self, i: usize) -> DataType {
         self.inners[i].result_type()
-    }
-
-    /// Finds or creates the entry of `key` in the current epoch of its group.
-    fn entry(&mut self, key: u64, epoch: u32) -> usize {
-        let k = self.inners.len();
-        if let Some(&e) = self.map.get(&key) {
-            let e = e as usize;
-            if self.entry_epoch[e] != epoch {
-                self.entry_epoch[e] = epoch;
-                self.counts[e * k..(e + 1) * k].fill(0);
-            }
-            return e;
-        }
-        let e = match self.free.pop() {
-            Some(e) => {
-                let e = e as usize;
-                self.entry_epoch[e] = epoch;
-                self.entry_key[e] = key;
-                self.counts[e * k..(e + 1) * k].fill(0);
-                e
-            }
-            None => {
-                self.entry_epoch.push(epoch);
-                self.entry_key.push(key);
-                self.counts.extend(std::iter::repeat_n(0, k));
-                self.entry_epoch.len() - 1
-            }
-        };
-        self.map.insert(key, e as u32);
-        e
-    }
-
-    fn release_if_empty(&mut self, e: usize) {
-        let k = self.inners.len();
-        if self.counts[e * k..(e + 1) * k].iter().all(|&c| c == 0) {
-            self.map.remove(&self.entry_key[e]);
-            self.free.push(e as u32);
-        }
     }
 
     /// Adds `delta` per selected row (accumulate with +1, retract with −1). `filters[i]` selects
@@ -178,10 +296,8 @@ impl DistinctAccumulator {
         }
         grow(&mut self.group_epoch, total_groups, 0);
         let n = groups.len();
-        let cols = [Arc::clone(arg)];
-        hash_columns(&cols, &mut self.hashes)?;
-        let mut vids = std::mem::take(&mut self.vids);
-        self.values.intern(&cols, &self.hashes, &mut vids)?;
+        self.load_bits(arg)?;
+        let bits = std::mem::take(&mut self.bits);
         let nulls = arg.logical_nulls();
         let mut flips: Vec<BooleanBufferBuilder> = (0..k)
             .map(|_| {
@@ -191,31 +307,30 @@ impl DistinctAccumulator {
             })
             .collect();
         let mut any_flip = vec![false; k];
+        let unfiltered = filters.iter().all(Option::is_none);
         for (r, &g) in groups.iter().enumerate() {
             if nulls.as_ref().is_some_and(|nb| nb.is_null(r)) {
                 continue;
             }
             let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
-            if !(0..k).any(selected) {
+            if !unfiltered && !(0..k).any(selected) {
                 continue;
             }
-            let key = (u64::from(g) << 32) | u64::from(vids[r]);
-            let e = self.entry(key, self.group_epoch[g as usize]);
-            for i in 0..k {
-                if !selected(i) {
-                    continue;
-                }
-                let c = &mut self.counts[e * k + i];
-                let before = *c;
-                *c += delta;
-                if (delta > 0 && *c == 1 && before == 0) || (delta < 0 && before == 1 && *c == 0) {
-                    flips[i].set_bit(r, true);
-                    any_flip[i] = true;
-                }
-            }
-            self.release_if_empty(e);
+            self.add(
+                g,
+                bits[r],
+                |i| selected(i).then_some(delta),
+                |i, before, after| {
+                    if (delta > 0 && before == 0 && after == 1)
+                        || (delta < 0 && before == 1 && after == 0)
+                    {
+                        flips[i].set_bit(r, true);
+                        any_flip[i] = true;
+                    }
+                },
+            );
         }
-        self.vids = vids;
+        self.bits = bits;
         let arg_slice = std::slice::from_ref(arg);
         for (i, mut flip) in flips.into_iter().enumerate() {
             if !any_flip[i] {
@@ -274,10 +389,8 @@ impl DistinctAccumulator {
         }
         grow(&mut self.group_epoch, total_groups, 0);
         let m = flat_groups.len();
-        let cols = [Arc::clone(&values)];
-        hash_columns(&cols, &mut self.hashes)?;
-        let mut vids = std::mem::take(&mut self.vids);
-        self.values.intern(&cols, &self.hashes, &mut vids)?;
+        self.load_bits(&values)?;
+        let bits = std::mem::take(&mut self.bits);
         let mk = || {
             let mut b = BooleanBufferBuilder::new(m);
             b.append_n(m, false);
@@ -286,22 +399,20 @@ impl DistinctAccumulator {
         let mut gains: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
         let mut losses: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
         for (r, &g) in flat_groups.iter().enumerate() {
-            let key = (u64::from(g) << 32) | u64::from(vids[r]);
-            let e = self.entry(key, self.group_epoch[g as usize]);
-            for i in 0..k {
-                let other = counters[i].value(start + r);
-                let c = &mut self.counts[e * k + i];
-                let before = *c;
-                *c += other;
-                if before <= 0 && *c > 0 {
-                    gains[i].set_bit(r, true);
-                } else if before > 0 && *c <= 0 {
-                    losses[i].set_bit(r, true);
-                }
-            }
-            self.release_if_empty(e);
+            self.add(
+                g,
+                bits[r],
+                |i| Some(counters[i].value(start + r)),
+                |i, before, after| {
+                    if before <= 0 && after > 0 {
+                        gains[i].set_bit(r, true);
+                    } else if before > 0 && after <= 0 {
+                        losses[i].set_bit(r, true);
+                    }
+                },
+            );
         }
-        self.vids = vids;
+        self.bits = bits;
         let arg_slice = std::slice::from_ref(&values);
         for i in 0..k {
             let gain = gains[i].finish();
@@ -341,7 +452,9 @@ impl DistinctAccumulator {
         )))
     }
 
-    /// The distinct map of each of `groups` (one list of entries per group), in value-id order.
+    /// The distinct map of each of `groups` (one list of entries per group), in the order of
+    /// the values' bits (primitives) or ids (others), so that it does not depend on the table's
+    /// history.
     ///
     /// # Errors
     /// When the state cannot be built.
@@ -352,19 +465,19 @@ impl DistinctAccumulator {
         for (i, &g) in groups.iter().enumerate() {
             slot.entry(g).or_insert(i);
         }
-        let mut per_slot: Vec<Vec<(u32, usize)>> = vec![vec![]; groups.len()];
-        for (&key, &e) in &self.map {
-            let g = (key >> 32) as u32;
-            let e = e as usize;
-            if self.group_epoch.get(g as usize) != Some(&self.entry_epoch[e]) {
+        let mut per_slot: Vec<Vec<(u64, usize)>> = vec![vec![]; groups.len()];
+        let mut found: Vec<Entry> = vec![];
+        for e in &self.table {
+            if self.group_epoch.get(e.group as usize) != Some(&e.epoch) {
                 continue;
             }
-            if let Some(&s) = slot.get(&g) {
-                per_slot[s].push((key as u32, e));
+            if let Some(&s) = slot.get(&e.group) {
+                per_slot[s].push((e.value, found.len()));
+                found.push(*e);
             }
         }
         let mut offsets = vec![0i32];
-        let mut vids = vec![];
+        let mut bits = vec![];
         let mut cols: Vec<Vec<i64>> = vec![vec![]; k];
         for (i, &g) in groups.iter().enumerate() {
             // A group asked for twice repeats its entries.
@@ -372,15 +485,26 @@ impl DistinctAccumulator {
             if s == i {
                 per_slot[s].sort_unstable();
             }
-            for &(vid, e) in &per_slot[s] {
-                vids.push(vid);
+            for &(value, at) in &per_slot[s] {
+                bits.push(value);
+                let e = &found[at];
                 for (j, col) in cols.iter_mut().enumerate() {
-                    col.push(self.counts[e * k + j]);
+                    col.push(if k == 1 {
+                        e.count
+                    } else {
+                        self.counts[e.count as usize * k + j]
+                    });
                 }
             }
-            offsets.push(vids.len() as i32);
+            offsets.push(bits.len() as i32);
         }
-        let values = self.values.keys(&vids)?.remove(0);
+        let values = match &self.values {
+            Values::Bits => from_bits(&bits, &self.arg_type)?,
+            Values::Interned { table, .. } => {
+                let vids: Vec<u32> = bits.iter().map(|&b| b as u32).collect();
+                table.keys(&vids)?.remove(0)
+            }
+        };
         let mut columns: Vec<ArrayRef> = vec![values];
         columns.extend(
             cols.into_iter()
@@ -408,17 +532,23 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Bytes held, from capacity.
+    /// Bytes held, from capacity: the table (an entry and its control byte per bucket), the
+    /// counters of several aggregates, the interned values, the inner aggregates.
     pub fn size(&self) -> usize {
-        self.values.size()
-            + self.map.capacity() * (8 + 4 + 1)
+        let values = match &self.values {
+            Values::Bits => 0,
+            Values::Interned {
+                table,
+                hashes,
+                vids,
+            } => table.size() + hashes.capacity() * 8 + vids.capacity() * 4,
+        };
+        self.table.capacity() * (std::mem::size_of::<Entry>() + 1)
             + self.counts.capacity() * 8
-            + self.entry_epoch.capacity() * 4
-            + self.entry_key.capacity() * 8
             + self.free.capacity() * 4
             + self.group_epoch.capacity() * 4
-            + self.hashes.capacity() * 8
-            + self.vids.capacity() * 4
+            + self.bits.capacity() * 8
+            + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }
 }
