@@ -7,6 +7,8 @@
 //! The (nulls × filter) case is decided once per call ([`crate::accumulate`]), and the typed inner
 //! loop is chosen once, when the accumulator is built ([`crate::aggregates::new_accumulator`]).
 
+use std::sync::Arc;
+
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray};
 use arrow_buffer::BooleanBuffer;
@@ -139,4 +141,24 @@ pub(crate) fn state_arg<'a, T: ArrowPrimitiveType>(
         ));
     }
     Ok(a)
+}
+
+/// A state column of lists of entries: `columns` (one per entry field, as long as the entries)
+/// grouped into lists by `offsets` (one list per group).
+///
+/// # Errors
+/// Columns that do not match `fields`, or offsets that do not fit them.
+pub(crate) fn entry_lists(
+    fields: arrow_schema::Fields,
+    columns: Vec<ArrayRef>,
+    offsets: Vec<i32>,
+) -> Result<ArrayRef, ArrowError> {
+    let entries = arrow_array::StructArray::try_new(fields.clone(), columns, None)?;
+    let list = arrow_array::GenericListArray::<i32>::try_new(
+        Arc::new(arrow_schema::Field::new_struct("item", fields, false)),
+        arrow_buffer::OffsetBuffer::new(arrow_buffer::ScalarBuffer::from(offsets)),
+        Arc::new(entries),
+        None,
+    )?;
+    Ok(Arc::new(list))
 }

@@ -20,16 +20,15 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{
-    Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, GenericListArray, Int64Array,
-    PrimitiveArray, StringArray, StructArray,
+    Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, Int64Array, PrimitiveArray, StringArray,
 };
-use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer, ToByteSlice};
+use arrow_buffer::{BooleanBuffer, NullBuffer, ToByteSlice};
 use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 use hashbrown::HashMap;
 
 use crate::accumulate::for_each_selected;
-use crate::accumulator::grow;
 use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
+use crate::accumulator::{entry_lists, grow};
 
 /// A value MIN/MAX can hold: ordered, owned, readable from and writable to an Arrow array.
 pub trait OrdValue: Ord + Hash + Clone + Send + Sync + Debug + 'static {
@@ -491,18 +490,8 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
             offsets.push(keys.len() as i32);
         }
         let values = K::build(keys.into_iter().map(Some), &self.data_type)?;
-        let entries = StructArray::try_new(
-            self.entry_fields(),
-            vec![values, Arc::new(Int64Array::from(counts))],
-            None,
-        )?;
-        let list = GenericListArray::<i32>::try_new(
-            Arc::new(Field::new_struct("item", self.entry_fields(), false)),
-            OffsetBuffer::new(ScalarBuffer::from(offsets)),
-            Arc::new(entries),
-            None,
-        )?;
-        Ok(vec![Arc::new(list)])
+        let columns = vec![values, Arc::new(Int64Array::from(counts)) as ArrayRef];
+        Ok(vec![entry_lists(self.entry_fields(), columns, offsets)?])
     }
     fn state_types(&self) -> Vec<DataType> {
         vec![DataType::List(Arc::new(Field::new_struct(

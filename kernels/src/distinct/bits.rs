@@ -20,11 +20,22 @@ macro_rules! with_bits_type {
                 $body
             }};
         }
+        // Signed natives of 32 and 64 bits: sign-extended to 64 bits and truncated back.
+        macro_rules! i32s {
+            ($ty:ty) => {
+                go!($ty, i32, |v: i32| v as u64, |b: u64| b as i32)
+            };
+        }
+        macro_rules! i64s {
+            ($ty:ty) => {
+                go!($ty, i64, |v: i64| v as u64, |b: u64| b as i64)
+            };
+        }
         match $dt {
             DataType::Int8 => go!(Int8Type, i8, |v: i8| v as u64, |b: u64| b as i8),
             DataType::Int16 => go!(Int16Type, i16, |v: i16| v as u64, |b: u64| b as i16),
-            DataType::Int32 => go!(Int32Type, i32, |v: i32| v as u64, |b: u64| b as i32),
-            DataType::Int64 => go!(Int64Type, i64, |v: i64| v as u64, |b: u64| b as i64),
+            DataType::Int32 => i32s!(Int32Type),
+            DataType::Int64 => i64s!(Int64Type),
             DataType::UInt8 => go!(UInt8Type, u8, |v: u8| u64::from(v), |b: u64| b as u8),
             DataType::UInt16 => go!(UInt16Type, u16, |v: u16| u64::from(v), |b: u64| b as u16),
             DataType::UInt32 => go!(UInt32Type, u32, |v: u32| u64::from(v), |b: u64| b as u32),
@@ -36,47 +47,16 @@ macro_rules! with_bits_type {
                 |b: u64| f32::from_bits(b as u32)
             ),
             DataType::Float64 => go!(Float64Type, f64, |v: f64| v.to_bits(), f64::from_bits),
-            DataType::Date32 => go!(Date32Type, i32, |v: i32| v as u64, |b: u64| b as i32),
-            DataType::Date64 => go!(Date64Type, i64, |v: i64| v as u64, |b: u64| b as i64),
-            DataType::Time32(TimeUnit::Second) => {
-                go!(Time32SecondType, i32, |v: i32| v as u64, |b: u64| b as i32)
-            }
-            DataType::Time32(TimeUnit::Millisecond) => {
-                go!(Time32MillisecondType, i32, |v: i32| v as u64, |b: u64| b
-                    as i32)
-            }
-            DataType::Time64(TimeUnit::Microsecond) => {
-                go!(Time64MicrosecondType, i64, |v: i64| v as u64, |b: u64| b
-                    as i64)
-            }
-            DataType::Time64(TimeUnit::Nanosecond) => {
-                go!(Time64NanosecondType, i64, |v: i64| v as u64, |b: u64| b
-                    as i64)
-            }
-            DataType::Timestamp(TimeUnit::Second, _) => {
-                go!(TimestampSecondType, i64, |v: i64| v as u64, |b: u64| b
-                    as i64)
-            }
-            DataType::Timestamp(TimeUnit::Millisecond, _) => {
-                go!(
-                    TimestampMillisecondType,
-                    i64,
-                    |v: i64| v as u64,
-                    |b: u64| b as i64
-                )
-            }
-            DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                go!(
-                    TimestampMicrosecondType,
-                    i64,
-                    |v: i64| v as u64,
-                    |b: u64| b as i64
-                )
-            }
-            DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-                go!(TimestampNanosecondType, i64, |v: i64| v as u64, |b: u64| b
-                    as i64)
-            }
+            DataType::Date32 => i32s!(Date32Type),
+            DataType::Date64 => i64s!(Date64Type),
+            DataType::Time32(TimeUnit::Second) => i32s!(Time32SecondType),
+            DataType::Time32(TimeUnit::Millisecond) => i32s!(Time32MillisecondType),
+            DataType::Time64(TimeUnit::Microsecond) => i64s!(Time64MicrosecondType),
+            DataType::Time64(TimeUnit::Nanosecond) => i64s!(Time64NanosecondType),
+            DataType::Timestamp(TimeUnit::Second, _) => i64s!(TimestampSecondType),
+            DataType::Timestamp(TimeUnit::Millisecond, _) => i64s!(TimestampMillisecondType),
+            DataType::Timestamp(TimeUnit::Microsecond, _) => i64s!(TimestampMicrosecondType),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => i64s!(TimestampNanosecondType),
             _ => $otherwise,
         }
     }};

@@ -22,13 +22,13 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, GenericListArray, Int64Array, StructArray};
-use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_array::{Array, ArrayRef, Int64Array};
+use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::{HashMap, HashTable};
 
 use crate::accumulator::GroupsAccumulator;
-use crate::accumulator::grow;
+use crate::accumulator::{entry_lists, grow};
 use crate::aggregates::{AggregateKind, new_accumulator};
 use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
@@ -510,14 +510,7 @@ impl DistinctAccumulator {
             cols.into_iter()
                 .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),
         );
-        let entries = StructArray::try_new(self.entry_fields(), columns, None)?;
-        let list = GenericListArray::<i32>::try_new(
-            Arc::new(Field::new_struct("item", self.entry_fields(), false)),
-            OffsetBuffer::new(ScalarBuffer::from(offsets)),
-            Arc::new(entries),
-            None,
-        )?;
-        Ok(Arc::new(list))
+        entry_lists(self.entry_fields(), columns, offsets)
     }
 
     /// Empties `groups`: their entries become stale and the inner aggregates reset.
