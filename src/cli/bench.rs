@@ -319,6 +319,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "peak_state_bytes": m.peak_state_bytes,
                     "compactions": m.compactions,
                     "dropped_retractions": m.dropped_retractions,
+                    "distinct_pairs": m.distinct_pairs,
+                    "distinct_bytes": m.distinct_bytes,
                     "skew_ratio": m.skew_ratio,
                     "stages": m.stages.iter().map(|s| json!({
                         "name": s.step.name(),

@@ -193,6 +193,12 @@ fn analyzed(m: &AggregateMetrics, step: AggregateStep) -> Vec<String> {
             "state=[{} keys, {} bytes]",
             m.keys_in_state, m.state_bytes
         ));
+        if m.distinct_pairs > 0 {
+            attrs.push(format!(
+                "distinct=[{} pairs, {} bytes]",
+                m.distinct_pairs, m.distinct_bytes
+            ));
+        }
     }
     if step == AggregateStep::LocalGroupAggregate
         && let Some(l) = &m.local

@@ -296,6 +296,17 @@ impl Accumulators {
         }
     }
 
+    /// The DISTINCT tables' (group, value) entries and their bytes, from capacity.
+    pub(crate) fn distinct_usage(&self) -> (usize, usize) {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Distinct { acc, .. } => Some((acc.entries(), acc.size())),
+                Slot::Plain { .. } => None,
+            })
+            .fold((0, 0), |(n, b), (n1, b1)| (n + n1, b + b1))
+    }
+
     /// Bytes held by all accumulators.
     pub(crate) fn size(&self) -> usize {
         self.slots

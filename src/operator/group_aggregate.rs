@@ -216,6 +216,8 @@ impl GroupAggregate {
         let mut m = self.metrics.clone();
         m.keys_in_state = self.keyed.live;
         m.state_bytes = self.state_bytes();
+        let (pairs, bytes) = self.keyed.accs.distinct_usage();
+        (m.distinct_pairs, m.distinct_bytes) = (pairs as u64, bytes as u64);
         m.peak_state_bytes = m.peak_state_bytes.max(m.state_bytes);
         m
     }

@@ -35,6 +35,10 @@ pub struct Metrics {
     pub dropped_retractions: u64,
     /// Times the group table was rebuilt without its deleted and expired groups.
     pub compactions: u64,
+    /// (group, value) entries of the DISTINCT tables.
+    pub distinct_pairs: u64,
+    /// Bytes of the DISTINCT tables (part of `state_bytes`), from capacity.
+    pub distinct_bytes: u64,
 }
 
 /// A step of a streaming aggregate: what runs, what EXPLAIN names, what metrics are kept for.
@@ -241,6 +245,10 @@ pub struct AggregateMetrics {
     pub dropped_retractions: u64,
     /// Compactions of the workers' group tables.
     pub compactions: u64,
+    /// (group, value) entries of the workers' DISTINCT tables.
+    pub distinct_pairs: u64,
+    /// Bytes of the workers' DISTINCT tables, from capacity.
+    pub distinct_bytes: u64,
     /// The keys that received the most input rows, hottest first.
     pub hot_keys: Vec<(String, u64)>,
     /// The local phase (two-phase only).
@@ -304,6 +312,15 @@ impl fmt::Display for AggregateMetrics {
             self.compactions,
             self.dropped_retractions
         )?;
+        if self.distinct_pairs > 0 {
+            writeln!(
+                f,
+                "  DISTINCT: {} (group, value) pairs in {} bytes ({:.1} bytes a pair)",
+                self.distinct_pairs,
+                self.distinct_bytes,
+                self.distinct_bytes as f64 / self.distinct_pairs as f64
+            )?;
+        }
         if let Some(l) = &self.local {
             let ratio = l
                 .last_ratio
@@ -415,6 +432,8 @@ impl ParallelAggregate {
                 + local_bytes as u64,
             dropped_retractions: workers.iter().map(|w| w.operator.dropped_retractions).sum(),
             compactions: workers.iter().map(|w| w.operator.compactions).sum(),
+            distinct_pairs: workers.iter().map(|w| w.operator.distinct_pairs).sum(),
+            distinct_bytes: workers.iter().map(|w| w.operator.distinct_bytes).sum(),
             workers,
             skew_ratio,
             hot_keys,

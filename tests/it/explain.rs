@@ -55,13 +55,30 @@ fn a_parallel_aggregate_explains_its_phases_and_a_run() {
     assert!(!text.contains("rows=["), "{text}");
     let schema = kv_schema(false);
     let mut out = agg
-        .push(&kv_batch(&schema, &["+I a 1", "+I b 2", "+I a 3"]))
+        .push(&kv_batch(
+            &schema,
+            &["+I a 1", "+I b 2", "+I a 3", "+I a 1", "+I b null"],
+        ))
         .unwrap();
     out.extend(agg.finish().unwrap());
     let metrics = agg.metrics().unwrap();
-    let text = explain.render(&[], Some(&[metrics]));
+    // COUNT(DISTINCT v): the pairs (a, 1), (a, 3), (b, 2) in the global phases (NULL is no
+    // value), their bytes part of the state.
+    assert_eq!(metrics.distinct_pairs, 3, "{metrics:?}");
     assert!(
-        text.contains("Calc(select=[k, v, v > 1 AS $f0], rows=[in 3, out 3]"),
+        metrics.distinct_bytes > 0 && metrics.distinct_bytes <= metrics.state_bytes,
+        "{metrics:?}"
+    );
+    assert!(
+        metrics
+            .to_string()
+            .contains("DISTINCT: 3 (group, value) pairs"),
+        "{metrics}"
+    );
+    let text = explain.render(&[], Some(std::slice::from_ref(&metrics)));
+    assert!(text.contains("distinct=[3 pairs, "), "{text}");
+    assert!(
+        text.contains("Calc(select=[k, v, v > 1 AS $f0], rows=[in 5, out 5]"),
         "{text}"
     );
     assert!(text.contains("workers=[2]"), "{text}");

@@ -250,6 +250,12 @@ impl DistinctAccumulator {
         }
     }
 
+    /// The (group, value) entries held (live ones, and stale ones of emptied groups until
+    /// they are reused or compacted away).
+    pub fn entries(&self) -> usize {
+        self.table.len()
+    }
+
     /// The number of aggregates sharing the map.
     pub fn num_aggregates(&self) -> usize {
         self.inners.len()
