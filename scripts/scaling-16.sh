@@ -4,8 +4,9 @@
 #     key, uniform keys and high-cardinality keys, on the ordered and the pipelined runtime;
 #  2. from Parquet (`tally bench`, the pipelined runtime): orders-count on 10M orders (also with
 #     mini-batches of 32768, and over a changelog of 10M rows: chunks applied in input order)
-#     and q15, q17 on 10M bids, against DuckDB with as many threads (`--duckdb`, when DuckDB's
-#     Python package is installed: scripts/install-duckdb.sh);
+#     and orders-distinct (split off and on), q15, q17 on 10M bids and q16 at P = 4 and 16,
+#     against DuckDB with as many threads (`--duckdb`, when DuckDB's Python package is
+#     installed: scripts/install-duckdb.sh);
 #  3. Nexmark q15/q16 in memory with split-distinct off and on (examples/nexmark.rs).
 #
 # Build here, then run where the cores are:
@@ -50,6 +51,12 @@ if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
   echo
   "$tally" bench --query orders-count --input "$data/orders-changelog-10m.parquet" --matrix two-phase \
     --workers 1,2,4,8,16 --repeat 3
+  echo
+  "$tally" bench --query orders-distinct --input "$data/orders-10m.parquet" --matrix two-phase,split \
+    --workers 1,2,4,8,16 --repeat 1 "${duckdb[@]}"
+  echo
+  "$tally" bench --query q16 --input "$data/bid-10m.parquet" --matrix two-phase \
+    --workers 4,16 --repeat 1 "${duckdb[@]}"
   echo
   for q in q15 q17; do
     "$tally" bench --query "$q" --input "$data/bid-10m.parquet" --matrix two-phase \
