@@ -253,13 +253,7 @@ impl Job {
         match self.pipelined(replayer.is_some()) {
             Ok(()) => {
                 let p = self.pipeline.parallelism();
-                // Checkpoints (and a resumed run) need the rows applied at a round's end to be
-                // a prefix of the input: chunks in turn.
-                let chunked = self.checkpoints.is_some() || self.resume_rows > 0;
-                let order = match self.pipeline.chunked_order() {
-                    Some(chunks) if chunked => chunks,
-                    _ => self.pipeline.input_order(),
-                };
+                let order = self.input_order();
                 let splits = match order {
                     InputOrder::Any => self.source.open_splits(batch_size, p)?,
                     InputOrder::Chunks(rows) => {
@@ -312,13 +306,16 @@ impl Job {
             .as_ref()
             .and_then(|t| self.source.schema.index_of(t).ok());
         // The source position (rows read, counting those before a restored checkpoint).
-        let mut position = 0u64;
-        let mut skip = std::mem::take(&mut self.resume_rows);
+        let mut position = std::mem::take(&mut self.resume_rows);
+        let reader = match position {
+            0 => reader,
+            skip => reader.skip_rows(skip, self.source.past_end(skip)),
+        };
         let mut since_checkpoint = 0u64;
         for batch in reader {
             // A row without its recorded time is bad input, like a corrupt file.
             let batch = batch.and_then(|b| self.check_times(&b, time_index, position).map(|()| b));
-            let mut batch = match batch {
+            let batch = match batch {
                 Ok(b) => b,
                 Err(e) => {
                     // Bad input (a corrupt or malformed file): the rows before it are in the
@@ -338,17 +335,6 @@ impl Job {
                     });
                 }
             };
-            if skip > 0 {
-                let n = batch.num_rows() as u64;
-                let drop = skip.min(n);
-                skip -= drop;
-                position += drop;
-                if drop == n {
-                    continue;
-                }
-                let (off, len) = (drop as usize, (n - drop) as usize);
-                batch = batch.slice(off, len);
-            }
             stats.rows_in += batch.num_rows() as u64;
             position += batch.num_rows() as u64;
             since_checkpoint += batch.num_rows() as u64;
@@ -379,12 +365,6 @@ impl Job {
                 r.after_push(rows);
             }
             on_progress(stats.rows_in, total_rows);
-        }
-        if skip > 0 {
-            return Err(Error::invalid_input(format!(
-                "the checkpoint's source position ({position} + {skip} rows) is past the end of {}: it was taken over another input",
-                self.source.path.display()
-            )));
         }
         let out = self.pipeline.finish()?;
         let rows = deliver(sink, out, stats)?;
@@ -440,11 +420,7 @@ impl Job {
         if let Err(why) = self.pipelined(false) {
             return format!("ordered: {why}");
         }
-        let chunked = self.checkpoints.is_some() || self.resume_rows > 0;
-        let order = match self.pipeline.chunked_order() {
-            Some(chunks) if chunked => chunks,
-            _ => self.pipeline.input_order(),
-        };
+        let order = self.input_order();
         match order {
             _ if p == 1 => "pipelined: one split, read, filtered and folded by its own task".into(),
             InputOrder::Chunks(_) if self.source.format != Format::Parquet => format!(
@@ -467,6 +443,16 @@ impl Job {
                     Format::Parquet => "",
                 }
             ),
+        }
+    }
+
+    /// How the pipelined runtime's splits must cover the input: chunks in turn for a changelog
+    /// ([`Pipeline::input_order`]) and for checkpoints or a resumed run, whose rows applied at
+    /// a round's end must be a prefix of the input.
+    fn input_order(&self) -> InputOrder {
+        match self.pipeline.chunked_order() {
+            Some(chunks) if self.checkpoints.is_some() || self.resume_rows > 0 => chunks,
+            _ => self.pipeline.input_order(),
         }
     }
 

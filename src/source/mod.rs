@@ -108,6 +108,19 @@ impl Iterator for SourceReader {
     }
 }
 
+impl FileTable {
+    /// The error of an input that ends (after `total` rows) before a restored checkpoint's
+    /// position `start`.
+    pub(crate) fn past_end(&self, start: u64) -> impl Fn(u64) -> Error + Send + Clone + 'static {
+        let path = self.path.display().to_string();
+        move |total: u64| {
+            Error::invalid_input(format!(
+                "the checkpoint's source position ({start} rows) is past the end of {path} ({total} rows): it was taken over another input"
+            ))
+        }
+    }
+}
+
 impl SourceReader {
     /// The rows after the first `rows` (a restored checkpoint's position); `past_end(rows
     /// read)` is the error when the input ends before them.

@@ -61,12 +61,7 @@ impl FileTable {
         chunk: usize,
         start: u64,
     ) -> Result<Vec<SourceReader>> {
-        let path = self.path.display().to_string();
-        let past_end = move |total: u64| {
-            Error::invalid_input(format!(
-                "the checkpoint's source position ({start} rows) is past the end of {path} ({total} rows): it was taken over another input"
-            ))
-        };
+        let past_end = self.past_end(start);
         match self.format {
             Format::Parquet if n > 1 || start > 0 => {
                 let ctx = self.ctx();

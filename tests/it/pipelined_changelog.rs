@@ -238,7 +238,8 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
 /// Checkpoints on the pipelined runtime at P = 2: taken at the end of a round of chunks (the
 /// rows applied are the first 131 072 of the file, then all 140 000), and resumed on 1, 2 and 3
 /// workers, the output before the checkpoint plus the resumed run's give the reference (from
-/// the last one there is nothing left to read).
+/// the last one there is nothing left to read); restored over a shorter file, the run fails
+/// naming the position.
 #[test]
 fn pipelined_checkpoints_resume_at_any_parallelism() {
     let mut rng = StdRng::seed_from_u64(22);
@@ -273,6 +274,24 @@ fn pipelined_checkpoints_resume_at_any_parallelism() {
                 "resumed at {position} on {workers} workers"
             );
         }
+    }
+    // Restored over a shorter input, on either runtime: an error naming the position.
+    let short = temp("changelog-short.parquet");
+    write_changelog(&short, &stream[..100_000], 30_000);
+    let (_, folder) = &checkpoints[0];
+    for pipelined in [true, false] {
+        let mut resumed = changelog_job(&short, 2, pipelined);
+        resumed.restore(folder).unwrap();
+        let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
+        let err = resumed
+            .run(4096, &mut sink, |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("source position (131072 rows) is past the end")
+                && err.contains("(100000 rows)"),
+            "pipelined {pipelined}: {err}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
