@@ -140,5 +140,21 @@ mod tests {
                 .collect();
             assert!(groups.windows(2).all(|w| w[0] == w[1]), "{h}: {groups:?}");
         }
+        // The worker a key is routed to owns the key's key group, at every parallelism, and
+        // every key group receives keys.
+        for p in [1usize, 3, 7, 16] {
+            let kg = KeyGroups::new(0, p).unwrap();
+            let mut hit = vec![false; kg.count()];
+            let mut h = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..20_000 {
+                h = h
+                    .wrapping_mul(0x5851_f42d_4c95_7f2d)
+                    .wrapping_add(0x1405_7b7e_f767_814f);
+                let g = kg.of_hash(h);
+                assert!(kg.range(kg.worker_of_hash(h)).contains(&g), "{p}: {h}");
+                hit[g] = true;
+            }
+            assert!(hit.iter().all(|&x| x), "{p}: a key group no key reaches");
+        }
     }
 }

@@ -48,6 +48,12 @@ impl Trigger {
         }
     }
 
+    /// Whether a latency fires mini-batches too (else only sizes do, and the clock need not be
+    /// read).
+    pub(crate) fn has_latency(&self) -> bool {
+        !self.latency.is_zero()
+    }
+
     /// Whether the clock reading `now_ms` lies in a later latency interval than the last
     /// reading: a mini-batch fires once per interval boundary the clock crosses.
     pub(crate) fn latency_due(&mut self, now_ms: i64) -> bool {

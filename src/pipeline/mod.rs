@@ -293,28 +293,29 @@ impl Pipeline {
     pub fn dictionary_columns(&self) -> BTreeSet<usize> {
         let mut filters = ColumnUses::default();
         for stage in &self.stages {
-            if let Some(calc) = stage.as_calc() {
-                if !calc.keeps_columns() {
-                    return BTreeSet::new();
-                }
-                filters.predicates(&calc.filter);
-                continue;
+            match stage.as_calc() {
+                Some(calc) if calc.keeps_columns() => filters.predicates(&calc.filter),
+                Some(_) => return BTreeSet::new(),
+                None => break,
             }
-            let Some(agg) = stage.as_aggregate() else {
-                return BTreeSet::new();
-            };
-            let mut uses = agg.plan().calc.column_uses();
-            uses.merge(&filters);
-            let safe = uses.dictionary_safe();
-            return agg
-                .plan()
-                .dictionary_columns
-                .iter()
-                .copied()
-                .filter(|c| safe.contains(c))
-                .collect();
         }
-        BTreeSet::new()
+        let Some(agg) = self.first_aggregate() else {
+            return BTreeSet::new();
+        };
+        agg.plan()
+            .dictionary_columns
+            .iter()
+            .copied()
+            .filter(|&c| filters.allows_dictionary(c))
+            .collect()
+    }
+
+    /// The aggregate the source feeds through Calc stages, if the first other stage is one.
+    fn first_aggregate(&self) -> Option<&ParallelAggregate> {
+        self.stages
+            .iter()
+            .find(|s| s.as_calc().is_none())
+            .and_then(|s| s.as_aggregate())
     }
 
     /// How the splits of the pipelined runtime must cover the input ([`InputOrder`]): chunks in
@@ -322,10 +323,7 @@ impl Pipeline {
     /// the whole input, [`crate::operator::pipelined::chunk_rows`]), any split otherwise.
     pub fn input_order(&self) -> InputOrder {
         let changelog = self
-            .stages
-            .iter()
-            .find(|s| s.as_calc().is_none())
-            .and_then(|s| s.as_aggregate())
+            .first_aggregate()
             .is_some_and(|agg| agg.plan().changelog);
         match self.chunked_order() {
             Some(chunks) if changelog => chunks,
@@ -338,11 +336,7 @@ impl Pipeline {
     /// the end of a round are a prefix of the input (checkpoints need it); `None` without an
     /// aggregate.
     pub fn chunked_order(&self) -> Option<InputOrder> {
-        let agg = self
-            .stages
-            .iter()
-            .find(|s| s.as_calc().is_none())
-            .and_then(|s| s.as_aggregate())?;
+        let agg = self.first_aggregate()?;
         Some(InputOrder::Chunks(chunk_rows(
             usize::try_from(agg.config().mini_batch_size).unwrap_or(1),
             self.parallelism(),
@@ -355,12 +349,7 @@ impl Pipeline {
     /// # Errors
     /// Why it cannot, in words.
     pub fn pipelined(&self) -> std::result::Result<(), String> {
-        let Some(agg) = self
-            .stages
-            .iter()
-            .find(|s| s.as_calc().is_none())
-            .and_then(|s| s.as_aggregate())
-        else {
+        let Some(agg) = self.first_aggregate() else {
             return Err(
                 "the first stage after the Calc stages is not an aggregate (split-distinct's Expand, say)"
                     .into(),

@@ -115,10 +115,9 @@ impl ColumnUses {
             .collect()
     }
 
-    /// Adds `other`'s uses to these.
-    pub fn merge(&mut self, other: &ColumnUses) {
-        for (&c, &whole) in &other.0 {
-            self.note(c, whole);
-        }
+    /// Whether column `c` may be a dictionary as far as these uses go: read only whole, or
+    /// not at all.
+    pub fn allows_dictionary(&self, c: usize) -> bool {
+        self.0.get(&c) != Some(&false)
     }
 }

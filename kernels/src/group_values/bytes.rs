@@ -101,9 +101,27 @@ impl BytesGroupValues {
         let values = dict.values();
         if values.len() > dict.len() {
             // More values than rows (a batch's share of a large dictionary): a cache over the
-            // values would cost more than it saves.
-            let flat = arrow_select::take::take(values.as_ref(), dict.keys(), None)?;
-            return self.intern(&[flat], hashes, groups);
+            // values would cost more than it saves; each row's value is interned as it comes.
+            return match values.data_type() {
+                DataType::Utf8 => {
+                    let a = values.as_string::<i32>();
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    Ok(())
+                }
+                DataType::LargeUtf8 => {
+                    let a = values.as_string::<i64>();
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    Ok(())
+                }
+                DataType::Utf8View => {
+                    let a = values.as_string_view();
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    Ok(())
+                }
+                other => Err(ArrowError::InvalidArgumentError(format!(
+                    "expected a dictionary of strings, got values of {other}"
+                ))),
+            };
         }
         let string_at = string_accessor(values.as_ref())?;
         let value_nulls = values.logical_nulls();
@@ -132,6 +150,32 @@ impl BytesGroupValues {
         }
         self.dict_cache = cache;
         Ok(())
+    }
+}
+
+impl BytesGroupValues {
+    /// Interns each row of `dict` by the value its key points at (`value(key)`), without a
+    /// cache over the dictionary's values.
+    fn intern_dictionary_rows<'a, K: ArrowDictionaryKeyType>(
+        &mut self,
+        dict: &DictionaryArray<K>,
+        value: impl Fn(usize) -> &'a [u8],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) {
+        let value_nulls = dict.values().logical_nulls();
+        let keys = dict.keys();
+        let key_nulls = keys.nulls().filter(|n| n.null_count() > 0);
+        for (i, k) in keys.values().iter().enumerate() {
+            let k = k.as_usize();
+            let null = key_nulls.is_some_and(|n| n.is_null(i))
+                || value_nulls.as_ref().is_some_and(|n| n.is_null(k));
+            groups.push(if null {
+                self.null_group()
+            } else {
+                self.intern_one(value(k), hashes[i])
+            });
+        }
     }
 }
 

@@ -252,7 +252,6 @@ impl ParallelAggregate {
                     local,
                     adaptive: adaptive.clone(),
                     trigger: Trigger::new(size, latency),
-                    latency: !latency.is_zero(),
                     clock,
                     senders,
                     key_groups,

@@ -61,7 +61,6 @@ pub(super) struct Source<'a> {
     pub(super) local: Option<&'a mut LocalGroupAggregate>,
     pub(super) adaptive: Adaptive,
     pub(super) trigger: Trigger,
-    pub(super) latency: bool,
     pub(super) clock: &'a dyn crate::clock::Clock,
     pub(super) senders: Vec<SyncSender<EpochPart>>,
     pub(super) key_groups: &'a KeyGroups,
@@ -171,7 +170,7 @@ impl Source<'_> {
         };
         self.report.calc_busy += start.elapsed();
         self.report.rows += n as u64;
-        if self.latency
+        if self.trigger.has_latency()
             && self.trigger.latency_due(self.clock.now_ms())
             && self.epoch_folded + self.epoch_bypassed > 0
         {
