@@ -13,8 +13,21 @@ use datafusion_expr::{
 /// Converts a Java `SimpleDateFormat` pattern (`yyyy-MM-dd HH:mm:ss.SSS`) into a chrono format
 /// string.
 pub fn java_to_chrono(pattern: &str) -> Result<String, String> {
+    translate(pattern).map(|(format, _)| format)
+}
+
+const SECOND_MS: i64 = 1_000;
+const MINUTE_MS: i64 = 60 * SECOND_MS;
+const HOUR_MS: i64 = 60 * MINUTE_MS;
+const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// The chrono format string of a Java pattern, and the length in milliseconds of its finest
+/// unit (a day for `yyyy-MM-dd`, a minute for `HH:mm`, 1 with `S`): timestamps in the same
+/// such unit (UTC) format alike.
+fn translate(pattern: &str) -> Result<(String, i64), String> {
     let chars: Vec<char> = pattern.chars().collect();
     let mut out = String::new();
+    let mut unit = DAY_MS;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -74,10 +87,55 @@ pub fn java_to_chrono(pattern: &str) -> Result<String, String> {
             ('D', _) => "%j".to_string(),
             other => return Err(format!("pattern letter '{}' is not supported", other.0)),
         };
+        unit = unit.min(match c {
+            'H' | 'h' | 'a' => HOUR_MS,
+            'm' => MINUTE_MS,
+            's' => SECOND_MS,
+            'S' => 1,
+            _ => DAY_MS,
+        });
         out.push_str(&spec);
         i += n;
     }
-    Ok(out)
+    Ok((out, unit))
+}
+
+/// Formats millisecond timestamps (UTC) with chrono `items`, once per run of timestamps in the
+/// same `unit` (see [`translate`]): a stream in time order formats each day (or minute) once
+/// and copies the bytes for the rows after it.
+fn format_millis(
+    ts: &arrow::array::TimestampMillisecondArray,
+    items: &[chrono::format::Item],
+    unit: i64,
+) -> StringBuilder {
+    use std::fmt::Write;
+    let n = ts.len();
+    let mut out = StringBuilder::with_capacity(n, n * 16);
+    // The unit of the last formatted row and its text (`None` for a timestamp chrono cannot
+    // represent, which formats as NULL).
+    let mut last: Option<(i64, Option<String>)> = None;
+    for i in 0..n {
+        if ts.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let v = ts.value(i);
+        let u = v.div_euclid(unit);
+        if last.as_ref().is_none_or(|(lu, _)| *lu != u) {
+            let text = chrono::DateTime::from_timestamp_millis(v).map(|dt| {
+                let mut s = String::with_capacity(16);
+                // Writing to a String cannot fail; the items were checked before.
+                let _ = write!(s, "{}", dt.naive_utc().format_with_items(items.iter()));
+                s
+            });
+            last = Some((u, text));
+        }
+        match last.as_ref().and_then(|(_, t)| t.as_deref()) {
+            Some(t) => out.append_value(t),
+            None => out.append_null(),
+        }
+    }
+    out
 }
 
 /// `DATE_FORMAT(timestamp, 'pattern')` → STRING, with Flink's (Java's) pattern letters.
@@ -112,7 +170,7 @@ impl ScalarUDFImpl for DateFormat {
         let ColumnarValue::Scalar(ScalarValue::Utf8(Some(pattern))) = pattern else {
             return exec_err!("DATE_FORMAT's pattern must be a string literal");
         };
-        let fmt = java_to_chrono(pattern)
+        let (fmt, unit) = translate(pattern)
             .map_err(|e| DataFusionError::Execution(format!("DATE_FORMAT: {e}")))?;
         let items: Vec<chrono::format::Item> = chrono::format::StrftimeItems::new(&fmt).collect();
         if items
@@ -124,19 +182,7 @@ impl ScalarUDFImpl for DateFormat {
         let values = value.to_array(n)?;
         let ts = arrow::compute::cast(&values, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
         let ts = ts.as_primitive::<TimestampMillisecondType>();
-        let mut out = StringBuilder::with_capacity(n, n * 16);
-        for i in 0..ts.len() {
-            if ts.is_null(i) {
-                out.append_null();
-                continue;
-            }
-            match chrono::DateTime::from_timestamp_millis(ts.value(i)) {
-                Some(dt) => {
-                    out.append_value(dt.naive_utc().format_with_items(items.iter()).to_string())
-                }
-                None => out.append_null(),
-            }
-        }
+        let mut out = format_millis(ts, &items, unit);
         Ok(ColumnarValue::Array(Arc::new(out.finish()) as ArrayRef))
     }
 }
@@ -192,7 +238,52 @@ pub fn flink_udfs() -> Vec<Arc<ScalarUDF>> {
 
 #[cfg(test)]
 mod tests {
-    use super::java_to_chrono;
+    use super::{DAY_MS, HOUR_MS, MINUTE_MS, format_millis, java_to_chrono, translate};
+    use arrow::array::{Array, TimestampMillisecondArray};
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn finest_units() {
+        assert_eq!(translate("yyyy-MM-dd").unwrap().1, DAY_MS);
+        assert_eq!(translate("EEE, D").unwrap().1, DAY_MS);
+        assert_eq!(translate("HH:mm").unwrap().1, MINUTE_MS);
+        assert_eq!(translate("yyyy h a").unwrap().1, HOUR_MS);
+        assert_eq!(translate("ss").unwrap().1, 1_000);
+        assert_eq!(translate("HH:mm:ss.SSS").unwrap().1, 1);
+        assert_eq!(translate("'HH' yyyy").unwrap().1, DAY_MS);
+    }
+
+    /// Formatting once per unit gives what formatting every row does: runs in time order,
+    /// jumps back and forth, negative timestamps, NULLs and timestamps chrono cannot represent.
+    #[test]
+    fn formatting_per_unit_equals_per_row() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut values: Vec<Option<i64>> = vec![Some(i64::MAX), Some(i64::MIN), Some(-1), Some(0)];
+        let mut t: i64 = -3 * DAY_MS;
+        for _ in 0..5_000 {
+            t += rng.random_range(0..20 * MINUTE_MS);
+            values.push(match rng.random_range(0..20) {
+                0 => None,
+                1 => Some(-t),
+                2 => Some(i64::MAX - rng.random_range(0..1000)),
+                _ => Some(t),
+            });
+        }
+        let ts = TimestampMillisecondArray::from(values);
+        for pattern in ["yyyy-MM-dd", "HH:mm", "h a", "ss.SSS", "EEEE D yy"] {
+            let (fmt, unit) = translate(pattern).unwrap();
+            let items: Vec<_> = chrono::format::StrftimeItems::new(&fmt).collect();
+            let got = format_millis(&ts, &items, unit).finish();
+            for i in 0..ts.len() {
+                let want = ts.is_valid(i).then(|| ts.value(i)).and_then(|v| {
+                    chrono::DateTime::from_timestamp_millis(v)
+                        .map(|dt| dt.naive_utc().format(&fmt).to_string())
+                });
+                let have = got.is_valid(i).then(|| got.value(i).to_string());
+                assert_eq!(have, want, "{pattern} at row {i}");
+            }
+        }
+    }
 
     #[test]
     fn java_patterns() {
