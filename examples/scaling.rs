@@ -241,7 +241,7 @@ fn main() {
                                 Box::new(share.into_iter().map(|b| Ok(ChangeBatch::inserts(b))))
                             })
                             .collect();
-                        agg.run_splits(splits, InputOrder::Any, &|b| Ok(Some(b)), &mut |_| {
+                        agg.run_splits(splits, InputOrder::Any, &|b| Ok(vec![b]), &mut |_| {
                             out += 1;
                             Ok(())
                         })

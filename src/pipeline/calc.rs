@@ -164,6 +164,14 @@ impl Stage for CalcStage {
         Some(self)
     }
 
+    fn per_batch(&self) -> bool {
+        true
+    }
+
+    fn map_batch(&self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        Ok(self.apply(batch)?.into_iter().collect())
+    }
+
     fn columns_read(&self) -> Option<BTreeSet<usize>> {
         let projection = self.projection.as_ref()?;
         Some(columns_read(projection.iter().chain(&self.filter)))

@@ -62,4 +62,12 @@ impl Stage for ExpandStage {
     fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         Ok(vec![])
     }
+
+    fn per_batch(&self) -> bool {
+        true
+    }
+
+    fn map_batch(&self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        self.expand(&batch)
+    }
 }

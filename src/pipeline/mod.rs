@@ -31,7 +31,7 @@ pub use calc::{CalcStage, physical_expr};
 pub use expand::ExpandStage;
 
 /// A streaming transformation of change batches.
-pub trait Stage: Send + std::fmt::Debug {
+pub trait Stage: Send + Sync + std::fmt::Debug {
     /// Consumes consecutive slices of the stream and returns what became due, as slices.
     ///
     /// # Errors
@@ -72,6 +72,21 @@ pub trait Stage: Send + std::fmt::Debug {
     /// The stage as a Calc stage, if it is one.
     fn as_calc(&self) -> Option<&CalcStage> {
         None
+    }
+
+    /// Whether the stage keeps nothing between batches (Calc, Expand): each source task of the
+    /// pipelined runtime then runs it on what it reads, through [`Stage::map_batch`].
+    fn per_batch(&self) -> bool {
+        false
+    }
+
+    /// One batch through a [`Stage::per_batch`] stage: what comes out of it, in order (nothing
+    /// when a filter drops every row).
+    ///
+    /// # Errors
+    /// As [`Stage::push`]; a stage that is not per batch (a bug).
+    fn map_batch(&self, _batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        Err(Error::internal("this stage does not run batch by batch"))
     }
 
     /// The stage's aggregate, if it is an aggregate stage.
@@ -295,8 +310,8 @@ impl Pipeline {
         for stage in &self.stages {
             match stage.as_calc() {
                 Some(calc) if calc.keeps_columns() => filters.predicates(&calc.filter),
-                Some(_) => return BTreeSet::new(),
-                None => break,
+                _ if stage.per_batch() => return BTreeSet::new(),
+                _ => break,
             }
         }
         let Some(agg) = self.first_aggregate() else {
@@ -310,11 +325,12 @@ impl Pipeline {
             .collect()
     }
 
-    /// The aggregate the source feeds through Calc stages, if the first other stage is one.
+    /// The aggregate the source feeds through per-batch stages (Calc, Expand), if the first
+    /// other stage is one.
     fn first_aggregate(&self) -> Option<&ParallelAggregate> {
         self.stages
             .iter()
-            .find(|s| s.as_calc().is_none())
+            .find(|s| !s.per_batch())
             .and_then(|s| s.as_aggregate())
     }
 
@@ -343,17 +359,14 @@ impl Pipeline {
         )))
     }
 
-    /// Whether the pipeline can run on the pipelined runtime: its first stages are Calc stages
-    /// feeding an aggregate with mini-batch on and `tally.exec.pipelined`.
+    /// Whether the pipeline can run on the pipelined runtime: its first stages are per-batch
+    /// stages (Calc, Expand) feeding an aggregate with mini-batch on and `tally.exec.pipelined`.
     ///
     /// # Errors
     /// Why it cannot, in words.
     pub fn pipelined(&self) -> std::result::Result<(), String> {
         let Some(agg) = self.first_aggregate() else {
-            return Err(
-                "the first stage after the Calc stages is not an aggregate (split-distinct's Expand, say)"
-                    .into(),
-            );
+            return Err("no aggregate follows the Calc stages".into());
         };
         if !agg.config().pipelined {
             return Err("'tally.exec.pipelined' is false".into());
@@ -367,7 +380,7 @@ impl Pipeline {
     /// Runs the pipeline over `splits` of its input, laid out as `order` says (for a file,
     /// [`Pipeline::input_order`], or [`Pipeline::chunked_order`] with checkpoints), on the
     /// pipelined runtime ([`ParallelAggregate::run_splits_checkpointed`]): each split's task
-    /// runs the Calc stages and the local phase on what it reads; the changes of the aggregate
+    /// runs the per-batch stages (Calc, Expand) and the local phase on what it reads; the changes of the aggregate
     /// go through the later stages on the caller's thread, in order, and then to `deliver`.
     /// With `checkpoint_every`, at each of the aggregate's checkpoints the later stages fire
     /// what they hold and `deliver` gets every stage's state ([`Output::Checkpoint`]).
@@ -391,17 +404,18 @@ impl Pipeline {
         let k = self
             .stages
             .iter()
-            .position(|s| s.as_calc().is_none())
+            .position(|s| !s.per_batch())
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
         let (before, rest) = self.stages.split_at_mut(k);
-        let calcs: Vec<&CalcStage> = before.iter().filter_map(|s| s.as_calc()).collect();
-        let pre = |b: ChangeBatch| -> Result<Option<ChangeBatch>> {
-            let mut current = Some(b);
-            for c in &calcs {
-                match current {
-                    Some(b) => current = c.apply(b)?,
-                    None => break,
+        let before: &[Box<dyn Stage>] = before;
+        let pre = |b: ChangeBatch| -> Result<Vec<ChangeBatch>> {
+            let mut current = vec![b];
+            for stage in before {
+                let mut next = Vec::with_capacity(current.len());
+                for b in current {
+                    next.extend(stage.map_batch(b)?);
                 }
+                current = next;
             }
             Ok(current)
         };

@@ -134,7 +134,7 @@ fn run_chunks(agg: &mut ParallelAggregate, path: &Path, chunk: usize, batch: usi
     agg.run_splits(
         splits,
         InputOrder::Chunks(chunk),
-        &|b| Ok(Some(b)),
+        &|b| Ok(vec![b]),
         &mut |b| {
             lines.extend(format_changes(std::slice::from_ref(&b)));
             Ok(())
@@ -188,7 +188,7 @@ fn a_changelog_in_splits_of_any_order_is_refused() {
         .map(|s| -> tally::operator::pipelined::Split { Box::new(s) })
         .collect();
     let err = agg
-        .run_splits(splits, InputOrder::Any, &|b| Ok(Some(b)), &mut |_| Ok(()))
+        .run_splits(splits, InputOrder::Any, &|b| Ok(vec![b]), &mut |_| Ok(()))
         .unwrap_err();
     assert!(err.to_string().contains("input order"), "{err}");
 }

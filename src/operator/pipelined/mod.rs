@@ -124,9 +124,10 @@ pub enum Delivery {
     },
 }
 
-/// The stages before the aggregate, run by each source task on each batch it reads (a filter
-/// may drop the whole batch: `None`).
-pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Option<ChangeBatch>> + Sync);
+/// The stages before the aggregate, run by each source task on each batch it reads: the
+/// batches that come out, in order (none when a filter drops every row; several from an
+/// Expand).
+pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Vec<ChangeBatch>> + Sync);
 
 impl ParallelAggregate {
     /// Runs the aggregate over `splits` of its input on the pipelined runtime (see the module

@@ -114,7 +114,7 @@ impl Source<'_> {
                 };
                 (off, in_chunk) = (off + take, in_chunk + take);
                 self.epoch_source_rows += take as u64;
-                if let Some(piece) = pre(piece)? {
+                for piece in pre(piece)? {
                     self.push(piece)?;
                 }
                 if in_chunk == chunk {
@@ -148,8 +148,9 @@ impl Source<'_> {
     /// Reads a split of any rows, ending an epoch after every mini-batch of them.
     fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
         while let Some(batch) = self.next_batch(&mut split)? {
-            let Some(batch) = pre(batch)? else { continue };
-            self.push(batch)?;
+            for batch in pre(batch)? {
+                self.push(batch)?;
+            }
         }
         if self.epoch_folded + self.epoch_bypassed > 0 && !self.stop.load(Ordering::Relaxed) {
             self.end_epoch()?;
