@@ -24,10 +24,12 @@
 //! Unlike Flink's, the split sum of AVG over integers is a BIGINT (AVG's own sum type), so that
 //! split and unsplit AVG agree even where an INT sum would wrap.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field};
-use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue};
+
+use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue, TableReference};
 use datafusion_expr::expr::{AggregateFunction, Alias};
 use datafusion_expr::logical_plan::{Aggregate, EmptyRelation};
 use datafusion_expr::{
@@ -145,8 +147,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
                 Some(match buckets.iter().position(|b| b.0 == *a) {
                     Some(i) => i,
                     None => {
-                        let name = format!("$f{}", in_df.fields().len() + buckets.len());
-                        buckets.push((a.clone(), name));
+                        buckets.push((a.clone(), String::new()));
                         buckets.len() - 1
                     }
                 })
@@ -165,11 +166,33 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         return Ok(None);
     }
 
-    // 1. The Calc: input columns, then the buckets.
-    let mut pre_exprs: Vec<Expr> = in_df
+    // 1. The Calc: the input columns the aggregate reads (as Flink's, so that the source
+    // decodes no others), then the buckets, named by their position (`$f<n>`).
+    let read: HashSet<&Column> = agg
+        .group_expr
         .iter()
-        .map(|(q, f)| Expr::Column(Column::from((q, f))))
+        .chain(&agg.aggr_expr)
+        .flat_map(Expr::column_refs)
         .collect();
+    let kept: Vec<(Option<&TableReference>, &Arc<Field>)> = in_df
+        .iter()
+        .filter(|&(q, f)| read.contains(&Column::from((q, f))))
+        .collect();
+    let n_in = kept.len();
+    let mut pre_exprs: Vec<Expr> = kept
+        .iter()
+        .map(|&(q, f)| Expr::Column(Column::from((q, f))))
+        .collect();
+    let kept_df = DFSchema::new_with_metadata(
+        kept.iter()
+            .map(|&(q, f)| (q.cloned(), Arc::clone(f)))
+            .collect(),
+        in_df.metadata().clone(),
+    )
+    .map_err(df)?;
+    for (j, (_, name)) in buckets.iter_mut().enumerate() {
+        *name = format!("$f{}", n_in + j);
+    }
     let mut bucket_fields = vec![];
     for (a, name) in &buckets {
         pre_exprs.push(bucket(a.clone(), bucket_num).alias(name));
@@ -177,11 +200,10 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     }
     let bucket_df =
         DFSchema::from_unqualified_fields(bucket_fields.into(), Default::default()).map_err(df)?;
-    let pre_schema = Arc::new(in_df.join(&bucket_df).map_err(df)?);
+    let pre_schema = Arc::new(kept_df.join(&bucket_df).map_err(df)?);
 
     // 2. The Expand, when more than one bucket is used.
     let m = buckets.len();
-    let n_in = in_df.fields().len();
     let set_id = |b: Option<usize>| -> i64 {
         // Flink's ExpandUtil.genExpandId: a bit per absent column of the full group set, the
         // last bucket weighing 1.

@@ -26,11 +26,12 @@ pub(super) fn build_split(
     split: crate::sql::split::Split,
 ) -> Result<Built> {
     let in_df = agg.input.schema();
-    // Calc: the input columns and the buckets.
+    // Calc: the input columns the aggregate reads, and the buckets.
     built.project(in_df, &split.pre_exprs, split.pre_schema.as_arrow())?;
     let mode = built.mode();
-    let mut select: Vec<String> = field_names(in_df)
+    let mut select: Vec<String> = field_names(&split.pre_schema)
         .into_iter()
+        .take(split.pre_exprs.len() - split.buckets.len())
         .map(|n| built.names.get(&n).cloned().unwrap_or(n))
         .collect();
     for (arg, name) in &split.buckets {
