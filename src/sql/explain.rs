@@ -161,9 +161,12 @@ pub(super) fn aggregate_nodes(
         });
     }
     // Filter columns follow the keys and arguments in the Calc, as `$f<position>` (after any
-    // `$f<n>` column already there, such as a split's buckets).
+    // `$f<n>` column of the input, such as a split's buckets and FILTER conditions).
+    let input = agg.input.schema();
     let base = calc
         .iter()
+        .map(String::as_str)
+        .chain(input.fields().iter().map(|f| f.name().as_str()))
         .filter_map(|c| c.strip_prefix("$f").and_then(|n| n.parse::<usize>().ok()))
         .map(|n| n + 1)
         .chain([calc.len()])

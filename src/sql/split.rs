@@ -3,8 +3,10 @@
 //! `COUNT(DISTINCT x)` grouped by a hot key cannot be shrunk by a local phase: its state is the
 //! set of values. Split-distinct spreads it over buckets of the value:
 //!
-//! 1. a Calc adds one bucket column `MOD(HASH_CODE(x), bucket-num)` per argument of a DISTINCT or
-//!    MIN/MAX call that is not a group key (a NULL value gets the NULL bucket);
+//! 1. a Calc selects the input columns the aggregate reads and adds one bucket column
+//!    `MOD(HASH_CODE(x), bucket-num)` per argument of a DISTINCT or MIN/MAX call that is not a
+//!    group key (a NULL value gets the NULL bucket); with an Expand (below), also one column per
+//!    distinct FILTER condition, evaluated once per input row;
 //! 2. when more than one argument is bucketed, an Expand emits each row once per group set (the
 //!    keys plus one bucket; plus the keys alone when other calls exist), with the other buckets
 //!    NULL and the set's id in `$e`; each partial call then only takes the rows of its set
@@ -52,7 +54,9 @@ pub(crate) struct Expand {
 pub(crate) struct Split {
     /// Each bucketed argument and its column name (`$f<n>`).
     pub(crate) buckets: Vec<(Expr, String)>,
-    /// The Calc: the input columns, then the buckets.
+    /// With an Expand, each distinct FILTER condition and its column name (`$f<n>`).
+    pub(crate) filters: Vec<(Expr, String)>,
+    /// The Calc: the input columns the aggregate reads, the buckets, the FILTER conditions.
     pub(crate) pre_exprs: Vec<Expr>,
     /// Its output schema.
     pub(crate) pre_schema: DFSchemaRef,
@@ -168,10 +172,21 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
 
     // 1. The Calc: the input columns the aggregate reads (as Flink's, so that the source
     // decodes no others), then the buckets, named by their position (`$f<n>`).
+    // With an Expand, each FILTER condition is evaluated here once per input row (a column
+    // after the buckets, shared by the calls with the same condition) rather than once per
+    // expanded row and call, as Flink's Calc before its Expand does; the columns only the
+    // conditions read then stay behind.
+    let hoist_filters = buckets.len() > 1;
     let read: HashSet<&Column> = agg
         .group_expr
         .iter()
-        .chain(&agg.aggr_expr)
+        .chain(calls.iter().flat_map(|c| &c.arg))
+        .chain(
+            calls
+                .iter()
+                .filter(|_| !hoist_filters)
+                .flat_map(|c| &c.filter),
+        )
         .flat_map(Expr::column_refs)
         .collect();
     let kept: Vec<(Option<&TableReference>, &Arc<Field>)> = in_df
@@ -193,14 +208,31 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     for (j, (_, name)) in buckets.iter_mut().enumerate() {
         *name = format!("$f{}", n_in + j);
     }
-    let mut bucket_fields = vec![];
+    let mut added_fields = vec![];
     for (a, name) in &buckets {
         pre_exprs.push(bucket(a.clone(), bucket_num).alias(name));
-        bucket_fields.push(Field::new(name, DataType::Int32, true));
+        added_fields.push(Field::new(name, DataType::Int32, true));
     }
-    let bucket_df =
-        DFSchema::from_unqualified_fields(bucket_fields.into(), Default::default()).map_err(df)?;
-    let pre_schema = Arc::new(kept_df.join(&bucket_df).map_err(df)?);
+    let mut filters: Vec<(Expr, String)> = vec![];
+    if hoist_filters {
+        for c in &mut calls {
+            let Some(f) = c.filter.take() else { continue };
+            let name = match filters.iter().find(|(e, _)| *e == f) {
+                Some((_, name)) => name.clone(),
+                None => {
+                    let name = format!("$f{}", n_in + buckets.len() + filters.len());
+                    pre_exprs.push(f.clone().alias(&name));
+                    added_fields.push(Field::new(&name, DataType::Boolean, true));
+                    filters.push((f, name.clone()));
+                    name
+                }
+            };
+            c.filter = Some(col(name));
+        }
+    }
+    let added_df =
+        DFSchema::from_unqualified_fields(added_fields.into(), Default::default()).map_err(df)?;
+    let pre_schema = Arc::new(kept_df.join(&added_df).map_err(df)?);
 
     // 2. The Expand, when more than one bucket is used.
     let m = buckets.len();
@@ -358,6 +390,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     }
     Ok(Some(Split {
         buckets,
+        filters,
         pre_exprs,
         pre_schema,
         expand,

@@ -1038,9 +1038,12 @@ fn split_distinct_explain_shows_partial_and_final() {
     );
     for want in [
         "GroupAggregate(groupBy=[k], partialFinalType=[FINAL], select=[k, $SUM0_RETRACT($p0) AS $q0",
-        "GroupAggregate(groupBy=[k, $f4, $f5], partialFinalType=[PARTIAL]",
-        "Exchange(distribution=[hash[k, $f4, $f5]])",
-        "MOD(HASH_CODE(u), 1024) AS $f4, MOD(HASH_CODE(v), 1024) AS $f5",
+        "GroupAggregate(groupBy=[k, $f3, $f4], partialFinalType=[PARTIAL]",
+        "Exchange(distribution=[hash[k, $f3, $f4]])",
+        // The columns the aggregate reads, the buckets, then the FILTER conditions (once per
+        // input row, before the Expand; `s` only feeds a condition, so it stays behind).
+        "Calc(select=[k, v, u, MOD(HASH_CODE(u), 1024) AS $f3, MOD(HASH_CODE(v), 1024) AS $f4, (s = 'PAID') AS $f5, (v > 0) AS $f6])",
+        "($f5 AND ($e = 1)) IS TRUE AS $f9",
         "Expand(projects=[{",
         "IF(($q5_count = 0), null, ($q5_sum / $q5_count)) AS mean",
         "split-distinct applies",

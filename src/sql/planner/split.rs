@@ -31,7 +31,7 @@ pub(super) fn build_split(
     let mode = built.mode();
     let mut select: Vec<String> = field_names(&split.pre_schema)
         .into_iter()
-        .take(split.pre_exprs.len() - split.buckets.len())
+        .take(split.pre_exprs.len() - split.buckets.len() - split.filters.len())
         .map(|n| built.names.get(&n).cloned().unwrap_or(n))
         .collect();
     for (arg, name) in &split.buckets {
@@ -40,6 +40,9 @@ pub(super) fn build_split(
             show(arg),
             ctx.config.split_bucket_num
         ));
+    }
+    for (condition, name) in &split.filters {
+        select.push(format!("{} AS {name}", show(condition)));
     }
     built.nodes.push(PlanNode::new(
         "Calc",
