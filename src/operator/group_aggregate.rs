@@ -92,7 +92,7 @@ pub struct GroupAggregate {
     firing: Firing,
     /// Mini-batch off: run id per group, to cut runs where a key repeats.
     pub(super) run_mark: Vec<u32>,
-    run_id: u32,
+    pub(super) run_id: u32,
     /// State TTL in ms (0 = none), the clock reading of the current call, and when expired
     /// groups are next swept.
     pub(super) ttl_ms: i64,
@@ -571,36 +571,6 @@ impl GroupAggregate {
             }
         }
         Ok(())
-    }
-
-    /// Mini-batch off: applies `cb` in runs without a repeated key, firing each run.
-    fn run_records(&mut self, cb: &CalcBatch, gids: &[u32]) -> Result<()> {
-        if self.run_mark.len() < self.keyed.len() {
-            self.run_mark.resize(self.keyed.len(), 0);
-        }
-        let mut start = 0;
-        for (i, &g) in gids.iter().enumerate() {
-            let g = g as usize;
-            if self.run_mark[g] == self.run_id {
-                self.apply(cb, start, i - start, &gids[start..i])?;
-                self.fire()?;
-                self.next_run();
-                start = i;
-            }
-            self.run_mark[g] = self.run_id;
-        }
-        self.apply(cb, start, gids.len() - start, &gids[start..])?;
-        self.fire()?;
-        self.next_run();
-        Ok(())
-    }
-
-    fn next_run(&mut self) {
-        if self.run_id == u32::MAX {
-            self.run_mark.fill(0);
-            self.run_id = 0;
-        }
-        self.run_id += 1;
     }
 
     /// Grows the per-group vectors to the groups in the table.

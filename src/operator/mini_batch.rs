@@ -211,6 +211,36 @@ fn changed_rows(old: &[ArrayRef], new: &[ArrayRef]) -> Result<BooleanBuffer> {
 
 /// Applying rows and firing mini-batches.
 impl GroupAggregate {
+    /// Mini-batch off: applies `cb` in runs without a repeated key, firing each run.
+    pub(super) fn run_records(&mut self, cb: &CalcBatch, gids: &[u32]) -> Result<()> {
+        if self.run_mark.len() < self.keyed.len() {
+            self.run_mark.resize(self.keyed.len(), 0);
+        }
+        let mut start = 0;
+        for (i, &g) in gids.iter().enumerate() {
+            let g = g as usize;
+            if self.run_mark[g] == self.run_id {
+                self.apply(cb, start, i - start, &gids[start..i])?;
+                self.fire()?;
+                self.next_run();
+                start = i;
+            }
+            self.run_mark[g] = self.run_id;
+        }
+        self.apply(cb, start, gids.len() - start, &gids[start..])?;
+        self.fire()?;
+        self.next_run();
+        Ok(())
+    }
+
+    fn next_run(&mut self) {
+        if self.run_id == u32::MAX {
+            self.run_mark.fill(0);
+            self.run_id = 0;
+        }
+        self.run_id += 1;
+    }
+
     /// Marks the groups of `gids` touched in the current mini-batch; on first touch, expires a
     /// group whose TTL passed and keeps the results of the newly touched groups before they
     /// change. With `raw_rows`, each id is one input row and counts towards its key's rows.

@@ -14,7 +14,6 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 
 use crate::changelog::ChangeBatch;
-use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::clock::ManualClock;
 use crate::error::{Error, Result};
 use crate::operator::AggregateMetrics;
@@ -25,19 +24,13 @@ use crate::runtime::Activity;
 use crate::sink::Sink;
 use crate::source::{FileTable, Format, SourceReader};
 
+mod checkpoints;
+
+pub use checkpoints::CheckpointPolicy;
+
 /// Source batches decoded ahead of the pipeline, on the source's own thread (BENCHMARKS.md,
 /// "`tally bench` from Parquet": 4 batches deep took one worker from 7.2 to 14.2 M rows/s).
 const PREFETCH_BATCHES: usize = 4;
-
-/// When and where [`Job::run`] writes checkpoints.
-#[derive(Debug, Clone)]
-pub struct CheckpointPolicy {
-    /// The checkpoint directory.
-    pub dir: CheckpointDir,
-    /// A checkpoint is taken after the source batch that brings the rows read since the last
-    /// one to at least this many.
-    pub every_rows: u64,
-}
 
 /// What running a query did.
 #[derive(Debug, Clone, Default)]
@@ -185,59 +178,6 @@ impl Job {
     /// The size of the input file in bytes (None when it cannot be read).
     pub fn input_bytes(&self) -> Option<u64> {
         std::fs::metadata(&self.source.path).map(|m| m.len()).ok()
-    }
-
-    /// Writes a checkpoint to `dir` every `every_rows` source rows while running (see
-    /// [`Job::run`]).
-    ///
-    /// # Errors
-    /// `every_rows` of 0.
-    pub fn checkpoint_every(&mut self, dir: CheckpointDir, every_rows: u64) -> Result<()> {
-        if every_rows == 0 {
-            return Err(Error::invalid_input(
-                "the checkpoint interval must be at least 1 row",
-            ));
-        }
-        self.checkpoints = Some(CheckpointPolicy { dir, every_rows });
-        Ok(())
-    }
-
-    /// Restores the state of a checkpoint written by a run of the same job (the newest under
-    /// `path`, or the one `path` names) into this fresh job: the aggregate states (redistributed
-    /// over this run's workers) and the source position, so that the next run starts with the
-    /// row after it. Returns the checkpoint, whose metadata tells the caller where its sink
-    /// stood (`output.rows`, and what [`Sink::checkpoint`] recorded).
-    ///
-    /// The input is not checked beyond its length (a run that finds fewer rows than the
-    /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
-    /// checkpoint was taken, for the caller to compare (a file fixed after bad input may differ).
-    /// The settings that shape the state ([`Job::with_state_settings`]) must be the same; the
-    /// others (parallelism, phases, mini-batch size, …) may change.
-    ///
-    /// # Errors
-    /// A missing, corrupt or unsupported checkpoint; one of another query or of other state
-    /// settings (named).
-    pub fn restore(&mut self, path: &std::path::Path) -> Result<Checkpoint> {
-        let chk = CheckpointDir::read(path)?;
-        for (key, value) in &self.state_settings {
-            let then = chk.meta(&format!("setting.{key}")).map_err(|_| {
-                Error::invalid_input(format!(
-                    "the checkpoint does not record '{key}', which shapes the state (it was written by an older Tally): resume it with that version"
-                ))
-            })?;
-            if then != value {
-                return Err(Error::invalid_input(format!(
-                    "the checkpoint was taken with '{key}' = '{then}' and this run has '{value}', which lays out the state differently: set '{key}' = '{then}' to resume from it"
-                )));
-            }
-        }
-        let rows: u64 = chk
-            .meta("source.rows")?
-            .parse()
-            .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
-        self.pipeline.restore(&chk)?;
-        self.resume_rows = rows;
-        Ok(chk)
     }
 
     fn run_with(
@@ -563,79 +503,6 @@ impl Job {
             self.source.time_column.as_deref().unwrap_or(""),
             position + row + 1
         )))
-    }
-
-    /// Takes a checkpoint at source row `position`: as before a checkpoint barrier, fires every
-    /// pending mini-batch and delivers its changes to the sink, has the sink say where it
-    /// stands, then writes the state. Returns the rows emitted.
-    fn take_checkpoint(
-        &mut self,
-        position: u64,
-        stats: &mut RunStats,
-        sink: &mut impl Sink,
-    ) -> Result<usize> {
-        let meta = self
-            .checkpoint_meta()
-            .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
-        let out = self.pipeline.finish()?;
-        let rows = deliver(sink, out, stats)?;
-        meta.write(position, self.pipeline.snapshot()?, stats, sink)?;
-        Ok(rows)
-    }
-
-    /// Where checkpoints go and what each records besides the state and positions, when the
-    /// job takes checkpoints.
-    fn checkpoint_meta(&self) -> Option<CheckpointMeta> {
-        let dir = self.checkpoints.as_ref()?.dir.clone();
-        let mut fixed = vec![(
-            "source.path".to_string(),
-            self.source
-                .path
-                .display()
-                .to_string()
-                .replace(['\n', '\r'], " "),
-        )];
-        if let Some(b) = self.input_bytes() {
-            fixed.push(("source.bytes".into(), b.to_string()));
-        }
-        for (key, value) in &self.state_settings {
-            fixed.push((format!("setting.{key}"), value.clone()));
-        }
-        Some(CheckpointMeta { dir, fixed })
-    }
-}
-
-/// A job's checkpoint directory and the metadata every checkpoint of the run records (taken
-/// before the run, which borrows the pipeline).
-struct CheckpointMeta {
-    dir: CheckpointDir,
-    fixed: Vec<(String, String)>,
-}
-
-impl CheckpointMeta {
-    /// Makes the sink durable ([`Sink::checkpoint`]) and writes a checkpoint of `stages` after
-    /// `position` source rows, with the output rows delivered so far.
-    fn write(
-        &self,
-        position: u64,
-        stages: Vec<(
-            String,
-            arrow::datatypes::SchemaRef,
-            Vec<arrow::array::RecordBatch>,
-        )>,
-        stats: &mut RunStats,
-        sink: &mut impl Sink,
-    ) -> Result<()> {
-        let mut chk = sink.checkpoint()?;
-        chk.meta.insert("source.rows".into(), position.to_string());
-        chk.meta.extend(self.fixed.iter().cloned());
-        chk.meta
-            .insert("output.rows".into(), stats.rows_out.to_string());
-        chk.id = self.dir.next_id()?;
-        chk.entries.extend(stages);
-        self.dir.write(&chk)?;
-        stats.checkpoints += 1;
-        Ok(())
     }
 }
 
