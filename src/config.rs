@@ -115,6 +115,12 @@ options! {
     /// `table.optimizer.distinct-agg.split.bucket-num` (default 1024).
     SPLIT_BUCKET_NUM = "table.optimizer.distinct-agg.split.bucket-num" => split_bucket_num: u32 = 1024,
         parse parse_positive, show show_value;
+    /// `table.optimizer.incremental-agg-enabled` (default `true`): with split-distinct and two
+    /// phases, the PARTIAL's global phase and the FINAL's local phase act as one
+    /// `IncrementalGroupAggregate`: each firing of a PARTIAL worker becomes one delta accumulator
+    /// row per key for the FINAL's global phase (Flink's incremental aggregate).
+    INCREMENTAL_AGG = "table.optimizer.incremental-agg-enabled" => incremental_agg: bool = true,
+        parse parse_bool, show show_value;
     /// `table.exec.resource.default-parallelism` (default: the available cores).
     DEFAULT_PARALLELISM = "table.exec.resource.default-parallelism" => parallelism: usize =
         std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -266,11 +272,13 @@ impl Config {
                 "'{PIPELINED}' = 'true' has no effect: '{MINI_BATCH_ENABLED}' is false, and without mini-batches rows are processed per record in input order (the ordered runtime)"
             ));
         }
-        if !self.split_enabled && self.is_set(SPLIT_BUCKET_NUM) {
-            out.push(format!(
-                "'{SPLIT_BUCKET_NUM}' = '{}' has no effect: '{SPLIT_ENABLED}' is false",
-                shown(SPLIT_BUCKET_NUM)
-            ));
+        for key in [SPLIT_BUCKET_NUM, INCREMENTAL_AGG] {
+            if !self.split_enabled && self.is_set(key) {
+                out.push(format!(
+                    "'{key}' = '{}' has no effect: '{SPLIT_ENABLED}' is false",
+                    shown(key)
+                ));
+            }
         }
         if !self.state_ttl.is_zero() && self.state_ttl.as_millis() == 0 {
             let ns = self.state_ttl.as_nanos();

@@ -7,6 +7,8 @@
 //!   its snapshots, restores and compaction are [`snapshot`].
 //! - [`LocalGroupAggregate`] is the stateless first phase of local-global aggregation
 //!   ([`local`]).
+//! - [`IncrementalAggregate`] is split-distinct's FINAL aggregate under Flink's incremental
+//!   aggregate: delta accumulators per PARTIAL firing, merged by a global phase ([`incremental`]).
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
 //!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`]: on the ordered
 //!   runtime (pushed batches, a barrier per step) or on the pipelined runtime over input splits
@@ -19,6 +21,7 @@ pub mod adaptive;
 mod builder;
 pub mod exchange;
 pub mod group_aggregate;
+pub mod incremental;
 pub mod key_groups;
 pub(crate) mod keyed;
 pub mod local;
@@ -31,6 +34,7 @@ pub mod snapshot;
 
 pub use builder::GroupAggregateBuilder;
 pub use group_aggregate::GroupAggregate;
+pub use incremental::IncrementalAggregate;
 pub use local::LocalGroupAggregate;
 pub use metrics::{
     AggregateMetrics, LocalPhaseMetrics, Metrics, RuntimeMetrics, StageMetrics, TaskMetrics,

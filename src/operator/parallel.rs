@@ -232,6 +232,11 @@ impl ParallelAggregate {
         &self.plan
     }
 
+    /// The resolved query, shared (to build another operator of the same query).
+    pub(crate) fn shared_plan(&self) -> Arc<AggregatePlan> {
+        Arc::clone(&self.plan)
+    }
+
     /// The schema of the emitted changes' rows: the keys, then the aggregate results.
     pub fn output_schema(&self) -> arrow::datatypes::SchemaRef {
         Arc::clone(&self.plan.output_schema)

@@ -26,9 +26,11 @@ use crate::runtime::Runtime;
 
 mod calc;
 mod expand;
+mod incremental;
 
 pub use calc::{CalcStage, physical_expr};
 pub use expand::ExpandStage;
+pub use incremental::IncrementalStage;
 
 /// A streaming transformation of change batches.
 pub trait Stage: Send + Sync + std::fmt::Debug {

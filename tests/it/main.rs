@@ -10,6 +10,8 @@ mod errors;
 mod explain;
 #[cfg(feature = "cli")]
 mod generate;
+#[cfg(feature = "cli")]
+mod incremental;
 mod oracle;
 mod pipelined;
 mod pipelined_changelog;

@@ -998,9 +998,21 @@ fn split_distinct_matches_the_reference() {
         for (i, phase) in phases.iter().enumerate() {
             let mb = if i == 0 { "" } else { MINI_BATCH };
             for workers in [1, 2, 4] {
-                for split in ["false", "1", "7", "1024"] {
+                for split in [
+                    "false",
+                    "1",
+                    "7",
+                    "1024",
+                    "7 without the incremental aggregate",
+                ] {
                     let split_settings = match split {
                         "false" => String::new(),
+                        "7 without the incremental aggregate" => {
+                            "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+                             SET 'table.optimizer.distinct-agg.split.bucket-num' = '7'; \
+                             SET 'table.optimizer.incremental-agg-enabled' = 'false';"
+                                .to_string()
+                        }
                         n => format!(
                             "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
                              SET 'table.optimizer.distinct-agg.split.bucket-num' = '{n}';"

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow::datatypes::Schema;
 use datafusion_common::DFSchema;
 use datafusion_expr::Expr;
+use datafusion_expr::expr::Alias;
 
 use crate::clock::{Clock, ManualClock};
 use crate::config::Config;
@@ -42,13 +43,28 @@ pub(super) struct Built {
 }
 
 impl Built {
-    /// Adds a Calc stage computing `exprs` over `input` into batches of `output`.
+    /// Adds a Calc stage computing `exprs` over `input` into batches of `output`; the keys the
+    /// input is partitioned by survive where the projection passes them through as columns.
     pub(super) fn project(
         &mut self,
         input: &DFSchema,
         exprs: &[Expr],
         output: &Schema,
     ) -> Result<()> {
+        // Keys survive a projection that passes them through as columns.
+        self.keys = self.keys.as_ref().and_then(|keys| {
+            keys.iter()
+                .map(|&k| {
+                    exprs.iter().position(|e| {
+                        let e = match e {
+                            Expr::Alias(Alias { expr, .. }) => expr.as_ref(),
+                            other => other,
+                        };
+                        matches!(e, Expr::Column(c) if input.index_of_column(c).ok() == Some(k))
+                    })
+                })
+                .collect::<Option<Vec<_>>>()
+        });
         self.stages.push(Box::new(CalcStage::try_new(
             input,
             None,

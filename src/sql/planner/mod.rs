@@ -247,20 +247,6 @@ fn build(ctx: &mut Ctx<'_>, plan: &LogicalPlan) -> Result<Built> {
                     Expr::Column(c) => input.index_of_column(c).ok() == Some(i),
                     _ => false,
                 });
-            // Keys survive a projection that passes them through as columns.
-            built.keys = built.keys.as_ref().and_then(|keys| {
-                keys.iter()
-                    .map(|&k| {
-                        p.expr.iter().position(|e| {
-                            let e = match e {
-                                Expr::Alias(Alias { expr, .. }) => expr.as_ref(),
-                                other => other,
-                            };
-                            matches!(e, Expr::Column(c) if input.index_of_column(c).ok() == Some(k))
-                        })
-                    })
-                    .collect::<Option<Vec<_>>>()
-            });
             if identity && p.schema.as_arrow().fields() == input.as_arrow().fields() {
                 return Ok(built);
             }

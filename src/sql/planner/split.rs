@@ -9,10 +9,11 @@ use datafusion_expr::Expr;
 
 use super::aggregate::aggregate_on;
 use super::context::{Built, Ctx, Role, field_names};
-use crate::config::SPLIT_ENABLED;
+use crate::config::{INCREMENTAL_AGG, SPLIT_ENABLED};
 use crate::error::Result;
 use crate::explain::PlanNode;
-use crate::pipeline::ExpandStage;
+use crate::operator::IncrementalAggregate;
+use crate::pipeline::{ExpandStage, IncrementalStage};
 use crate::sql::explain::show;
 
 /// Plans the split-distinct rewrite of `agg` over `built` (see [`crate::sql::split`]): Calc with the
@@ -100,6 +101,7 @@ pub(super) fn build_split(
     ));
     let built = aggregate_on(ctx, &split.partial, built, &HashMap::new(), Role::Partial)?;
     let mut built = aggregate_on(ctx, &split.final_agg, built, &HashMap::new(), Role::Final)?;
+    incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
     // Calc: back to the original columns (AVG from its parts).
     built.project(
         split.final_agg.schema.as_ref(),
@@ -143,4 +145,65 @@ pub(super) fn build_split(
     built.keys = Some((0..agg.group_expr.len()).collect());
     built.names = names;
     Ok(built)
+}
+
+/// Flink's `IncrementalAggregateRule`: with `table.optimizer.incremental-agg-enabled` and both
+/// aggregates of the split in two phases, the FINAL (the last stage of `built`) becomes an
+/// [`IncrementalStage`]: each firing of a PARTIAL worker is folded into delta accumulators per
+/// key, which one global phase merges. EXPLAIN shows Flink's plan: the PARTIAL's global phase
+/// and the FINAL's local phase as one `IncrementalGroupAggregate` node (grouped by
+/// `partial_keys`; the first `final_keys` of them are the FINAL's), the FINAL's Calc and local
+/// phase gone.
+fn incremental(
+    ctx: &mut Ctx<'_>,
+    built: &mut Built,
+    partial_keys: &[String],
+    final_keys: usize,
+) -> Result<()> {
+    let n = built.stages.len();
+    let two_phase =
+        |s: &dyn crate::pipeline::Stage| s.as_aggregate().is_some_and(|a| a.is_two_phase());
+    if !ctx.config.incremental_agg
+        || n < 2
+        || !two_phase(built.stages[n - 1].as_ref())
+        || !two_phase(built.stages[n - 2].as_ref())
+    {
+        return Ok(());
+    }
+    let Some(final_agg) = built.stages[n - 1].as_aggregate() else {
+        return Ok(());
+    };
+    let reads = final_agg.plan().calc.columns_read();
+    let stage = IncrementalStage::new(
+        IncrementalAggregate::try_new(
+            final_agg.shared_plan(),
+            final_agg.config().clone(),
+            Arc::clone(&ctx.clock),
+        )?,
+        reads,
+    );
+    built.stages[n - 1] = Box::new(stage);
+    // The nodes: ..., the PARTIAL's GlobalGroupAggregate, then the FINAL's Calc,
+    // LocalGroupAggregate, Exchange and GlobalGroupAggregate.
+    let m = built.nodes.len();
+    let final_local = built.nodes[m - 3].attrs.last().cloned().unwrap_or_default();
+    let partial = &mut built.nodes[m - 5];
+    partial.name = "IncrementalGroupAggregate";
+    partial.attrs = vec![
+        format!("partialAggGrouping=[{}]", partial_keys.join(", ")),
+        format!(
+            "finalAggGrouping=[{}]",
+            partial_keys[..final_keys].join(", ")
+        ),
+        final_local,
+    ];
+    partial.mode = vec!["I"];
+    built.nodes.drain(m - 4..m - 2);
+    let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
+    if let Some(note) = ctx.explain.strategy.last_mut() {
+        *note = format!(
+            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency."
+        );
+    }
+    Ok(())
 }

@@ -1,0 +1,174 @@
+//! The FINAL aggregate of split-distinct behind Flink's `IncrementalGroupAggregate`.
+//!
+//! With split-distinct and two phases Flink fuses the PARTIAL aggregate's global phase and the
+//! FINAL aggregate's local phase into one operator (`MiniBatchIncrementalGroupAggFunction`): each
+//! bundle of the PARTIAL becomes, per FINAL key, one row of *delta* accumulators (for
+//! `COUNT(DISTINCT x)`: the distinct values the bundle added to the key, less those it removed),
+//! which the FINAL's global phase merges. The FINAL therefore sees one change per key and bundle,
+//! never the PARTIAL's `-U` apart from its `+U`.
+//!
+//! [`IncrementalAggregate`] is that FINAL: it takes the PARTIAL's changes one firing (one
+//! worker's mini-batch) at a time, folds each firing whole into delta accumulator rows (a
+//! [`LocalGroupAggregate`] without a trigger of its own: the delta of every FINAL key the firing
+//! touched, counts negative where it retracted), and merges them into a global phase
+//! ([`GroupAggregate::try_new_global`]) that fires on the mini-batch size and latency as Flink's
+//! global aggregate does, counting delta rows. The FINAL keeps only its own state: one row of
+//! accumulators per key.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+
+use crate::changelog::ChangeBatch;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::Result;
+use crate::operator::metrics::AggregateStep;
+use crate::operator::{
+    AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics,
+};
+use crate::plan::AggregatePlan;
+
+/// The FINAL aggregate of split-distinct under Flink's incremental aggregate (see the module
+/// docs): delta accumulators per PARTIAL firing, merged by one global phase.
+#[derive(Debug)]
+pub struct IncrementalAggregate {
+    deltas: LocalGroupAggregate,
+    global: GroupAggregate,
+    /// Counters of the two steps, for EXPLAIN ANALYZE.
+    fold: StageMetrics,
+    merge: StageMetrics,
+}
+
+impl IncrementalAggregate {
+    /// The FINAL aggregate `plan` (over the PARTIAL's changes) under `config`'s mini-batch
+    /// trigger and `clock`.
+    ///
+    /// # Errors
+    /// Mini-batch off, and as [`GroupAggregate::try_new_global`].
+    pub fn try_new(
+        plan: Arc<AggregatePlan>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        Ok(Self {
+            deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+            global: GroupAggregate::try_new_global(plan, config, clock)?,
+            fold: StageMetrics::new(AggregateStep::LocalGroupAggregate),
+            merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
+        })
+    }
+
+    /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
+    /// each becomes one delta row per FINAL key it touched, merged into the global phase.
+    /// Returns the changes of the global phase's mini-batches that became due.
+    ///
+    /// # Errors
+    /// A batch of another schema, and as [`GroupAggregate::push_accumulators`].
+    pub fn push(&mut self, firings: &[ChangeBatch]) -> Result<Vec<ChangeBatch>> {
+        let mut out = vec![];
+        for firing in firings {
+            let Some(deltas) = self.fold(firing)? else {
+                continue;
+            };
+            let start = Instant::now();
+            let changes = self.global.push_accumulators(&deltas)?;
+            self.count_merge(deltas.num_rows(), &changes, start.elapsed());
+            out.extend(changes);
+        }
+        Ok(out)
+    }
+
+    /// One firing's delta accumulator rows (none for an empty firing).
+    fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<RecordBatch>> {
+        if firing.num_rows() == 0 {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        self.deltas.push_changes(firing)?;
+        let deltas = self.deltas.flush()?;
+        self.fold.rows_in += firing.num_rows() as u64;
+        self.fold.rows_out += deltas.as_ref().map_or(0, |d| d.num_rows() as u64);
+        self.fold.batches += 1;
+        self.fold.busy += start.elapsed();
+        Ok(deltas)
+    }
+
+    fn count_merge(&mut self, rows_in: usize, changes: &[ChangeBatch], busy: Duration) {
+        self.merge.rows_in += rows_in as u64;
+        self.merge.rows_out += changes.iter().map(|c| c.num_rows() as u64).sum::<u64>();
+        self.merge.batches += 1;
+        self.merge.busy += busy;
+    }
+
+    /// End of input: fires the global phase's pending mini-batch.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::finish`].
+    pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+        let start = Instant::now();
+        let changes = self.global.finish()?;
+        self.count_merge(0, &changes, start.elapsed());
+        Ok(changes)
+    }
+
+    /// Switches the `-U` rows off (for an upsert consumer keyed by the group keys).
+    pub fn drop_update_before(&mut self) {
+        self.global.set_emit_update_before(false);
+    }
+
+    /// The FINAL's metrics: the fold into deltas as its local step, the merge as its global
+    /// step (one worker).
+    pub fn metrics(&self) -> AggregateMetrics {
+        let m = self.global.metrics();
+        AggregateMetrics {
+            parallelism: 1,
+            key_groups: 1,
+            two_phase: true,
+            rows_in: self.fold.rows_in,
+            rows_out: m.rows_out,
+            mini_batches: m.mini_batches,
+            stages: vec![self.fold.clone(), self.merge.clone()],
+            skew_ratio: 1.0,
+            keys_in_state: m.keys_in_state,
+            state_bytes: m.state_bytes,
+            peak_state_bytes: m.peak_state_bytes,
+            dropped_retractions: m.dropped_retractions,
+            compactions: m.compactions,
+            distinct_pairs: m.distinct_pairs,
+            distinct_bytes: m.distinct_bytes,
+            workers: vec![WorkerMetrics {
+                rows_received: self.merge.rows_in,
+                input_rows: self.fold.rows_in,
+                busy: self.merge.busy,
+                operator: m,
+            }],
+            ..AggregateMetrics::default()
+        }
+    }
+
+    /// The schema of [`IncrementalAggregate::snapshot`]'s batches (a FINAL aggregate's, on any
+    /// runtime).
+    pub fn snapshot_schema(&self) -> SchemaRef {
+        self.global.snapshot_schema()
+    }
+
+    /// The FINAL's state, one row per key.
+    ///
+    /// # Errors
+    /// A mini-batch still pending.
+    pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        self.global.snapshot()
+    }
+
+    /// Loads state made by [`IncrementalAggregate::snapshot`] (or by the FINAL aggregate of the
+    /// same query without the incremental aggregate).
+    ///
+    /// # Errors
+    /// State of another query.
+    pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        self.global.restore_snapshot(batches)
+    }
+}

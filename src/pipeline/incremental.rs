@@ -1,0 +1,64 @@
+//! The FINAL aggregate of split-distinct under Flink's incremental aggregate, as a stage.
+
+use std::collections::BTreeSet;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+
+use super::Stage;
+use crate::changelog::ChangeBatch;
+use crate::error::Result;
+use crate::operator::{AggregateMetrics, IncrementalAggregate};
+use crate::runtime::Runtime;
+
+/// An [`IncrementalAggregate`] as a stage: its input is the PARTIAL aggregate's changes, one
+/// batch per firing of one of its workers (as both runtimes hand them on), its output the
+/// FINAL's changelog.
+#[derive(Debug)]
+pub struct IncrementalStage {
+    agg: IncrementalAggregate,
+    /// The input columns the FINAL reads.
+    reads: BTreeSet<usize>,
+}
+
+impl IncrementalStage {
+    /// Wraps `agg`, which reads the input columns `reads`.
+    pub fn new(agg: IncrementalAggregate, reads: BTreeSet<usize>) -> Self {
+        Self { agg, reads }
+    }
+}
+
+impl Stage for IncrementalStage {
+    fn push(&mut self, firings: Vec<ChangeBatch>, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        self.agg.push(&firings)
+    }
+
+    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        self.agg.finish()
+    }
+
+    fn metrics(&self) -> Result<Option<AggregateMetrics>> {
+        Ok(Some(self.agg.metrics()))
+    }
+
+    fn columns_read(&self) -> Option<BTreeSet<usize>> {
+        Some(self.reads.clone())
+    }
+
+    fn keeps_state(&self) -> bool {
+        true
+    }
+
+    fn drop_update_before(&mut self) -> Result<()> {
+        self.agg.drop_update_before();
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        Ok(Some((self.agg.snapshot_schema(), self.agg.snapshot()?)))
+    }
+
+    fn restore(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        self.agg.restore_snapshot(batches)
+    }
+}

@@ -1,0 +1,242 @@
+//! Split-distinct under Flink's incremental aggregate (`table.optimizer.incremental-agg-enabled`):
+//! Flink's own test programs for it (`IncrementalGroupAggregateTestPrograms`: their source rows
+//! before and after a restore and the changelogs their sinks must consume), and what the option
+//! changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::common::tally_run;
+
+/// The source rows of Flink's programs (`a INT, b BIGINT, c VARCHAR`), before and after the
+/// restore.
+const BEFORE: &str = "1,1,hi\n2,2,hello\n3,2,hello world\n";
+const AFTER: &str = "3,2,foo\n4,4,bar\n5,2,foo bar\n";
+
+/// The programs' options: mini-batch of one row, a 10 s latency, split-distinct on; one worker.
+const SETTINGS: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
+                        SET 'table.exec.mini-batch.allow-latency' = '10 s'; \
+                        SET 'table.exec.mini-batch.size' = '1'; \
+                        SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+                        SET 'table.exec.resource.default-parallelism' = '1';";
+
+/// `incremental-group-aggregate-simple`.
+const SIMPLE: &str = "SELECT b, COUNT(DISTINCT a) AS a FROM source_t GROUP BY b;";
+
+/// `incremental-group-aggregate-complex`.
+const COMPLEX: &str = "SELECT b, SUM(b1) AS sum_b, COUNT(DISTINCT b1) AS cnt_distinct_b, \
+                       COUNT(1) AS cnt_1 FROM (SELECT a, COUNT(b) AS b, MAX(b) AS b1 \
+                       FROM source_t GROUP BY a) GROUP BY b;";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tally-it-{}-inc-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn script(dir: &Path, settings: &str, query: &str) -> String {
+    format!(
+        "CREATE TABLE source_t (a INT, b BIGINT, c STRING) WITH ('connector' = 'filesystem', \
+         'path' = '{}', 'format' = 'csv'); {SETTINGS} {settings} {query}",
+        dir.join("source.csv").display()
+    )
+}
+
+/// Runs `script` with the changelog written to `dir/out.csv`; returns its rows as Flink prints
+/// them (`+I[1, 1]`).
+fn run(dir: &Path, script: &str, args: &[&str]) -> Vec<String> {
+    let out = dir.join("out.csv");
+    let mut all = vec!["sql", "-e", script, "--emit", "changelog", "--output"];
+    all.push(out.to_str().unwrap());
+    all.extend(args);
+    let (code, _, err) = tally_run(&all);
+    assert_eq!(code, 0, "{err}");
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (op, values) = l.split_once(',').unwrap();
+            format!("{op}[{}]", values.replace(',', ", "))
+        })
+        .collect()
+}
+
+/// The rows of each key (the first column), in order: what a changelog must keep.
+fn per_key(rows: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in rows {
+        let key = r[3..].split([',', ']']).next().unwrap().to_string();
+        keys.entry(key).or_default().push(r.clone());
+    }
+    keys
+}
+
+/// The table a changelog leaves: each key's last row, unless it is a retraction.
+fn final_table(rows: &[String]) -> BTreeMap<String, String> {
+    let mut table = BTreeMap::new();
+    for (key, changes) in per_key(rows) {
+        let last = changes.last().unwrap();
+        if !last.starts_with('-') {
+            table.insert(key, last[3..].to_string());
+        }
+    }
+    table
+}
+
+fn owned(rows: &[&str]) -> Vec<String> {
+    rows.iter().map(|r| r.to_string()).collect()
+}
+
+/// Runs a program as Flink's restore tests do: the rows before, a checkpoint, then the rows
+/// after, resumed from it. Checks what the sink consumed before and after against Flink's
+/// expectations: the same rows, each key's in the same order (Flink's test compares them in
+/// any order; across keys Tally emits in its own deterministic order).
+fn program(name: &str, query: &str, before: &[&str], after: &[&str]) {
+    let dir = scratch(name);
+    std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}")).unwrap();
+    let script = script(&dir, "", query);
+    let ck = dir.join("checkpoints");
+    let ck = ck.to_str().unwrap();
+    let first = run(
+        &dir,
+        &script,
+        &["--checkpoint-dir", ck, "--checkpoint-every", "3"],
+    );
+    assert_eq!(
+        per_key(&first),
+        per_key(&owned(before)),
+        "{name}, before the restore"
+    );
+    assert_eq!(
+        first.len(),
+        before.len(),
+        "{name}, before the restore: {first:?}"
+    );
+    std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}{AFTER}")).unwrap();
+    let all = run(&dir, &script, &["--restore", ck]);
+    assert_eq!(
+        all[..first.len()],
+        first[..],
+        "{name}: the resumed run keeps the output"
+    );
+    let second = all[first.len()..].to_vec();
+    assert_eq!(
+        per_key(&second),
+        per_key(&owned(after)),
+        "{name}, after the restore"
+    );
+    assert_eq!(
+        second.len(),
+        after.len(),
+        "{name}, after the restore: {second:?}"
+    );
+}
+
+#[test]
+fn flink_incremental_group_aggregate_simple() {
+    program(
+        "simple",
+        SIMPLE,
+        &["+I[1, 1]", "+I[2, 1]", "-U[2, 1]", "+U[2, 2]"],
+        &["-U[2, 2]", "+U[2, 3]", "+I[4, 1]"],
+    );
+}
+
+#[test]
+fn flink_incremental_group_aggregate_complex() {
+    program(
+        "complex",
+        COMPLEX,
+        &[
+            "+I[1, 1, 1, 1]",
+            "-U[1, 1, 1, 1]",
+            "+U[1, 3, 2, 2]",
+            "-U[1, 3, 2, 2]",
+            "+U[1, 5, 2, 3]",
+        ],
+        &[
+            "-U[1, 5, 2, 3]",
+            "+U[1, 3, 2, 2]",
+            "+I[2, 2, 1, 1]",
+            "-U[1, 3, 2, 2]",
+            "+U[1, 7, 3, 3]",
+            "-U[1, 7, 3, 3]",
+            "+U[1, 9, 3, 4]",
+        ],
+    );
+}
+
+/// Without the incremental aggregate the FINAL consumes the PARTIAL's `-U` and `+U` of a bucket
+/// as two changes, and with mini-batches of one row it emits the state between them (here
+/// `[1, 1, 1, 1]` again after `[1, 3, 2, 2]`): a changelog Flink's default plan never shows.
+/// The final table is the same, and EXPLAIN shows which plan ran.
+#[test]
+fn incremental_aggregate_off_shows_the_partial_changes_apart() {
+    let dir = scratch("off");
+    std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}{AFTER}")).unwrap();
+    let on = run(&dir, &script(&dir, "", COMPLEX), &[]);
+    let off_settings = "SET 'table.optimizer.incremental-agg-enabled' = 'false';";
+    let off = run(&dir, &script(&dir, off_settings, COMPLEX), &[]);
+    let between = |rows: &[String]| {
+        rows.windows(2)
+            .any(|w| w[0] == "-U[1, 3, 2, 2]" && w[1] == "+U[1, 1, 1, 1]")
+    };
+    assert!(!between(&on), "{on:?}");
+    assert!(between(&off), "{off:?}");
+    assert_eq!(final_table(&on), final_table(&off));
+
+    let explain = |settings: &str| {
+        let (code, out, err) = tally_run(&[
+            "sql",
+            "-e",
+            &script(&dir, settings, &format!("EXPLAIN {COMPLEX}")),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let plan = explain("");
+    assert!(
+        plan.contains(
+            "IncrementalGroupAggregate(partialAggGrouping=[b, $f2], finalAggGrouping=[b]"
+        ),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("partialFinalType=[FINAL], select=[b, SUM_RETRACT($p0)"),
+        "{plan}"
+    );
+    let plan = explain(off_settings);
+    assert!(!plan.contains("IncrementalGroupAggregate"), "{plan}");
+    assert!(
+        plan.contains("LocalGroupAggregate(groupBy=[b], partialFinalType=[FINAL]"),
+        "{plan}"
+    );
+}
+
+/// The FINAL keeps the same state either way: a checkpoint written without the incremental
+/// aggregate resumes with it (and back), to the same final table.
+#[test]
+fn checkpoints_move_between_the_plans() {
+    for (first, second) in [("false", "true"), ("true", "false")] {
+        let dir = scratch(&format!("move-{first}"));
+        std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}")).unwrap();
+        let ck = dir.join("checkpoints");
+        let ck = ck.to_str().unwrap();
+        let set = |v: &str| format!("SET 'table.optimizer.incremental-agg-enabled' = '{v}';");
+        run(
+            &dir,
+            &script(&dir, &set(first), COMPLEX),
+            &["--checkpoint-dir", ck, "--checkpoint-every", "3"],
+        );
+        std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}{AFTER}")).unwrap();
+        let resumed = run(
+            &dir,
+            &script(&dir, &set(second), COMPLEX),
+            &["--restore", ck],
+        );
+        let table: Vec<String> = final_table(&resumed).into_values().collect();
+        assert_eq!(table, ["1, 9, 3, 4]", "2, 2, 1, 1]"], "{first} -> {second}");
+    }
+}
