@@ -240,3 +240,18 @@ fn checkpoints_move_between_the_plans() {
         assert_eq!(table, ["1, 9, 3, 4]", "2, 2, 1, 1]"], "{first} -> {second}");
     }
 }
+
+/// Set where it cannot apply (one phase), the option says so instead of doing nothing silently.
+#[test]
+fn incremental_aggregate_without_two_phases_warns() {
+    let dir = scratch("warn");
+    std::fs::write(dir.join("source.csv"), format!("a,b,c\n{BEFORE}")).unwrap();
+    let settings = "SET 'table.optimizer.incremental-agg-enabled' = 'true'; \
+                    SET 'table.optimizer.agg-phase-strategy' = 'ONE_PHASE';";
+    let (code, _, err) = tally_run(&["sql", "-e", &script(&dir, settings, SIMPLE)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("'table.optimizer.incremental-agg-enabled' = 'true' has no effect"),
+        "{err}"
+    );
+}

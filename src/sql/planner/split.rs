@@ -9,7 +9,7 @@ use datafusion_expr::Expr;
 
 use super::aggregate::aggregate_on;
 use super::context::{Built, Ctx, Role, field_names};
-use crate::config::{INCREMENTAL_AGG, SPLIT_ENABLED};
+use crate::config::{AGG_PHASE_STRATEGY, INCREMENTAL_AGG, SPLIT_ENABLED};
 use crate::error::Result;
 use crate::explain::PlanNode;
 use crate::operator::IncrementalAggregate;
@@ -163,11 +163,18 @@ fn incremental(
     let n = built.stages.len();
     let two_phase =
         |s: &dyn crate::pipeline::Stage| s.as_aggregate().is_some_and(|a| a.is_two_phase());
-    if !ctx.config.incremental_agg
-        || n < 2
+    if !ctx.config.incremental_agg {
+        return Ok(());
+    }
+    if n < 2
         || !two_phase(built.stages[n - 1].as_ref())
         || !two_phase(built.stages[n - 2].as_ref())
     {
+        if ctx.config.is_set(INCREMENTAL_AGG) {
+            ctx.warn(format!(
+                "'{INCREMENTAL_AGG}' = 'true' has no effect: the split aggregates do not both run in two phases (they need mini-batch and '{AGG_PHASE_STRATEGY}' other than ONE_PHASE)"
+            ))?;
+        }
         return Ok(());
     }
     let Some(final_agg) = built.stages[n - 1].as_aggregate() else {
