@@ -13,17 +13,22 @@
 //! * one primitive, decimal or temporal column: [`PrimitiveGroupValues`], values in a `Vec`;
 //! * one string column (Utf8, LargeUtf8, Utf8View, or a dictionary of strings):
 //!   [`BytesGroupValues`], all key bytes in one buffer (no allocation per group);
-//! * anything else (several columns, booleans): [`RowGroupValues`], keys encoded with arrow-row.
+//! * several columns (or a boolean) of fixed-width types of at most 64 bits and strings, whose
+//!   values, string ids and NULL flags fit 128 bits: [`PackedGroupValues`], one `u128` per key;
+//! * anything else (decimals among several columns, many columns): [`RowGroupValues`], keys
+//!   encoded with arrow-row.
 
 use arrow_array::types::*;
 use arrow_schema::{ArrowError, DataType, TimeUnit};
 
 mod bytes;
+mod packed;
 mod primitive;
 mod rows;
 mod table;
 
 pub use bytes::BytesGroupValues;
+pub use packed::PackedGroupValues;
 pub use primitive::{NoKeyGroupValues, PrimitiveGroupValues};
 pub use rows::RowGroupValues;
 pub use table::{GroupValues, key_type_supported};
@@ -75,8 +80,16 @@ pub fn new_group_values(types: &[DataType]) -> Result<Box<dyn GroupValues>, Arro
             {
                 Box::new(BytesGroupValues::new(dt.clone()))
             }
-            _ => Box::new(RowGroupValues::try_new(types)?),
+            _ => packed_or_rows(types)?,
         },
-        _ => Box::new(RowGroupValues::try_new(types)?),
+        _ => packed_or_rows(types)?,
+    })
+}
+
+/// Keys that pack into 128 bits go to a [`PackedGroupValues`], the rest to arrow-row.
+fn packed_or_rows(types: &[DataType]) -> Result<Box<dyn GroupValues>, ArrowError> {
+    Ok(match PackedGroupValues::try_new(types) {
+        Some(packed) => Box::new(packed),
+        None => Box::new(RowGroupValues::try_new(types)?),
     })
 }

@@ -166,9 +166,7 @@ fn incremental(
     if !ctx.config.incremental_agg {
         return Ok(());
     }
-    if n < 2
-        || !two_phase(built.stages[n - 1].as_ref())
-        || !two_phase(built.stages[n - 2].as_ref())
+    if n < 2 || !two_phase(built.stages[n - 1].as_ref()) || !two_phase(built.stages[n - 2].as_ref())
     {
         if ctx.config.is_set(INCREMENTAL_AGG) {
             ctx.warn(format!(

@@ -1,0 +1,423 @@
+//! Interning several key columns packed into one 128-bit word: fixed-width values by their
+//! bits, strings by the id a per-column string table gives them.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, BooleanArray, PrimitiveArray};
+use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, TimeUnit};
+use hashbrown::HashTable;
+
+use super::bytes::BytesGroupValues;
+use super::table::{GroupValues, check_len, find_or_insert, index_size, out_of_range};
+
+/// How one key column sits in the packed word.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// A fixed-width value of `bits` bits at `offset`, its NULL flag at bit `null`.
+    Fixed { offset: u32, bits: u32, null: u32 },
+    /// A string's id in string table `table` (NULL has an id of its own), 32 bits at `offset`.
+    Str { offset: u32, table: usize },
+}
+
+/// The width in bits of a fixed-width key type that can be packed, if it is one.
+fn fixed_bits(dt: &DataType) -> Option<u32> {
+    Some(match dt {
+        DataType::Boolean => 1,
+        DataType::Int8 | DataType::UInt8 => 8,
+        DataType::Int16 | DataType::UInt16 => 16,
+        DataType::Int32
+        | DataType::UInt32
+        | DataType::Float32
+        | DataType::Date32
+        | DataType::Time32(_) => 32,
+        DataType::Int64
+        | DataType::UInt64
+        | DataType::Float64
+        | DataType::Date64
+        | DataType::Time64(_)
+        | DataType::Timestamp(_, _) => 64,
+        _ => return None,
+    })
+}
+
+fn is_string(dt: &DataType) -> bool {
+    match dt {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(k, v) => k.is_dictionary_key_type() && is_string(v),
+        _ => false,
+    }
+}
+
+/// Calls `$body` with `$t` bound to the Arrow primitive type of a packable fixed-width `$dt`
+/// (not Boolean).
+macro_rules! with_primitive {
+    ($dt:expr, $t:ident => $body:expr) => {
+        match $dt {
+            DataType::Int8 => {
+                type $t = Int8Type;
+                $body
+            }
+            DataType::Int16 => {
+                type $t = Int16Type;
+                $body
+            }
+            DataType::Int32 => {
+                type $t = Int32Type;
+                $body
+            }
+            DataType::Int64 => {
+                type $t = Int64Type;
+                $body
+            }
+            DataType::UInt8 => {
+                type $t = UInt8Type;
+                $body
+            }
+            DataType::UInt16 => {
+                type $t = UInt16Type;
+                $body
+            }
+            DataType::UInt32 => {
+                type $t = UInt32Type;
+                $body
+            }
+            DataType::UInt64 => {
+                type $t = UInt64Type;
+                $body
+            }
+            DataType::Float32 => {
+                type $t = Float32Type;
+                $body
+            }
+            DataType::Float64 => {
+                type $t = Float64Type;
+                $body
+            }
+            DataType::Date32 => {
+                type $t = Date32Type;
+                $body
+            }
+            DataType::Date64 => {
+                type $t = Date64Type;
+                $body
+            }
+            DataType::Time32(TimeUnit::Second) => {
+                type $t = Time32SecondType;
+                $body
+            }
+            DataType::Time32(_) => {
+                type $t = Time32MillisecondType;
+                $body
+            }
+            DataType::Time64(TimeUnit::Microsecond) => {
+                type $t = Time64MicrosecondType;
+                $body
+            }
+            DataType::Time64(_) => {
+                type $t = Time64NanosecondType;
+                $body
+            }
+            DataType::Timestamp(TimeUnit::Second, _) => {
+                type $t = TimestampSecondType;
+                $body
+            }
+            DataType::Timestamp(TimeUnit::Millisecond, _) => {
+                type $t = TimestampMillisecondType;
+                $body
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                type $t = TimestampMicrosecondType;
+                $body
+            }
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+                type $t = TimestampNanosecondType;
+                $body
+            }
+            other => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "{other} is not a packed key type"
+                )))
+            }
+        }
+    };
+}
+
+/// A native value's bits, zero-extended to 64 (floats by their bit pattern, as keys compare
+/// them).
+trait Bits: Copy {
+    fn to_bits64(self) -> u64;
+    fn from_bits64(b: u64) -> Self;
+}
+
+macro_rules! int_bits {
+    ($($t:ty => $u:ty),*) => {$(
+        impl Bits for $t {
+            #[inline(always)]
+            fn to_bits64(self) -> u64 {
+                self as $u as u64
+            }
+            #[inline(always)]
+            fn from_bits64(b: u64) -> Self {
+                b as $u as $t
+            }
+        }
+    )*};
+}
+int_bits!(i8 => u8, i16 => u16, i32 => u32, i64 => u64, u8 => u8, u16 => u16, u32 => u32, u64 => u64);
+
+impl Bits for f32 {
+    #[inline(always)]
+    fn to_bits64(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+    #[inline(always)]
+    fn from_bits64(b: u64) -> Self {
+        f32::from_bits(b as u32)
+    }
+}
+
+impl Bits for f64 {
+    #[inline(always)]
+    fn to_bits64(self) -> u64 {
+        self.to_bits()
+    }
+    #[inline(always)]
+    fn from_bits64(b: u64) -> Self {
+        f64::from_bits(b)
+    }
+}
+
+/// Several key columns of fixed-width types (at most 64 bits each) and strings, whose values,
+/// string ids and NULL flags fit 128 bits together: each key is one `u128`, compared in one
+/// instruction, where arrow-row would encode and compare bytes. A string column's ids come
+/// from a [`BytesGroupValues`] of its own (hashing the column once more per batch).
+#[derive(Debug)]
+pub struct PackedGroupValues {
+    types: Vec<DataType>,
+    slots: Vec<Slot>,
+    strings: Vec<BytesGroupValues>,
+    map: HashTable<u32>,
+    keys: Vec<u128>,
+    hashes: Vec<u64>,
+    /// Scratch: the batch's packed keys, one string column's hashes and ids.
+    packed: Vec<u128>,
+    column_hashes: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl PackedGroupValues {
+    /// A table for keys of `types`, or `None` when they do not pack into 128 bits (a type
+    /// wider than 64 bits, a decimal, or too many columns).
+    pub fn try_new(types: &[DataType]) -> Option<Self> {
+        let mut offset = 0u32;
+        let mut slots = vec![];
+        let mut strings = vec![];
+        for dt in types {
+            if let Some(bits) = fixed_bits(dt) {
+                slots.push(Slot::Fixed {
+                    offset,
+                    bits,
+                    null: offset + bits,
+                });
+                offset += bits + 1;
+            } else if is_string(dt) {
+                slots.push(Slot::Str {
+                    offset,
+                    table: strings.len(),
+                });
+                strings.push(BytesGroupValues::new(dt.clone()));
+                offset += 32;
+            } else {
+                return None;
+            }
+        }
+        (offset <= 128).then(|| Self {
+            types: types.to_vec(),
+            slots,
+            strings,
+            map: HashTable::with_capacity(128),
+            keys: Vec::with_capacity(128),
+            hashes: Vec::with_capacity(128),
+            packed: vec![],
+            column_hashes: vec![],
+            ids: vec![],
+        })
+    }
+
+    /// ORs column `col`'s part of each row's key into `self.packed`.
+    fn pack_column(&mut self, slot: Slot, col: &ArrayRef) -> Result<(), ArrowError> {
+        match slot {
+            Slot::Str { offset, table } => {
+                crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
+                self.strings[table].intern(
+                    std::slice::from_ref(col),
+                    &self.column_hashes,
+                    &mut self.ids,
+                )?;
+                for (p, &id) in self.packed.iter_mut().zip(&self.ids) {
+                    *p |= u128::from(id) << offset;
+                }
+            }
+            Slot::Fixed { offset, null, .. } => {
+                if let Some(b) = col.as_boolean_opt() {
+                    pack_values(&mut self.packed, b.nulls(), offset, null, |i| {
+                        u64::from(b.value(i))
+                    });
+                } else {
+                    with_primitive!(col.data_type(), T => {
+                        let a = col.as_primitive::<T>();
+                        let values = a.values();
+                        pack_values(&mut self.packed, a.nulls(), offset, null, |i| {
+                            values[i].to_bits64()
+                        });
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Column `c` of the keys of `groups`.
+    fn column(&self, c: usize, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        match self.slots[c] {
+            Slot::Str { offset, table } => {
+                let ids: Vec<u32> = groups
+                    .iter()
+                    .map(|&g| (self.keys[g as usize] >> offset) as u32)
+                    .collect();
+                let mut cols = self.strings[table].keys(&ids)?;
+                cols.pop()
+                    .ok_or_else(|| ArrowError::InvalidArgumentError("no string keys".into()))
+            }
+            Slot::Fixed { offset, bits, null } => {
+                let mask = if bits == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << bits) - 1
+                };
+                let word = |g: u32| self.keys[g as usize];
+                let nulls = NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {
+                    (word(groups[i]) >> null) & 1 == 0
+                }));
+                let nulls = (nulls.null_count() > 0).then_some(nulls);
+                let bits_of = |i: usize| ((word(groups[i]) >> offset) as u64) & mask;
+                if self.types[c] == DataType::Boolean {
+                    let values = BooleanBuffer::collect_bool(groups.len(), |i| bits_of(i) == 1);
+                    return Ok(Arc::new(BooleanArray::new(values, nulls)));
+                }
+                with_primitive!(&self.types[c], T => {
+                    Ok(unpack::<T>(groups.len(), bits_of, nulls, &self.types[c]))
+                })
+            }
+        }
+    }
+}
+
+/// ORs each row's value bits (at `offset`) and its NULL flag (bit `null`, set when NULL) into
+/// `packed`; a NULL's value bits stay 0, so that all NULLs of a column are one key.
+#[inline(always)]
+fn pack_values(
+    packed: &mut [u128],
+    nulls: Option<&NullBuffer>,
+    offset: u32,
+    null: u32,
+    value: impl Fn(usize) -> u64,
+) {
+    match nulls.filter(|n| n.null_count() > 0) {
+        None => {
+            for (i, p) in packed.iter_mut().enumerate() {
+                *p |= u128::from(value(i)) << offset;
+            }
+        }
+        Some(n) => {
+            for (i, p) in packed.iter_mut().enumerate() {
+                *p |= if n.is_valid(i) {
+                    u128::from(value(i)) << offset
+                } else {
+                    1u128 << null
+                };
+            }
+        }
+    }
+}
+
+fn unpack<T: ArrowPrimitiveType>(
+    len: usize,
+    bits: impl Fn(usize) -> u64,
+    nulls: Option<NullBuffer>,
+    dt: &DataType,
+) -> ArrayRef
+where
+    T::Native: Bits,
+{
+    let values: ScalarBuffer<T::Native> =
+        (0..len).map(|i| T::Native::from_bits64(bits(i))).collect();
+    Arc::new(PrimitiveArray::<T>::new(values, nulls).with_data_type(dt.clone()))
+}
+
+impl GroupValues for PackedGroupValues {
+    fn intern(
+        &mut self,
+        cols: &[ArrayRef],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        let n = check_len(cols, hashes, self.types.len())?;
+        self.packed.clear();
+        self.packed.resize(n, 0);
+        for (c, col) in cols.iter().enumerate() {
+            self.pack_column(self.slots[c], col)?;
+        }
+        groups.clear();
+        groups.reserve(n);
+        for (&key, &h) in self.packed.iter().zip(hashes) {
+            groups.push(find_or_insert(
+                &mut self.map,
+                &mut self.hashes,
+                h,
+                &mut self.keys,
+                |keys, g| keys[g as usize] == key,
+                |keys| keys.push(key),
+            ));
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn size(&self) -> usize {
+        index_size(&self.map, &self.hashes)
+            + self.keys.capacity() * 16
+            + self.strings.iter().map(GroupValues::size).sum::<usize>()
+            + self.packed.capacity() * 16
+            + self.column_hashes.capacity() * 8
+            + self.ids.capacity() * 4
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.keys.clear();
+        self.hashes.clear();
+        for s in &mut self.strings {
+            s.clear();
+        }
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.keys.len()) {
+            return Err(out_of_range(g));
+        }
+        (0..self.types.len())
+            .map(|c| self.column(c, groups))
+            .collect()
+    }
+}
