@@ -115,6 +115,12 @@ options! {
     /// `table.optimizer.distinct-agg.split.bucket-num` (default 1024).
     SPLIT_BUCKET_NUM = "table.optimizer.distinct-agg.split.bucket-num" => split_bucket_num: u32 = 1024,
         parse parse_positive, show show_value;
+    /// `tally.optimizer.distinct-agg.split.auto` (default `false`): Tally decides split-distinct
+    /// per aggregate from the skew of its keys on a sample of the source, and picks the bucket
+    /// count from the parallelism (`table.optimizer.distinct-agg.split.enabled` and
+    /// `.bucket-num` then have no effect).
+    SPLIT_AUTO = "tally.optimizer.distinct-agg.split.auto" => split_auto: bool = false,
+        parse parse_bool, show show_value;
     /// `table.optimizer.incremental-agg-enabled` (default `true`): with split-distinct and two
     /// phases, the PARTIAL's global phase and the FINAL's local phase act as one
     /// `IncrementalGroupAggregate`: each firing of a PARTIAL worker becomes one delta accumulator
@@ -272,8 +278,16 @@ impl Config {
                 "'{PIPELINED}' = 'true' has no effect: '{MINI_BATCH_ENABLED}' is false, and without mini-batches rows are processed per record in input order (the ordered runtime)"
             ));
         }
+        for key in [SPLIT_ENABLED, SPLIT_BUCKET_NUM] {
+            if self.split_auto && self.is_set(key) {
+                out.push(format!(
+                    "'{key}' = '{}' has no effect: '{SPLIT_AUTO}' is true, so Tally decides split-distinct and its buckets",
+                    shown(key)
+                ));
+            }
+        }
         for key in [SPLIT_BUCKET_NUM, INCREMENTAL_AGG] {
-            if !self.split_enabled && self.is_set(key) {
+            if !self.split_enabled && !self.split_auto && self.is_set(key) {
                 out.push(format!(
                     "'{key}' = '{}' has no effect: '{SPLIT_ENABLED}' is false",
                     shown(key)

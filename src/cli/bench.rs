@@ -26,7 +26,8 @@ pub struct BenchArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Strategies to run, comma-separated: off (mini-batch off), one-phase, two-phase, split
-    /// (two-phase with split-distinct).
+    /// (two-phase with split-distinct), split-auto (two-phase, split decided by Tally from the
+    /// keys' skew on a sample).
     #[arg(long, default_value = "off,one-phase,two-phase,split")]
     matrix: String,
     /// Worker counts, comma-separated.
@@ -117,9 +118,20 @@ fn strategy_settings(name: &str, mini_batch: u64) -> Result<Vec<(String, String)
                 "true".into(),
             ));
         }
+        "split-auto" => {
+            mb(&mut v);
+            v.push((
+                "table.optimizer.agg-phase-strategy".into(),
+                "TWO_PHASE".into(),
+            ));
+            v.push((
+                "tally.optimizer.distinct-agg.split.auto".into(),
+                "true".into(),
+            ));
+        }
         other => {
             return Err(Error::invalid_input(format!(
-                "--matrix: unknown strategy '{other}' (off, one-phase, two-phase, split)"
+                "--matrix: unknown strategy '{other}' (off, one-phase, two-phase, split, split-auto)"
             )));
         }
     }

@@ -17,6 +17,8 @@ mod pipelined;
 mod pipelined_changelog;
 mod run;
 #[cfg(feature = "cli")]
+mod split_auto;
+#[cfg(feature = "cli")]
 mod sql;
 #[cfg(feature = "sql")]
 mod sql_oracle;

@@ -1004,9 +1004,13 @@ fn split_distinct_matches_the_reference() {
                     "7",
                     "1024",
                     "7 without the incremental aggregate",
+                    "auto",
                 ] {
                     let split_settings = match split {
                         "false" => String::new(),
+                        "auto" => {
+                            "SET 'tally.optimizer.distinct-agg.split.auto' = 'true';".to_string()
+                        }
                         "7 without the incremental aggregate" => {
                             "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
                              SET 'table.optimizer.distinct-agg.split.bucket-num' = '7'; \

@@ -118,7 +118,7 @@ pub(super) fn aggregate_on(
     ctx.explain.strategy.push(note);
     // Split-distinct (the parts of a split aggregate are not split again).
     if role != Role::Whole {
-    } else if cfg.split_enabled {
+    } else if cfg.split_enabled && !cfg.split_auto {
         let key_args = distinct_args.iter().all(|a| keys.contains(a));
         let w = if !has_distinct {
             format!(
@@ -139,7 +139,7 @@ pub(super) fn aggregate_on(
         ));
         ctx.warn(w)?;
         node_advice.push(ctx.explain.advice.len());
-    } else if has_distinct {
+    } else if has_distinct && !cfg.split_auto {
         ctx.explain.strategy.push(format!(
             "{label}: split-distinct off ('{SPLIT_ENABLED}' = 'false')."
         ));

@@ -100,6 +100,8 @@ pub(super) struct Ctx<'a> {
     pub(super) pending: HashMap<String, String>,
     /// Each aggregate's EXPLAIN label and role, in planning order (its index).
     pub(super) labels: Vec<(String, Role)>,
+    /// The bucket count of the split-distinct rewrites planned (the same for all).
+    pub(super) split_buckets: Option<u32>,
     /// Aggregates planned with a local phase.
     pub(super) local_phases: usize,
 }

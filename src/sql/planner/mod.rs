@@ -34,6 +34,7 @@ use update_before::settle_update_before;
 
 mod aggregate;
 mod context;
+mod skew;
 mod split;
 mod update_before;
 
@@ -65,6 +66,7 @@ pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<Pl
         warnings: vec![],
         pending: HashMap::new(),
         labels: vec![],
+        split_buckets: None,
         local_phases: 0,
     };
     for w in ctx.config.ineffective_settings() {
@@ -98,10 +100,10 @@ pub fn plan(catalog: &Catalog, config: &Config, plan: &LogicalPlan) -> Result<Pl
     // What shapes the state beyond the query: whether split-distinct applied, and its buckets.
     let split = ctx.labels.iter().any(|(_, role)| *role == Role::Partial);
     let mut state_settings = vec![(SPLIT_ENABLED.to_string(), split.to_string())];
-    if split {
+    if let (true, Some(buckets)) = (split, ctx.split_buckets) {
         state_settings.push((
             crate::config::SPLIT_BUCKET_NUM.to_string(),
-            ctx.config.split_bucket_num.to_string(),
+            buckets.to_string(),
         ));
     }
     let pipeline = Pipeline::new(built.stages, runtime);
@@ -308,10 +310,26 @@ fn build_aggregate(
 ) -> Result<Built> {
     let aliases = std::mem::take(&mut ctx.pending);
     let built = build(ctx, &agg.input)?;
-    if ctx.config.split_enabled
-        && let Some(split) = crate::sql::split::plan_split(agg, ctx.config.split_bucket_num)?
-    {
-        return split::build_split(ctx, agg, built, &aliases, split);
+    let (split, buckets, why) = if ctx.config.split_auto {
+        let d = skew::decide(ctx, agg, &built)?;
+        (d.split, d.buckets, Some(d.reason))
+    } else {
+        (ctx.config.split_enabled, ctx.config.split_bucket_num, None)
+    };
+    if split && let Some(plan) = crate::sql::split::plan_split(agg, buckets)? {
+        return split::build_split(ctx, agg, built, &aliases, plan, buckets, why);
     }
-    aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole)
+    let built = aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole)?;
+    if let Some(why) = why {
+        let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
+        let unsplittable = if split {
+            " (but nothing can be bucketed: its DISTINCT arguments are group keys, so it runs unsplit)"
+        } else {
+            ""
+        };
+        ctx.explain.strategy.push(format!(
+            "{label}: split-distinct decided by {why}{unsplittable}."
+        ));
+    }
+    Ok(built)
 }

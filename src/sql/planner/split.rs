@@ -25,7 +25,10 @@ pub(super) fn build_split(
     mut built: Built,
     aliases: &HashMap<String, String>,
     split: crate::sql::split::Split,
+    buckets: u32,
+    why: Option<String>,
 ) -> Result<Built> {
+    ctx.split_buckets = Some(buckets);
     let in_df = agg.input.schema();
     // Calc: the input columns the aggregate reads, and the buckets.
     built.project(in_df, &split.pre_exprs, split.pre_schema.as_arrow())?;
@@ -39,7 +42,7 @@ pub(super) fn build_split(
         select.push(format!(
             "MOD(HASH_CODE({}), {}) AS {name}",
             show(arg),
-            ctx.config.split_bucket_num
+            buckets
         ));
     }
     for (condition, name) in &split.filters {
@@ -90,8 +93,8 @@ pub(super) fn build_split(
     label_keys.extend(split.buckets.iter().map(|b| b.1.clone()));
     let sets = split.expand.as_ref().map_or(1, |e| e.sets.len());
     ctx.explain.strategy.push(format!(
-        "{final_label}: split-distinct applies ('{SPLIT_ENABLED}' = 'true', {} buckets): a PARTIAL aggregate grouped by [{}]{} computes the calls per bucket, a FINAL aggregate grouped by the keys merges them ($SUM0 for COUNT and AVG's parts, SUM, MIN, MAX), consuming the partial changelog with retraction.",
-        ctx.config.split_bucket_num,
+        "{final_label}: split-distinct applies ({}): a PARTIAL aggregate grouped by [{}]{} computes the calls per bucket, a FINAL aggregate grouped by the keys merges them ($SUM0 for COUNT and AVG's parts, SUM, MIN, MAX), consuming the partial changelog with retraction.",
+        why.unwrap_or_else(|| format!("'{SPLIT_ENABLED}' = 'true', {buckets} buckets")),
         label_keys.join(", "),
         if sets > 1 {
             format!(" over an Expand of {sets} group sets (one per bucketed argument, $e tells them apart)")

@@ -1,0 +1,141 @@
+//! The automatic split-distinct decision (`tally.optimizer.distinct-agg.split.auto`): the skew
+//! of an aggregate's keys, measured on the first rows of its source, and a bucket count from
+//! the parallelism.
+//!
+//! Split-distinct pays when one key holds so much of the input that its worker would do at
+//! least twice a fair share (1 / P of the rows): splitting spreads that key's DISTINCT work over
+//! the buckets, for the cost of a second aggregate. Below that, or on one worker, the unsplit
+//! aggregate is faster. The buckets are 8 x P rounded up to a power of two (16 to 1024), enough
+//! to spread a hot key evenly over the workers while keeping the PARTIAL's groups few.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion_expr::Expr;
+use datafusion_expr::expr::{AggregateFunction, Alias};
+
+use super::context::{Built, Ctx};
+use crate::config::{SPLIT_AUTO, SPLIT_BUCKET_NUM};
+use crate::error::Result;
+use crate::operator::keyed::hash_keys;
+use crate::plan::AggregatePlan;
+
+/// Source rows the decision reads.
+pub(super) const SAMPLE_ROWS: usize = 100_000;
+
+/// Split when the hottest key's worker would do this many times a fair share.
+const LOAD_TO_SPLIT: f64 = 2.0;
+
+/// The decision for one aggregate, and why, in words (for EXPLAIN).
+pub(super) struct SplitDecision {
+    pub(super) split: bool,
+    pub(super) buckets: u32,
+    pub(super) reason: String,
+}
+
+fn has_distinct(agg: &datafusion_expr::logical_plan::Aggregate) -> bool {
+    agg.aggr_expr.iter().any(|a| {
+        let a = match a {
+            Expr::Alias(Alias { expr, .. }) => expr.as_ref(),
+            other => other,
+        };
+        matches!(a, Expr::AggregateFunction(AggregateFunction { params, .. }) if params.distinct)
+    })
+}
+
+/// Decides split-distinct for `agg` over `built` (see the module docs).
+///
+/// # Errors
+/// The source cannot be read, or the stages before the aggregate fail on the sample (as the
+/// run would).
+pub(super) fn decide(
+    ctx: &Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    built: &Built,
+) -> Result<SplitDecision> {
+    let p = ctx.runtime.parallelism();
+    let buckets = if ctx.config.is_set(SPLIT_BUCKET_NUM) {
+        ctx.config.split_bucket_num
+    } else {
+        u32::try_from((8 * p).next_power_of_two().clamp(16, 1024)).unwrap_or(1024)
+    };
+    let decision = |split: bool, reason: String| SplitDecision {
+        split,
+        buckets,
+        reason: format!("'{SPLIT_AUTO}' = 'true': {reason}"),
+    };
+    if !has_distinct(agg) {
+        return Ok(decision(false, "no DISTINCT call, nothing to split".into()));
+    }
+    if p == 1 {
+        return Ok(decision(
+            false,
+            "no split on one worker (a hot key has no other worker to spread to)".into(),
+        ));
+    }
+    if !built.stages.iter().all(|s| s.per_batch()) {
+        return Ok(decision(
+            false,
+            "no split: the aggregate's input is another aggregate's changelog, not the source, so no sample was taken".into(),
+        ));
+    }
+    let input = agg.input.schema();
+    let plan = AggregatePlan::try_new_with(
+        Arc::new(input.as_arrow().clone()),
+        input,
+        &agg.group_expr,
+        &agg.aggr_expr,
+        built.changelog,
+    )?;
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let (mut rows, mut hashes) = (0usize, vec![]);
+    'read: for batch in built.table.open(8192)? {
+        let batch = batch?;
+        rows += batch.num_rows();
+        let mut current = vec![batch];
+        for stage in &built.stages {
+            let mut next = vec![];
+            for b in current {
+                next.extend(stage.map_batch(b)?);
+            }
+            current = next;
+        }
+        for b in current {
+            let cb = plan.calc.evaluate(&b)?;
+            hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+            for &h in &hashes {
+                *counts.entry(h).or_default() += 1;
+            }
+        }
+        if rows >= SAMPLE_ROWS {
+            break 'read;
+        }
+    }
+    let total: u64 = counts.values().sum();
+    let Some(&top) = counts.values().max() else {
+        return Ok(decision(
+            false,
+            format!("no split: no row reached the aggregate in the first {rows} source rows"),
+        ));
+    };
+    let share = top as f64 / total as f64;
+    let load = share * p as f64;
+    let sample = if total == rows as u64 {
+        format!("the first {rows} source rows")
+    } else {
+        format!("the {total} rows the first {rows} source rows gave the aggregate")
+    };
+    let measured = format!(
+        "the hottest of {} keys holds {:.1} % of {sample}, so its worker would do {load:.2}x a fair share at P = {p}",
+        counts.len(),
+        share * 100.0
+    );
+    Ok(if load >= LOAD_TO_SPLIT {
+        decision(true, format!("split into {buckets} buckets: {measured}"))
+    } else {
+        decision(
+            false,
+            format!("no split: {measured} (split pays from {LOAD_TO_SPLIT:.0}x)"),
+        )
+    })
+}

@@ -1,0 +1,164 @@
+//! `tally.optimizer.distinct-agg.split.auto`: split-distinct decided from the skew of the keys on
+//! a sample of the source, with its reason in EXPLAIN, and the same results either way.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::tally_run;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tally-it-{}-auto-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `rows` rows `k,u` where key `hot` takes `hot_percent` of them (the rest spread over 50 keys)
+/// and `u` takes 300 values.
+fn write_rows(path: &Path, rows: usize, hot_percent: usize) {
+    let mut csv = String::from("k,u\n");
+    for i in 0..rows {
+        let k = if i % 100 < hot_percent {
+            "hot".to_string()
+        } else {
+            format!("k{}", i % 50)
+        };
+        csv.push_str(&format!("{k},{}\n", (i * 7919) % 300));
+    }
+    std::fs::write(path, csv).unwrap();
+}
+
+fn script(path: &Path, workers: usize, settings: &str, query: &str) -> String {
+    format!(
+        "CREATE TABLE t (k STRING, u INT) WITH ('connector' = 'filesystem', 'path' = '{}', \
+         'format' = 'csv'); \
+         SET 'table.exec.mini-batch.enabled' = 'true'; \
+         SET 'table.exec.mini-batch.allow-latency' = '1 s'; \
+         SET 'table.exec.mini-batch.size' = '100'; \
+         SET 'table.exec.resource.default-parallelism' = '{workers}'; \
+         SET 'tally.optimizer.distinct-agg.split.auto' = 'true'; {settings} {query}",
+        path.display()
+    )
+}
+
+const QUERY: &str = "SELECT k, COUNT(DISTINCT u) AS users, COUNT(*) AS n FROM t GROUP BY k;";
+
+fn run(args: &[&str]) -> (String, String) {
+    let mut all = vec!["sql"];
+    all.extend(args);
+    let (code, out, err) = tally_run(&all);
+    assert_eq!(code, 0, "{err}");
+    (out, err)
+}
+
+fn explain(path: &Path, workers: usize, settings: &str) -> String {
+    run(&[
+        "-e",
+        &script(path, workers, settings, &format!("EXPLAIN {QUERY}")),
+    ])
+    .0
+}
+
+/// The final table, sorted.
+fn table(path: &Path, workers: usize, settings: &str) -> Vec<String> {
+    let (out, _) = run(&[
+        "-e",
+        &script(path, workers, settings, QUERY),
+        "--emit",
+        "final",
+        "--format",
+        "csv",
+    ]);
+    let mut rows: Vec<String> = out.lines().skip(1).map(str::to_string).collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_hot_key_splits_where_its_worker_would_be_overloaded() {
+    let dir = scratch("hot");
+    let path = dir.join("t.csv");
+    write_rows(&path, 4000, 60);
+    // 60 % on one key: at P = 4 its worker does 2.4x a fair share; at P = 2, 1.2x.
+    let plan = explain(&path, 4, "");
+    assert!(plan.contains("split into 32 buckets: the hottest of 41 keys holds 60.0 % of the first 4000 source rows, so its worker would do 2.40x a fair share at P = 4"), "{plan}");
+    assert!(plan.contains("PARTIAL"), "{plan}");
+    let plan = explain(&path, 2, "");
+    assert!(
+        plan.contains("no split: the hottest of 41 keys holds 60.0 %"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("1.20x a fair share at P = 2 (split pays from 2x)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("PARTIAL"), "{plan}");
+    let plan = explain(&path, 1, "");
+    assert!(plan.contains("no split on one worker"), "{plan}");
+    // A bucket count set by the user is kept (a checkpoint of another P resumes with it).
+    let plan = explain(
+        &path,
+        4,
+        "SET 'table.optimizer.distinct-agg.split.bucket-num' = '7';",
+    );
+    assert!(plan.contains("split into 7 buckets"), "{plan}");
+    assert!(plan.contains("MOD(HASH_CODE(u), 7)"), "{plan}");
+}
+
+#[test]
+fn even_keys_do_not_split() {
+    let dir = scratch("even");
+    let path = dir.join("t.csv");
+    write_rows(&path, 4000, 0);
+    let plan = explain(&path, 4, "");
+    assert!(
+        plan.contains("no split: the hottest of 50 keys holds 2.0 %"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn a_nested_aggregate_is_not_sampled() {
+    let dir = scratch("nested");
+    let path = dir.join("t.csv");
+    write_rows(&path, 1000, 60);
+    let nested = "EXPLAIN SELECT n, COUNT(DISTINCT k) AS keys FROM \
+                  (SELECT k, COUNT(*) AS n FROM t GROUP BY k) GROUP BY n;";
+    let (plan, _) = run(&["-e", &script(&path, 4, "", nested)]);
+    assert!(
+        plan.contains("another aggregate's changelog, not the source"),
+        "{plan}"
+    );
+}
+
+/// Whatever the decision, the table is the one without split; the split options it overrides
+/// say they have no effect.
+#[test]
+fn the_decision_keeps_the_results() {
+    let dir = scratch("same");
+    let path = dir.join("t.csv");
+    write_rows(&path, 3000, 70);
+    let want = table(
+        &path,
+        1,
+        "SET 'tally.optimizer.distinct-agg.split.auto' = 'false';",
+    );
+    assert!(want.iter().any(|r| r == "hot,210,2100"), "{want:?}");
+    for workers in [1, 2, 4] {
+        assert_eq!(table(&path, workers, ""), want, "{workers} workers");
+    }
+    let (_, err) = run(&[
+        "-e",
+        &script(
+            &path,
+            4,
+            "SET 'table.optimizer.distinct-agg.split.enabled' = 'false';",
+            QUERY,
+        ),
+        "--emit",
+        "final",
+    ]);
+    assert!(
+        err.contains("'table.optimizer.distinct-agg.split.enabled' = 'false' has no effect: 'tally.optimizer.distinct-agg.split.auto' is true"),
+        "{err}"
+    );
+}
