@@ -233,7 +233,7 @@ impl ParallelAggregate {
     }
 
     /// The resolved query, shared (to build another operator of the same query).
-    pub(crate) fn shared_plan(&self) -> Arc<AggregatePlan> {
+    pub fn shared_plan(&self) -> Arc<AggregatePlan> {
         Arc::clone(&self.plan)
     }
 
