@@ -14,9 +14,10 @@
 //! * one string column (Utf8, LargeUtf8, Utf8View, or a dictionary of strings):
 //!   [`BytesGroupValues`], all key bytes in one buffer (no allocation per group);
 //! * several columns (or a boolean) of fixed-width types of at most 64 bits and strings, whose
-//!   values, string ids and NULL flags fit 128 bits: [`PackedGroupValues`], one `u128` per key;
-//! * anything else (decimals among several columns, many columns): [`RowGroupValues`], keys
-//!   encoded with arrow-row.
+//!   values, string ids and NULL flags fit two or four 64-bit words: [`PackedGroupValues`], one
+//!   `[u64; W]` per key;
+//! * anything else (decimals among several columns, more than four words): [`RowGroupValues`],
+//!   keys encoded with arrow-row.
 
 use arrow_array::types::*;
 use arrow_schema::{ArrowError, DataType, TimeUnit};
@@ -86,10 +87,11 @@ pub fn new_group_values(types: &[DataType]) -> Result<Box<dyn GroupValues>, Arro
     })
 }
 
-/// Keys that pack into 128 bits go to a [`PackedGroupValues`], the rest to arrow-row.
+/// Keys that pack into at most four 64-bit words go to a [`PackedGroupValues`], the rest to
+/// arrow-row.
 fn packed_or_rows(types: &[DataType]) -> Result<Box<dyn GroupValues>, ArrowError> {
-    Ok(match PackedGroupValues::try_new(types) {
-        Some(packed) => Box::new(packed),
+    Ok(match packed::new_packed(types) {
+        Some(packed) => packed,
         None => Box::new(RowGroupValues::try_new(types)?),
     })
 }

@@ -848,6 +848,10 @@ fn key_layouts() -> Vec<Vec<Ty>> {
         vec![Ty::Dec(10, 2), Ty::TsMs],
         vec![Ty::I8, Ty::U64, Ty::F32],
         vec![Ty::Bool, Ty::Bool],
+        // Wider keys: three or four 64-bit words packed, and more than four (arrow-row).
+        vec![Ty::I64, Ty::I64],
+        vec![Ty::I64, Ty::U64, Ty::Utf8, Ty::Bool],
+        vec![Ty::I64, Ty::F64, Ty::I64, Ty::U64, Ty::TsMs],
     ]);
     out
 }

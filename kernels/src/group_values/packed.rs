@@ -1,4 +1,4 @@
-//! Interning several key columns packed into one 128-bit word: fixed-width values by their
+//! Interning several key columns packed into a few 64-bit words: fixed-width values by their
 //! bits, strings by the id a per-column string table gives them.
 
 use std::sync::Arc;
@@ -13,13 +13,73 @@ use hashbrown::HashTable;
 use super::bytes::BytesGroupValues;
 use super::table::{GroupValues, check_len, find_or_insert, index_size, out_of_range};
 
-/// How one key column sits in the packed word.
+/// A bit position in a packed key: a word and the shift inside it.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    word: usize,
+    shift: u32,
+}
+
+/// How one key column sits in the packed key.
 #[derive(Debug, Clone, Copy)]
 enum Slot {
-    /// A fixed-width value of `bits` bits at `offset`, its NULL flag at bit `null`.
-    Fixed { offset: u32, bits: u32, null: u32 },
-    /// A string's id in string table `table` (NULL has an id of its own), 32 bits at `offset`.
-    Str { offset: u32, table: usize },
+    /// A fixed-width value of `bits` bits at `at`, its NULL flag at bit `null`.
+    Fixed { at: At, bits: u32, null: At },
+    /// A string's id in string table `table` (NULL has an id of its own), 32 bits at `at`.
+    Str { at: At, table: usize },
+}
+
+/// Places fields of at most 64 bits in 64-bit words, each inside one word (first fit, in
+/// order), at most `W` words.
+struct Layout {
+    used: Vec<u32>,
+}
+
+impl Layout {
+    fn place(&mut self, bits: u32) -> At {
+        let word = match self.used.iter().position(|&u| u + bits <= 64) {
+            Some(w) => w,
+            None => {
+                self.used.push(0);
+                self.used.len() - 1
+            }
+        };
+        let shift = self.used[word];
+        self.used[word] += bits;
+        At { word, shift }
+    }
+}
+
+/// The words keys of `types` pack into (their slots, string tables and word count), or `None`
+/// for a type that cannot be packed.
+fn layout(types: &[DataType]) -> Option<(Vec<Slot>, Vec<BytesGroupValues>, usize)> {
+    let mut words = Layout { used: vec![] };
+    let mut slots = vec![];
+    let mut strings = vec![];
+    for dt in types {
+        if let Some(bits) = fixed_bits(dt) {
+            slots.push(Slot::Fixed {
+                at: words.place(bits),
+                bits,
+                null: At { word: 0, shift: 0 },
+            });
+        } else if is_string(dt) {
+            slots.push(Slot::Str {
+                at: words.place(32),
+                table: strings.len(),
+            });
+            strings.push(BytesGroupValues::new(dt.clone()));
+        } else {
+            return None;
+        }
+    }
+    // The NULL flags after every value.
+    for slot in &mut slots {
+        if let Slot::Fixed { null, .. } = slot {
+            *null = words.place(1);
+        }
+    }
+    Some((slots, strings, words.used.len()))
 }
 
 /// The width in bits of a fixed-width key type that can be packed, if it is one.
@@ -191,50 +251,37 @@ impl Bits for f64 {
 }
 
 /// Several key columns of fixed-width types (at most 64 bits each) and strings, whose values,
-/// string ids and NULL flags fit 128 bits together: each key is one `u128`, compared in one
-/// instruction, where arrow-row would encode and compare bytes. A string column's ids come
-/// from a [`BytesGroupValues`] of its own (hashing the column once more per batch).
+/// string ids and NULL flags fit `W` 64-bit words together: each key is a `[u64; W]`, compared
+/// word by word, where arrow-row would encode and compare bytes. A string column's ids come from
+/// a [`BytesGroupValues`] of its own (hashing the column once more per batch).
 #[derive(Debug)]
-pub struct PackedGroupValues {
+pub struct PackedGroupValues<const W: usize> {
     types: Vec<DataType>,
     slots: Vec<Slot>,
     strings: Vec<BytesGroupValues>,
     map: HashTable<u32>,
-    keys: Vec<u128>,
+    keys: Vec<[u64; W]>,
     hashes: Vec<u64>,
     /// Scratch: the batch's packed keys, one string column's hashes and ids.
-    packed: Vec<u128>,
+    packed: Vec<[u64; W]>,
     column_hashes: Vec<u64>,
     ids: Vec<u32>,
 }
 
-impl PackedGroupValues {
-    /// A table for keys of `types`, or `None` when they do not pack into 128 bits (a type
-    /// wider than 64 bits, a decimal, or too many columns).
-    pub fn try_new(types: &[DataType]) -> Option<Self> {
-        let mut offset = 0u32;
-        let mut slots = vec![];
-        let mut strings = vec![];
-        for dt in types {
-            if let Some(bits) = fixed_bits(dt) {
-                slots.push(Slot::Fixed {
-                    offset,
-                    bits,
-                    null: offset + bits,
-                });
-                offset += bits + 1;
-            } else if is_string(dt) {
-                slots.push(Slot::Str {
-                    offset,
-                    table: strings.len(),
-                });
-                strings.push(BytesGroupValues::new(dt.clone()));
-                offset += 32;
-            } else {
-                return None;
-            }
-        }
-        (offset <= 128).then(|| Self {
+/// A table for keys of `types` packed into the fewest words they fit, 2 or 4, or `None` when
+/// they do not fit 4 (a type wider than 64 bits, a decimal, or too many columns).
+pub(crate) fn new_packed(types: &[DataType]) -> Option<Box<dyn GroupValues>> {
+    let (slots, strings, words) = layout(types)?;
+    Some(match words {
+        0..=2 => Box::new(PackedGroupValues::<2>::with(types, slots, strings)),
+        3 | 4 => Box::new(PackedGroupValues::<4>::with(types, slots, strings)),
+        _ => return None,
+    })
+}
+
+impl<const W: usize> PackedGroupValues<W> {
+    fn with(types: &[DataType], slots: Vec<Slot>, strings: Vec<BytesGroupValues>) -> Self {
+        Self {
             types: types.to_vec(),
             slots,
             strings,
@@ -244,13 +291,13 @@ impl PackedGroupValues {
             packed: vec![],
             column_hashes: vec![],
             ids: vec![],
-        })
+        }
     }
 
     /// ORs column `col`'s part of each row's key into `self.packed`.
     fn pack_column(&mut self, slot: Slot, col: &ArrayRef) -> Result<(), ArrowError> {
         match slot {
-            Slot::Str { offset, table } => {
+            Slot::Str { at, table } => {
                 crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
                 self.strings[table].intern(
                     std::slice::from_ref(col),
@@ -258,19 +305,19 @@ impl PackedGroupValues {
                     &mut self.ids,
                 )?;
                 for (p, &id) in self.packed.iter_mut().zip(&self.ids) {
-                    *p |= u128::from(id) << offset;
+                    p[at.word] |= u64::from(id) << at.shift;
                 }
             }
-            Slot::Fixed { offset, null, .. } => {
+            Slot::Fixed { at, null, .. } => {
                 if let Some(b) = col.as_boolean_opt() {
-                    pack_values(&mut self.packed, b.nulls(), offset, null, |i| {
+                    pack_values(&mut self.packed, b.nulls(), at, null, |i| {
                         u64::from(b.value(i))
                     });
                 } else {
                     with_primitive!(col.data_type(), T => {
                         let a = col.as_primitive::<T>();
                         let values = a.values();
-                        pack_values(&mut self.packed, a.nulls(), offset, null, |i| {
+                        pack_values(&mut self.packed, a.nulls(), at, null, |i| {
                             values[i].to_bits64()
                         });
                     });
@@ -283,27 +330,27 @@ impl PackedGroupValues {
     /// Column `c` of the keys of `groups`.
     fn column(&self, c: usize, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         match self.slots[c] {
-            Slot::Str { offset, table } => {
+            Slot::Str { at, table } => {
                 let ids: Vec<u32> = groups
                     .iter()
-                    .map(|&g| (self.keys[g as usize] >> offset) as u32)
+                    .map(|&g| (self.keys[g as usize][at.word] >> at.shift) as u32)
                     .collect();
                 let mut cols = self.strings[table].keys(&ids)?;
                 cols.pop()
                     .ok_or_else(|| ArrowError::InvalidArgumentError("no string keys".into()))
             }
-            Slot::Fixed { offset, bits, null } => {
+            Slot::Fixed { at, bits, null } => {
                 let mask = if bits == 64 {
                     u64::MAX
                 } else {
                     (1u64 << bits) - 1
                 };
-                let word = |g: u32| self.keys[g as usize];
+                let key = |g: u32| &self.keys[g as usize];
                 let nulls = NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {
-                    (word(groups[i]) >> null) & 1 == 0
+                    (key(groups[i])[null.word] >> null.shift) & 1 == 0
                 }));
                 let nulls = (nulls.null_count() > 0).then_some(nulls);
-                let bits_of = |i: usize| ((word(groups[i]) >> offset) as u64) & mask;
+                let bits_of = |i: usize| (key(groups[i])[at.word] >> at.shift) & mask;
                 if self.types[c] == DataType::Boolean {
                     let values = BooleanBuffer::collect_bool(groups.len(), |i| bits_of(i) == 1);
                     return Ok(Arc::new(BooleanArray::new(values, nulls)));
@@ -316,29 +363,29 @@ impl PackedGroupValues {
     }
 }
 
-/// ORs each row's value bits (at `offset`) and its NULL flag (bit `null`, set when NULL) into
+/// ORs each row's value bits (at `at`) and its NULL flag (bit `null`, set when NULL) into
 /// `packed`; a NULL's value bits stay 0, so that all NULLs of a column are one key.
 #[inline(always)]
-fn pack_values(
-    packed: &mut [u128],
+fn pack_values<const W: usize>(
+    packed: &mut [[u64; W]],
     nulls: Option<&NullBuffer>,
-    offset: u32,
-    null: u32,
+    at: At,
+    null: At,
     value: impl Fn(usize) -> u64,
 ) {
     match nulls.filter(|n| n.null_count() > 0) {
         None => {
             for (i, p) in packed.iter_mut().enumerate() {
-                *p |= u128::from(value(i)) << offset;
+                p[at.word] |= value(i) << at.shift;
             }
         }
         Some(n) => {
             for (i, p) in packed.iter_mut().enumerate() {
-                *p |= if n.is_valid(i) {
-                    u128::from(value(i)) << offset
+                if n.is_valid(i) {
+                    p[at.word] |= value(i) << at.shift;
                 } else {
-                    1u128 << null
-                };
+                    p[null.word] |= 1 << null.shift;
+                }
             }
         }
     }
@@ -358,7 +405,7 @@ where
     Arc::new(PrimitiveArray::<T>::new(values, nulls).with_data_type(dt.clone()))
 }
 
-impl GroupValues for PackedGroupValues {
+impl<const W: usize> GroupValues for PackedGroupValues<W> {
     fn intern(
         &mut self,
         cols: &[ArrayRef],
@@ -367,7 +414,7 @@ impl GroupValues for PackedGroupValues {
     ) -> Result<(), ArrowError> {
         let n = check_len(cols, hashes, self.types.len())?;
         self.packed.clear();
-        self.packed.resize(n, 0);
+        self.packed.resize(n, [0; W]);
         for (c, col) in cols.iter().enumerate() {
             self.pack_column(self.slots[c], col)?;
         }
@@ -392,9 +439,9 @@ impl GroupValues for PackedGroupValues {
 
     fn size(&self) -> usize {
         index_size(&self.map, &self.hashes)
-            + self.keys.capacity() * 16
+            + self.keys.capacity() * 8 * W
             + self.strings.iter().map(GroupValues::size).sum::<usize>()
-            + self.packed.capacity() * 16
+            + self.packed.capacity() * 8 * W
             + self.column_hashes.capacity() * 8
             + self.ids.capacity() * 4
     }
