@@ -52,11 +52,14 @@ if python3 -c "import duckdb" 2>/dev/null; then duckdb=(--duckdb); fi
   "$tally" bench --query orders-count --input "$data/orders-changelog-10m.parquet" --matrix two-phase \
     --workers 1,2,4,8,16 --repeat 3
   echo
-  "$tally" bench --query orders-distinct --input "$data/orders-10m.parquet" --matrix two-phase,split \
+  "$tally" bench --query orders-distinct --input "$data/orders-10m.parquet" --matrix two-phase,split,split-auto \
     --workers 1,2,4,8,16 --repeat 1 "${duckdb[@]}"
   echo
   "$tally" bench --query q16 --input "$data/bid-10m.parquet" --matrix two-phase \
     --workers 4,16 --repeat 1 "${duckdb[@]}"
+  echo
+  "$tally" bench --query q15 --input "$data/bid-10m.parquet" --matrix split,split-auto \
+    --workers 4,16 --repeat 1
   echo
   for q in q15 q17; do
     "$tally" bench --query "$q" --input "$data/bid-10m.parquet" --matrix two-phase \
