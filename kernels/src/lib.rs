@@ -37,6 +37,7 @@
 pub mod accumulate;
 pub mod accumulator;
 pub mod aggregates;
+mod bits;
 pub mod decimal;
 pub mod distinct;
 pub mod group_values;

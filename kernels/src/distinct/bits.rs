@@ -4,63 +4,11 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, PrimitiveArray};
-use arrow_schema::{ArrowError, DataType, TimeUnit};
 
-/// Calls `$body` with `$t` bound to the Arrow primitive type of `$dt` (a type [`bits_type`]
-/// accepts) and `$to` / `$from` its conversions to and from `u64`.
-macro_rules! with_bits_type {
-    ($dt:expr, |$t:ident, $to:ident, $from:ident| $body:expr, $otherwise:expr) => {{
-        macro_rules! go {
-            ($ty:ty, $native:ty, $tobits:expr, $frombits:expr) => {{
-                type $t = $ty;
-                let $to = $tobits;
-                let $from = $frombits;
-                $body
-            }};
-        }
-        // Signed natives of 32 and 64 bits: sign-extended to 64 bits and truncated back.
-        macro_rules! i32s {
-            ($ty:ty) => {
-                go!($ty, i32, |v: i32| v as u64, |b: u64| b as i32)
-            };
-        }
-        macro_rules! i64s {
-            ($ty:ty) => {
-                go!($ty, i64, |v: i64| v as u64, |b: u64| b as i64)
-            };
-        }
-        match $dt {
-            DataType::Int8 => go!(Int8Type, i8, |v: i8| v as u64, |b: u64| b as i8),
-            DataType::Int16 => go!(Int16Type, i16, |v: i16| v as u64, |b: u64| b as i16),
-            DataType::Int32 => i32s!(Int32Type),
-            DataType::Int64 => i64s!(Int64Type),
-            DataType::UInt8 => go!(UInt8Type, u8, |v: u8| u64::from(v), |b: u64| b as u8),
-            DataType::UInt16 => go!(UInt16Type, u16, |v: u16| u64::from(v), |b: u64| b as u16),
-            DataType::UInt32 => go!(UInt32Type, u32, |v: u32| u64::from(v), |b: u64| b as u32),
-            DataType::UInt64 => go!(UInt64Type, u64, |v: u64| v, |b: u64| b),
-            DataType::Float32 => go!(
-                Float32Type,
-                f32,
-                |v: f32| u64::from(v.to_bits()),
-                |b: u64| f32::from_bits(b as u32)
-            ),
-            DataType::Float64 => go!(Float64Type, f64, |v: f64| v.to_bits(), f64::from_bits),
-            DataType::Date32 => i32s!(Date32Type),
-            DataType::Date64 => i64s!(Date64Type),
-            DataType::Time32(TimeUnit::Second) => i32s!(Time32SecondType),
-            DataType::Time32(TimeUnit::Millisecond) => i32s!(Time32MillisecondType),
-            DataType::Time64(TimeUnit::Microsecond) => i64s!(Time64MicrosecondType),
-            DataType::Time64(TimeUnit::Nanosecond) => i64s!(Time64NanosecondType),
-            DataType::Timestamp(TimeUnit::Second, _) => i64s!(TimestampSecondType),
-            DataType::Timestamp(TimeUnit::Millisecond, _) => i64s!(TimestampMillisecondType),
-            DataType::Timestamp(TimeUnit::Microsecond, _) => i64s!(TimestampMicrosecondType),
-            DataType::Timestamp(TimeUnit::Nanosecond, _) => i64s!(TimestampNanosecondType),
-            _ => $otherwise,
-        }
-    }};
-}
+use arrow_array::{Array, ArrayRef, PrimitiveArray};
+use arrow_schema::{ArrowError, DataType};
+
+use crate::bits::with_bits_type;
 
 /// Whether values of `dt` are keyed by their own bits.
 pub(super) fn bits_type(dt: &DataType) -> bool {

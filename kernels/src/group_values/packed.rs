@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, BooleanArray, PrimitiveArray};
+use arrow_array::{Array, ArrayRef, BooleanArray, PrimitiveArray};
 use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
-use arrow_schema::{ArrowError, DataType, TimeUnit};
+use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
 use super::bytes::BytesGroupValues;
 use super::table::{GroupValues, check_len, find_or_insert, index_size, out_of_range};
+use crate::bits::with_bits_type;
 
 /// A bit position in a packed key: a word and the shift inside it.
 #[derive(Debug, Clone, Copy)]
@@ -111,145 +111,6 @@ fn is_string(dt: &DataType) -> bool {
     }
 }
 
-/// Calls `$body` with `$t` bound to the Arrow primitive type of a packable fixed-width `$dt`
-/// (not Boolean).
-macro_rules! with_primitive {
-    ($dt:expr, $t:ident => $body:expr) => {
-        match $dt {
-            DataType::Int8 => {
-                type $t = Int8Type;
-                $body
-            }
-            DataType::Int16 => {
-                type $t = Int16Type;
-                $body
-            }
-            DataType::Int32 => {
-                type $t = Int32Type;
-                $body
-            }
-            DataType::Int64 => {
-                type $t = Int64Type;
-                $body
-            }
-            DataType::UInt8 => {
-                type $t = UInt8Type;
-                $body
-            }
-            DataType::UInt16 => {
-                type $t = UInt16Type;
-                $body
-            }
-            DataType::UInt32 => {
-                type $t = UInt32Type;
-                $body
-            }
-            DataType::UInt64 => {
-                type $t = UInt64Type;
-                $body
-            }
-            DataType::Float32 => {
-                type $t = Float32Type;
-                $body
-            }
-            DataType::Float64 => {
-                type $t = Float64Type;
-                $body
-            }
-            DataType::Date32 => {
-                type $t = Date32Type;
-                $body
-            }
-            DataType::Date64 => {
-                type $t = Date64Type;
-                $body
-            }
-            DataType::Time32(TimeUnit::Second) => {
-                type $t = Time32SecondType;
-                $body
-            }
-            DataType::Time32(_) => {
-                type $t = Time32MillisecondType;
-                $body
-            }
-            DataType::Time64(TimeUnit::Microsecond) => {
-                type $t = Time64MicrosecondType;
-                $body
-            }
-            DataType::Time64(_) => {
-                type $t = Time64NanosecondType;
-                $body
-            }
-            DataType::Timestamp(TimeUnit::Second, _) => {
-                type $t = TimestampSecondType;
-                $body
-            }
-            DataType::Timestamp(TimeUnit::Millisecond, _) => {
-                type $t = TimestampMillisecondType;
-                $body
-            }
-            DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                type $t = TimestampMicrosecondType;
-                $body
-            }
-            DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-                type $t = TimestampNanosecondType;
-                $body
-            }
-            other => {
-                return Err(ArrowError::InvalidArgumentError(format!(
-                    "{other} is not a packed key type"
-                )))
-            }
-        }
-    };
-}
-
-/// A native value's bits, zero-extended to 64 (floats by their bit pattern, as keys compare
-/// them).
-trait Bits: Copy {
-    fn to_bits64(self) -> u64;
-    fn from_bits64(b: u64) -> Self;
-}
-
-macro_rules! int_bits {
-    ($($t:ty => $u:ty),*) => {$(
-        impl Bits for $t {
-            #[inline(always)]
-            fn to_bits64(self) -> u64 {
-                self as $u as u64
-            }
-            #[inline(always)]
-            fn from_bits64(b: u64) -> Self {
-                b as $u as $t
-            }
-        }
-    )*};
-}
-int_bits!(i8 => u8, i16 => u16, i32 => u32, i64 => u64, u8 => u8, u16 => u16, u32 => u32, u64 => u64);
-
-impl Bits for f32 {
-    #[inline(always)]
-    fn to_bits64(self) -> u64 {
-        u64::from(self.to_bits())
-    }
-    #[inline(always)]
-    fn from_bits64(b: u64) -> Self {
-        f32::from_bits(b as u32)
-    }
-}
-
-impl Bits for f64 {
-    #[inline(always)]
-    fn to_bits64(self) -> u64 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn from_bits64(b: u64) -> Self {
-        f64::from_bits(b)
-    }
-}
-
 /// Several key columns of fixed-width types (at most 64 bits each) and strings, whose values,
 /// string ids and NULL flags fit `W` 64-bit words together: each key is a `[u64; W]`, compared
 /// word by word, where arrow-row would encode and compare bytes. A string column's ids come from
@@ -308,19 +169,24 @@ impl<const W: usize> PackedGroupValues<W> {
                     p[at.word] |= u64::from(id) << at.shift;
                 }
             }
-            Slot::Fixed { at, null, .. } => {
+            Slot::Fixed { at, bits, null } => {
                 if let Some(b) = col.as_boolean_opt() {
                     pack_values(&mut self.packed, b.nulls(), at, null, |i| {
                         u64::from(b.value(i))
                     });
                 } else {
-                    with_primitive!(col.data_type(), T => {
-                        let a = col.as_primitive::<T>();
-                        let values = a.values();
-                        pack_values(&mut self.packed, a.nulls(), at, null, |i| {
-                            values[i].to_bits64()
-                        });
-                    });
+                    let mask = field_mask(bits);
+                    with_bits_type!(
+                        col.data_type(),
+                        |T, to, _from| {
+                            let a = col.as_primitive::<T>();
+                            let values = a.values();
+                            pack_values(&mut self.packed, a.nulls(), at, null, |i| {
+                                to(values[i]) & mask
+                            });
+                        },
+                        return Err(not_packed(col.data_type()))
+                    );
                 }
             }
         }
@@ -340,11 +206,7 @@ impl<const W: usize> PackedGroupValues<W> {
                     .ok_or_else(|| ArrowError::InvalidArgumentError("no string keys".into()))
             }
             Slot::Fixed { at, bits, null } => {
-                let mask = if bits == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << bits) - 1
-                };
+                let mask = field_mask(bits);
                 let key = |g: u32| &self.keys[g as usize];
                 let nulls = NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {
                     (key(groups[i])[null.word] >> null.shift) & 1 == 0
@@ -355,9 +217,18 @@ impl<const W: usize> PackedGroupValues<W> {
                     let values = BooleanBuffer::collect_bool(groups.len(), |i| bits_of(i) == 1);
                     return Ok(Arc::new(BooleanArray::new(values, nulls)));
                 }
-                with_primitive!(&self.types[c], T => {
-                    Ok(unpack::<T>(groups.len(), bits_of, nulls, &self.types[c]))
-                })
+                let dt = &self.types[c];
+                with_bits_type!(
+                    dt,
+                    |T, _to, from| {
+                        let values: ScalarBuffer<_> =
+                            (0..groups.len()).map(|i| from(bits_of(i))).collect();
+                        Ok(Arc::new(
+                            PrimitiveArray::<T>::new(values, nulls).with_data_type(dt.clone()),
+                        ))
+                    },
+                    Err(not_packed(dt))
+                )
             }
         }
     }
@@ -391,18 +262,17 @@ fn pack_values<const W: usize>(
     }
 }
 
-fn unpack<T: ArrowPrimitiveType>(
-    len: usize,
-    bits: impl Fn(usize) -> u64,
-    nulls: Option<NullBuffer>,
-    dt: &DataType,
-) -> ArrayRef
-where
-    T::Native: Bits,
-{
-    let values: ScalarBuffer<T::Native> =
-        (0..len).map(|i| T::Native::from_bits64(bits(i))).collect();
-    Arc::new(PrimitiveArray::<T>::new(values, nulls).with_data_type(dt.clone()))
+/// The low `bits` bits.
+fn field_mask(bits: u32) -> u64 {
+    if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+fn not_packed(dt: &DataType) -> ArrowError {
+    ArrowError::InvalidArgumentError(format!("{dt} is not a packed key type"))
 }
 
 impl<const W: usize> GroupValues for PackedGroupValues<W> {
