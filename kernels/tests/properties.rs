@@ -1835,22 +1835,30 @@ fn check_distinct_merge(ty: Ty, arith: bool, kinds: &[AggregateKind], seed: u64)
             applied.extend(rows);
         }
     };
-    for _ in 0..8 {
-        step(
-            &mut whole,
-            &mut target,
-            Some(&mut part),
-            &mut model,
-            &mut applied,
-            &mut rng,
-        );
+    // Two rounds, as a local phase runs mini-batches: steps, then `part` merged into `target`;
+    // between them `part` is cleared (forgets everything, keeps its allocations).
+    for round in 0..2 {
+        if round == 1 {
+            part.clear(local.len());
+            assert_eq!(part.entries(), 0, "{ctx}: cleared");
+        }
+        for _ in 0..8 {
+            step(
+                &mut whole,
+                &mut target,
+                Some(&mut part),
+                &mut model,
+                &mut applied,
+                &mut rng,
+            );
+        }
+        let (padded, range, map) = local.merge_plan(&mut rng);
+        let state = part.state(&padded).unwrap();
+        assert_eq!(state.data_type(), &part.state_type(), "{ctx}: state type");
+        assert_eq!(state.len(), padded.len(), "{ctx}: state length");
+        let state = state.slice(range.start, range.len());
+        target.merge(&state, &map, total).unwrap();
     }
-    let (padded, range, map) = local.merge_plan(&mut rng);
-    let state = part.state(&padded).unwrap();
-    assert_eq!(state.data_type(), &part.state_type(), "{ctx}: state type");
-    assert_eq!(state.len(), padded.len(), "{ctx}: state length");
-    let state = state.slice(range.start, range.len());
-    target.merge(&state, &map, total).unwrap();
     let all: Vec<u32> = (0..total as u32).collect();
     for (a, b) in target
         .evaluate(&all)

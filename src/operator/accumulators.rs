@@ -296,6 +296,18 @@ impl Accumulators {
         }
     }
 
+    /// Resets groups `0..groups` to their initial state and forgets the DISTINCT tables'
+    /// entries, keeping every allocation (a local phase after a flush).
+    pub(crate) fn clear(&mut self, groups: usize) {
+        let all: Vec<u32> = (0..groups as u32).collect();
+        for slot in &mut self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => acc.reset(&all),
+                Slot::Distinct { acc, .. } => acc.clear(groups),
+            }
+        }
+    }
+
     /// The DISTINCT tables' (group, value) entries and their bytes, from capacity.
     pub(crate) fn distinct_usage(&self) -> (usize, usize) {
         self.slots

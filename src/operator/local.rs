@@ -175,7 +175,8 @@ impl LocalGroupAggregate {
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
         let hashes = self.groups.hashes().to_vec();
         self.groups.clear();
-        self.state = Accumulators::try_new(&self.plan)?;
+        // The next mini-batch starts from group 0 again, in the same allocations.
+        self.state.clear(n);
         Ok(Some(Flushed {
             batch,
             hashes,

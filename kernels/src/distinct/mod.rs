@@ -519,6 +519,21 @@ impl DistinctAccumulator {
         entry_lists(self.entry_fields(), columns, offsets)
     }
 
+    /// Forgets every entry of groups `0..groups` and resets their inner aggregates, keeping the
+    /// allocations: a local phase starts each mini-batch so, without growing its table again.
+    pub fn clear(&mut self, groups: usize) {
+        self.table.clear();
+        self.counts.clear();
+        self.free.clear();
+        if let Values::Interned { table, .. } = &mut self.values {
+            table.clear();
+        }
+        let all: Vec<u32> = (0..groups as u32).collect();
+        for a in &mut self.inners {
+            a.reset(&all);
+        }
+    }
+
     /// Empties `groups`: their entries become stale and the inner aggregates reset.
     pub fn reset(&mut self, groups: &[u32]) {
         for &g in groups {
