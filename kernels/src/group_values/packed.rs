@@ -30,7 +30,7 @@ enum Slot {
 }
 
 /// Places fields of at most 64 bits in 64-bit words, each inside one word (first fit, in
-/// order), at most `W` words.
+/// order); [`new_packed`] takes layouts of at most four words.
 struct Layout {
     used: Vec<u32>,
 }
@@ -155,9 +155,9 @@ impl<const W: usize> PackedGroupValues<W> {
         }
     }
 
-    /// ORs column `col`'s part of each row's key into `self.packed`.
-    fn pack_column(&mut self, slot: Slot, col: &ArrayRef) -> Result<(), ArrowError> {
-        match slot {
+    /// ORs column `c`'s part of each row's key into `self.packed`.
+    fn pack_column(&mut self, c: usize, col: &ArrayRef) -> Result<(), ArrowError> {
+        match self.slots[c] {
             Slot::Str { at, table } => {
                 crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
                 self.strings[table].intern(
@@ -170,6 +170,13 @@ impl<const W: usize> PackedGroupValues<W> {
                 }
             }
             Slot::Fixed { at, bits, null } => {
+                if col.data_type() != &self.types[c] {
+                    return Err(ArrowError::InvalidArgumentError(format!(
+                        "key column {c} is {}, not {}",
+                        col.data_type(),
+                        self.types[c]
+                    )));
+                }
                 if let Some(b) = col.as_boolean_opt() {
                     pack_values(&mut self.packed, b.nulls(), at, null, |i| {
                         u64::from(b.value(i))
@@ -286,7 +293,7 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
         self.packed.clear();
         self.packed.resize(n, [0; W]);
         for (c, col) in cols.iter().enumerate() {
-            self.pack_column(self.slots[c], col)?;
+            self.pack_column(c, col)?;
         }
         groups.clear();
         groups.reserve(n);
@@ -336,5 +343,37 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
         (0..self.types.len())
             .map(|c| self.column(c, groups))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int32Array, Int64Array, StringArray};
+
+    /// A column of another type than the table's is an error, and changes nothing.
+    #[test]
+    fn columns_of_another_type_are_refused() {
+        let types = [DataType::Int32, DataType::Utf8];
+        let mut table = new_packed(&types).unwrap();
+        let strings: ArrayRef = Arc::new(StringArray::from(vec!["a", "b"]));
+        let wrong: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![1, 2])), strings.clone()];
+        let right: Vec<ArrayRef> = vec![Arc::new(Int32Array::from(vec![1, 2])), strings];
+        let (mut hashes, mut groups) = (vec![], vec![]);
+        crate::hash::hash_columns(&wrong, &mut hashes).unwrap();
+        let err = table.intern(&wrong, &hashes, &mut groups).unwrap_err();
+        assert!(
+            err.to_string().contains("key column 0 is Int64, not Int32"),
+            "{err}"
+        );
+        assert!(table.is_empty());
+        crate::hash::hash_columns(&right, &mut hashes).unwrap();
+        table.intern(&right, &hashes, &mut groups).unwrap();
+        assert_eq!(groups, vec![0, 1]);
+        // Two 64-bit values and their NULL flags need three words: a four-word table.
+        assert!(new_packed(&[DataType::Int64, DataType::Int64]).is_some());
+        // Five need six: arrow-row's.
+        assert!(new_packed(&vec![DataType::Int64; 5]).is_none());
+        assert!(new_packed(&[DataType::Decimal128(10, 2), DataType::Int8]).is_none());
     }
 }
