@@ -19,6 +19,8 @@ mod run;
 #[cfg(feature = "cli")]
 mod split_auto;
 #[cfg(feature = "cli")]
+mod split_flink;
+#[cfg(feature = "cli")]
 mod sql;
 #[cfg(feature = "sql")]
 mod sql_oracle;
