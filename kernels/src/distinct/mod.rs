@@ -91,6 +91,9 @@ pub struct DistinctAccumulator {
     free: Vec<u32>,
     group_epoch: Vec<u32>,
     inners: Vec<Box<dyn GroupsAccumulator>>,
+    /// Whether the order in which an inner aggregate sees the values can change its result (a
+    /// sum of floating-point values).
+    order_matters: bool,
     /// Scratch: the values of the batch at hand as entry bits.
     bits: Vec<u64>,
 }
@@ -142,6 +145,13 @@ impl DistinctAccumulator {
             free: vec![],
             group_epoch: vec![],
             inners,
+            order_matters: arg_type.is_floating()
+                && kinds.iter().any(|k| {
+                    matches!(
+                        k,
+                        AggregateKind::Sum | AggregateKind::Sum0 | AggregateKind::Avg
+                    )
+                }),
             bits: vec![],
         })
     }
@@ -460,11 +470,15 @@ impl DistinctAccumulator {
 
     /// The distinct map of each of `groups` (one list of entries per group), in the order of
     /// the values' bits (primitives) or ids (others), so that it does not depend on the table's
-    /// history.
+    /// history; for groups `0..n` in order (a local phase's flush) only where the order can
+    /// change a result (a floating-point sum), in the table's order otherwise.
     ///
     /// # Errors
     /// When the state cannot be built.
     pub fn state(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        if groups.iter().enumerate().all(|(i, &g)| g as usize == i) {
+            return self.state_of_first(groups.len());
+        }
         let k = self.inners.len();
         // Position of each requested group in the output.
         let mut slot: HashMap<u32, usize> = HashMap::with_capacity(groups.len());
@@ -504,8 +518,66 @@ impl DistinctAccumulator {
             }
             offsets.push(bits.len() as i32);
         }
+        self.lists(&bits, cols, offsets)
+    }
+
+    /// [`Self::state`] of groups `0..n` in order (a local phase's flush): the live entries
+    /// placed by group in one counting pass, without a map or a list per group, and sorted by
+    /// value (as [`Self::state`] orders them) only where the order of the values can change a
+    /// result (a floating-point sum), so that the outcome does not depend on the table's history.
+    fn state_of_first(&self, n: usize) -> Result<ArrayRef, ArrowError> {
+        let k = self.inners.len();
+        let live = |e: &&Entry| {
+            (e.group as usize) < n && self.group_epoch.get(e.group as usize) == Some(&e.epoch)
+        };
+        let mut offsets = vec![0i32; n + 1];
+        for e in self.table.iter().filter(live) {
+            offsets[e.group as usize + 1] += 1;
+        }
+        for g in 0..n {
+            offsets[g + 1] += offsets[g];
+        }
+        let total = offsets[n] as usize;
+        let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
+        let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
+        for e in self.table.iter().filter(live) {
+            let at = &mut next[e.group as usize];
+            placed[*at] = (e.value, e.count);
+            *at += 1;
+        }
+        if self.order_matters {
+            for g in 0..n {
+                placed[offsets[g] as usize..offsets[g + 1] as usize].sort_unstable();
+            }
+        }
+        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
+        let cols: Vec<Vec<i64>> = (0..k)
+            .map(|j| {
+                placed
+                    .iter()
+                    .map(|&(_, c)| {
+                        if k == 1 {
+                            c
+                        } else {
+                            self.counts[c as usize * k + j]
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        self.lists(&bits, cols, offsets)
+    }
+
+    /// The list column of entries: values from their `bits`, the counters `cols`, cut by
+    /// `offsets`.
+    fn lists(
+        &self,
+        bits: &[u64],
+        cols: Vec<Vec<i64>>,
+        offsets: Vec<i32>,
+    ) -> Result<ArrayRef, ArrowError> {
         let values = match &self.values {
-            Values::Bits => from_bits(&bits, &self.arg_type)?,
+            Values::Bits => from_bits(bits, &self.arg_type)?,
             Values::Interned { table, .. } => {
                 let vids: Vec<u32> = bits.iter().map(|&b| b as u32).collect();
                 table.keys(&vids)?.remove(0)
@@ -564,5 +636,54 @@ impl DistinctAccumulator {
             + self.bits.capacity() * 8
             + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Float64Array, Int64Array, ListArray, StructArray};
+
+    /// The values of group 0's list in a state.
+    fn listed(state: &ArrayRef) -> ArrayRef {
+        let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
+        let entries = lists.value(0);
+        let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
+        Arc::clone(entries.column(0))
+    }
+
+    /// A local phase's flush (groups `0..n`) lists a floating-point SUM's values by their bits
+    /// whatever order they came in, so that the merge adds them in one order; a COUNT's values
+    /// come in the table's order, the same set.
+    #[test]
+    fn a_flush_orders_values_where_the_order_can_change_a_sum() {
+        // `before` values first, then cleared (the table keeps its grown capacity, so its
+        // order differs from a fresh table's), then `arg`.
+        let state_after = |kind: AggregateKind, before: usize, arg: ArrayRef| {
+            let mut acc = DistinctAccumulator::try_new(arg.data_type(), &[kind], true).unwrap();
+            let filler = arrow_cast::cast(
+                &(Arc::new(Int64Array::from_iter_values(0..before as i64)) as ArrayRef),
+                arg.data_type(),
+            )
+            .unwrap();
+            acc.apply(&filler, &vec![0; before], &[None], 1, 1).unwrap();
+            acc.clear(1);
+            acc.apply(&arg, &vec![0; arg.len()], &[None], 1, 1).unwrap();
+            listed(&acc.state(&[0]).unwrap())
+        };
+        let floats = |v: Vec<f64>| Arc::new(Float64Array::from(v)) as ArrayRef;
+        let values: Vec<f64> = (0..40).map(|i| f64::from(i) * 1.5e15 - 7.0).collect();
+        let mut reversed = values.clone();
+        reversed.reverse();
+        let a = state_after(AggregateKind::Sum, 0, floats(values.clone()));
+        let b = state_after(AggregateKind::Sum, 5000, floats(reversed));
+        assert_eq!(&a, &b);
+        let ints = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+        let mut a: Vec<i64> = state_after(AggregateKind::Count, 5000, ints((0..100).collect()))
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        a.sort_unstable();
+        assert_eq!(a, (0..100).collect::<Vec<i64>>());
     }
 }
