@@ -1,41 +1,80 @@
 //! Flink's `Expand`: every row once per group set of a split-distinct aggregate.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 
 use super::Stage;
 use crate::changelog::ChangeBatch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 
 /// Flink's `Expand` for split-distinct aggregation over several bucketed argument sets: every
 /// input row is emitted once per group set, with the bucket columns outside that set NULL and a
-/// last `$e` (Int64) column holding the set's id. Row kinds pass through.
+/// last `$e` (Int64) column holding the set's id. Row kinds pass through. Nothing is copied: a
+/// set's batch shares the input's columns, and its NULL buckets and `$e` are slices of arrays
+/// made once (grown when a longer batch comes).
 #[derive(Debug)]
 pub struct ExpandStage {
     /// Per group set: the columns it sets to NULL, and its id.
     sets: Vec<(Vec<usize>, i64)>,
     output: SchemaRef,
+    /// Per column, a NULL array, and per set, its `$e` array, of `.0` rows.
+    constants: RwLock<(usize, Vec<Option<ArrayRef>>, Vec<ArrayRef>)>,
 }
 
 impl ExpandStage {
     /// An expand producing batches of `output` (the input's fields, then `$e`) for `sets`.
     pub fn new(sets: Vec<(Vec<usize>, i64)>, output: SchemaRef) -> Self {
-        Self { sets, output }
+        Self {
+            sets,
+            output,
+            constants: RwLock::new((0, vec![], vec![])),
+        }
+    }
+
+    /// The NULL arrays (by column) and `$e` arrays (by set) of at least `n` rows.
+    fn constants(&self, n: usize) -> (Vec<Option<ArrayRef>>, Vec<ArrayRef>) {
+        {
+            let c = self.constants.read().unwrap_or_else(|e| e.into_inner());
+            if c.0 >= n {
+                return (c.1.clone(), c.2.clone());
+            }
+        }
+        let len = n.next_power_of_two();
+        let fields = self.output.fields();
+        let mut nulls: Vec<Option<ArrayRef>> = vec![None; fields.len()];
+        for (set, _) in &self.sets {
+            for &c in set {
+                nulls[c] = Some(arrow::array::new_null_array(fields[c].data_type(), len));
+            }
+        }
+        let ids: Vec<ArrayRef> = self
+            .sets
+            .iter()
+            .map(|(_, id)| Arc::new(arrow::array::Int64Array::from(vec![*id; len])) as ArrayRef)
+            .collect();
+        let mut c = self.constants.write().unwrap_or_else(|e| e.into_inner());
+        *c = (len, nulls.clone(), ids.clone());
+        (nulls, ids)
     }
 
     fn expand(&self, batch: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let n = batch.num_rows();
+        let (null_arrays, ids) = self.constants(n);
         self.sets
             .iter()
-            .map(|(nulls, id)| {
+            .zip(&ids)
+            .map(|((nulls, _), id)| {
                 let mut cols: Vec<ArrayRef> = batch.data.columns().to_vec();
                 for &c in nulls {
-                    cols[c] = arrow::array::new_null_array(cols[c].data_type(), n);
+                    let null = null_arrays[c].as_ref().ok_or_else(|| {
+                        Error::internal("Expand: no NULL array for a set's column")
+                    })?;
+                    cols[c] = null.slice(0, n);
                 }
-                cols.push(Arc::new(arrow::array::Int64Array::from(vec![*id; n])));
+                cols.push(id.slice(0, n));
                 Ok(ChangeBatch {
                     op: batch.op.clone(),
                     data: RecordBatch::try_new_with_options(
@@ -69,5 +108,57 @@ impl Stage for ExpandStage {
 
     fn map_batch(&self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         self.expand(&batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Int32Array};
+    use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
+
+    /// Batches of growing and shrinking lengths: every set's rows carry the input's values, NULL
+    /// in its nulled columns, and its id in `$e`.
+    #[test]
+    fn sets_share_the_input_and_slice_their_constants() {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, true),
+            Field::new("$f1", DataType::Int32, true),
+            Field::new("$f2", DataType::Int32, true),
+        ]));
+        let mut fields = input.fields().to_vec();
+        fields.push(Arc::new(Field::new("$e", DataType::Int64, false)));
+        let output = Arc::new(Schema::new(fields));
+        let stage = ExpandStage::new(vec![(vec![2], 1), (vec![1], 2), (vec![1, 2], 3)], output);
+        for n in [3usize, 10, 2, 70] {
+            let col = |m: i32| {
+                Arc::new(Int32Array::from_iter_values((0..n as i32).map(|i| i * m))) as ArrayRef
+            };
+            let batch = ChangeBatch {
+                op: None,
+                data: RecordBatch::try_new(Arc::clone(&input), vec![col(1), col(2), col(3)])
+                    .unwrap(),
+            };
+            let out = stage.map_batch(batch).unwrap();
+            assert_eq!(out.len(), 3);
+            for (b, (nulls, id)) in out
+                .iter()
+                .zip([(vec![2], 1i64), (vec![1], 2), (vec![1, 2], 3)])
+            {
+                assert_eq!(b.num_rows(), n);
+                for c in 0..3 {
+                    let a = b.data.column(c);
+                    assert_eq!(a.len(), n);
+                    if nulls.contains(&c) {
+                        assert_eq!(a.null_count(), n, "{n} rows, set {id}, column {c}");
+                    } else {
+                        let v = a.as_primitive::<Int32Type>();
+                        assert!((0..n).all(|i| v.value(i) == i as i32 * (c as i32 + 1)));
+                    }
+                }
+                let e = b.data.column(3).as_primitive::<Int64Type>();
+                assert!(e.iter().all(|v| v == Some(id)), "{n} rows, set {id}");
+            }
+        }
     }
 }
