@@ -311,6 +311,15 @@ impl DistinctAccumulator {
             ));
         }
         grow(&mut self.group_epoch, total_groups, 0);
+        // No row selected by any aggregate (a split's Expand hands every set's rows to every
+        // call, most of them filtered out whole): nothing to convert, intern or count.
+        if !filters.is_empty()
+            && filters
+                .iter()
+                .all(|f| f.is_some_and(|f| f.count_set_bits() == 0))
+        {
+            return Ok(());
+        }
         let n = groups.len();
         self.load_bits(arg)?;
         let bits = std::mem::take(&mut self.bits);
