@@ -117,8 +117,8 @@ options! {
         parse parse_positive, show show_value;
     /// `tally.optimizer.distinct-agg.split.auto` (default `false`): Tally decides split-distinct
     /// per aggregate from the skew of its keys on a sample of the source, and picks the bucket
-    /// count from the parallelism (`table.optimizer.distinct-agg.split.enabled` and
-    /// `.bucket-num` then have no effect).
+    /// count from the parallelism unless `table.optimizer.distinct-agg.split.bucket-num` is set
+    /// (`table.optimizer.distinct-agg.split.enabled` then has no effect).
     SPLIT_AUTO = "tally.optimizer.distinct-agg.split.auto" => split_auto: bool = false,
         parse parse_bool, show show_value;
     /// `table.optimizer.incremental-agg-enabled` (default `true`): with split-distinct and two
@@ -278,13 +278,11 @@ impl Config {
                 "'{PIPELINED}' = 'true' has no effect: '{MINI_BATCH_ENABLED}' is false, and without mini-batches rows are processed per record in input order (the ordered runtime)"
             ));
         }
-        for key in [SPLIT_ENABLED, SPLIT_BUCKET_NUM] {
-            if self.split_auto && self.is_set(key) {
-                out.push(format!(
-                    "'{key}' = '{}' has no effect: '{SPLIT_AUTO}' is true, so Tally decides split-distinct and its buckets",
-                    shown(key)
-                ));
-            }
+        if self.split_auto && self.is_set(SPLIT_ENABLED) {
+            out.push(format!(
+                "'{SPLIT_ENABLED}' = '{}' has no effect: '{SPLIT_AUTO}' is true, so Tally decides split-distinct",
+                shown(SPLIT_ENABLED)
+            ));
         }
         for key in [SPLIT_BUCKET_NUM, INCREMENTAL_AGG] {
             if !self.split_enabled && !self.split_auto && self.is_set(key) {

@@ -102,6 +102,9 @@ fn a_hot_key_splits_where_its_worker_would_be_overloaded() {
     );
     assert!(plan.contains("split into 7 buckets"), "{plan}");
     assert!(plan.contains("MOD(HASH_CODE(u), 7)"), "{plan}");
+    let settings = "SET 'table.optimizer.distinct-agg.split.bucket-num' = '7';";
+    let (_, err) = run(&["-e", &script(&path, 4, settings, QUERY)]);
+    assert!(!err.contains("has no effect"), "{err}");
 }
 
 #[test]
