@@ -92,6 +92,62 @@ impl BytesGroupValues {
         }
     }
 
+    /// Interns a column of plain strings without hashes from the caller: a row equal to the
+    /// row before it takes its group, and only the others are hashed (with the key hash, so
+    /// that the groups are those [`GroupValues::intern`] gives) and looked up. For a column
+    /// that is part of a larger key, whose row hashes cover the other columns too; sorted or
+    /// time-derived strings (a day) then cost a comparison per row. Returns `false` (and does
+    /// nothing) for a column that is not plain strings (a dictionary).
+    pub(super) fn intern_runs(
+        &mut self,
+        col: &ArrayRef,
+        groups: &mut Vec<u32>,
+    ) -> Result<bool, ArrowError> {
+        match col.data_type() {
+            DataType::Utf8 => {
+                let a = col.as_string::<i32>();
+                self.intern_by_runs(a.len(), a.nulls(), |i| a.value(i).as_bytes(), groups);
+            }
+            DataType::LargeUtf8 => {
+                let a = col.as_string::<i64>();
+                self.intern_by_runs(a.len(), a.nulls(), |i| a.value(i).as_bytes(), groups);
+            }
+            DataType::Utf8View => {
+                let a = col.as_string_view();
+                self.intern_by_runs(a.len(), a.nulls(), |i| a.value(i).as_bytes(), groups);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn intern_by_runs<'a>(
+        &mut self,
+        len: usize,
+        nulls: Option<&NullBuffer>,
+        value: impl Fn(usize) -> &'a [u8],
+        groups: &mut Vec<u32>,
+    ) {
+        let rs = crate::hash::random_state();
+        let nulls = nulls.filter(|n| n.null_count() > 0);
+        groups.clear();
+        groups.reserve(len);
+        // The previous row's value (None: NULL) and group.
+        let mut last: Option<(Option<&[u8]>, u32)> = None;
+        for i in 0..len {
+            let v = (!nulls.is_some_and(|n| n.is_null(i))).then(|| value(i));
+            let g = match last {
+                Some((lv, g)) if lv == v => g,
+                _ => match v {
+                    None => self.null_group(),
+                    Some(v) => self.intern_one(v, crate::hash::hash_bytes(&rs, v)),
+                },
+            };
+            last = Some((v, g));
+            groups.push(g);
+        }
+    }
+
     fn intern_dictionary<K: ArrowDictionaryKeyType>(
         &mut self,
         dict: &DictionaryArray<K>,

@@ -114,7 +114,8 @@ fn is_string(dt: &DataType) -> bool {
 /// Several key columns of fixed-width types (at most 64 bits each) and strings, whose values,
 /// string ids and NULL flags fit `W` 64-bit words together: each key is a `[u64; W]`, compared
 /// word by word, where arrow-row would encode and compare bytes. A string column's ids come from
-/// a [`BytesGroupValues`] of its own (hashing the column once more per batch).
+/// a [`BytesGroupValues`] of its own, which hashes a row's string only where it differs from
+/// the row before (a dictionary's values once each).
 #[derive(Debug)]
 pub struct PackedGroupValues<const W: usize> {
     types: Vec<DataType>,
@@ -159,12 +160,16 @@ impl<const W: usize> PackedGroupValues<W> {
     fn pack_column(&mut self, c: usize, col: &ArrayRef) -> Result<(), ArrowError> {
         match self.slots[c] {
             Slot::Str { at, table } => {
-                crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
-                self.strings[table].intern(
-                    std::slice::from_ref(col),
-                    &self.column_hashes,
-                    &mut self.ids,
-                )?;
+                // Plain strings by runs (hashing only where the value changes); a dictionary
+                // through its values' hashes, once per value.
+                if !self.strings[table].intern_runs(col, &mut self.ids)? {
+                    crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
+                    self.strings[table].intern(
+                        std::slice::from_ref(col),
+                        &self.column_hashes,
+                        &mut self.ids,
+                    )?;
+                }
                 for (p, &id) in self.packed.iter_mut().zip(&self.ids) {
                     p[at.word] |= u64::from(id) << at.shift;
                 }
