@@ -61,6 +61,11 @@ impl IncrementalAggregate {
         })
     }
 
+    /// The resolved FINAL aggregate.
+    pub fn plan(&self) -> &AggregatePlan {
+        self.global.plan()
+    }
+
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
     /// each becomes one delta row per FINAL key it touched, merged into the global phase.
     /// Returns the changes of the global phase's mini-batches that became due.

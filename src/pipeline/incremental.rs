@@ -17,14 +17,12 @@ use crate::runtime::Runtime;
 #[derive(Debug)]
 pub struct IncrementalStage {
     agg: IncrementalAggregate,
-    /// The input columns the FINAL reads.
-    reads: BTreeSet<usize>,
 }
 
 impl IncrementalStage {
-    /// Wraps `agg`, which reads the input columns `reads`.
-    pub fn new(agg: IncrementalAggregate, reads: BTreeSet<usize>) -> Self {
-        Self { agg, reads }
+    /// Wraps `agg`.
+    pub fn new(agg: IncrementalAggregate) -> Self {
+        Self { agg }
     }
 }
 
@@ -42,7 +40,7 @@ impl Stage for IncrementalStage {
     }
 
     fn columns_read(&self) -> Option<BTreeSet<usize>> {
-        Some(self.reads.clone())
+        Some(self.agg.plan().calc.columns_read())
     }
 
     fn keeps_state(&self) -> bool {

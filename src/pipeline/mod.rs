@@ -131,6 +131,23 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// One batch through per-batch `stages` ([`Stage::map_batch`]), in order: what comes out of the
+/// last.
+///
+/// # Errors
+/// The first stage error; a stage that is not per batch (a bug).
+pub fn map_through(stages: &[Box<dyn Stage>], batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    let mut current = vec![batch];
+    for stage in stages {
+        let mut next = Vec::with_capacity(current.len());
+        for b in current {
+            next.extend(stage.map_batch(b)?);
+        }
+        current = next;
+    }
+    Ok(current)
+}
+
 /// A [`ParallelAggregate`] as a stage: its input is the upstream's changes (the aggregate's
 /// plan names the data columns and whether they carry row kinds), its output the aggregate's
 /// changelog.
@@ -410,17 +427,7 @@ impl Pipeline {
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
         let (before, rest) = self.stages.split_at_mut(k);
         let before: &[Box<dyn Stage>] = before;
-        let pre = |b: ChangeBatch| -> Result<Vec<ChangeBatch>> {
-            let mut current = vec![b];
-            for stage in before {
-                let mut next = Vec::with_capacity(current.len());
-                for b in current {
-                    next.extend(stage.map_batch(b)?);
-                }
-                current = next;
-            }
-            Ok(current)
-        };
+        let pre = |b: ChangeBatch| map_through(before, b);
         let Some((aggregate, after)) = rest.split_first_mut() else {
             return Err(Error::internal("no aggregate stage"));
         };

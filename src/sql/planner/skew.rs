@@ -18,10 +18,14 @@ use super::context::{Built, Ctx};
 use crate::config::{SPLIT_AUTO, SPLIT_BUCKET_NUM};
 use crate::error::Result;
 use crate::operator::keyed::hash_keys;
+use crate::pipeline::map_through;
 use crate::plan::AggregatePlan;
 
-/// Source rows the decision reads.
+/// Source rows the decision reads at least (whole batches of [`SAMPLE_BATCH`] rows: 106,496).
 pub(super) const SAMPLE_ROWS: usize = 100_000;
+
+/// Rows per batch of the sample.
+const SAMPLE_BATCH: usize = 8192;
 
 /// Split when the hottest key's worker would do this many times a fair share.
 const LOAD_TO_SPLIT: f64 = 2.0;
@@ -89,18 +93,10 @@ pub(super) fn decide(
     )?;
     let mut counts: HashMap<u64, u64> = HashMap::new();
     let (mut rows, mut hashes) = (0usize, vec![]);
-    'read: for batch in built.table.open(8192)? {
+    'read: for batch in built.table.open(SAMPLE_BATCH)? {
         let batch = batch?;
         rows += batch.num_rows();
-        let mut current = vec![batch];
-        for stage in &built.stages {
-            let mut next = vec![];
-            for b in current {
-                next.extend(stage.map_batch(b)?);
-            }
-            current = next;
-        }
-        for b in current {
+        for b in map_through(&built.stages, batch)? {
             let cb = plan.calc.evaluate(&b)?;
             hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
             for &h in &hashes {

@@ -181,15 +181,11 @@ fn incremental(
     let Some(final_agg) = built.stages[n - 1].as_aggregate() else {
         return Ok(());
     };
-    let reads = final_agg.plan().calc.columns_read();
-    let stage = IncrementalStage::new(
-        IncrementalAggregate::try_new(
-            final_agg.shared_plan(),
-            final_agg.config().clone(),
-            Arc::clone(&ctx.clock),
-        )?,
-        reads,
-    );
+    let stage = IncrementalStage::new(IncrementalAggregate::try_new(
+        final_agg.shared_plan(),
+        final_agg.config().clone(),
+        Arc::clone(&ctx.clock),
+    )?);
     built.stages[n - 1] = Box::new(stage);
     // The nodes: ..., the PARTIAL's GlobalGroupAggregate, then the FINAL's Calc,
     // LocalGroupAggregate, Exchange and GlobalGroupAggregate.
