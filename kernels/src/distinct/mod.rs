@@ -10,13 +10,14 @@
 //!
 //! NULL values are skipped: every inner function ignores NULLs, so they cannot change a result.
 //!
-//! One table per argument holds an entry per live (group, value) pair: the value as 64 bits (a
-//! primitive value's own bits; for other types, strings say, the id the value was interned
-//! under once, [`crate::group_values`]), the group, its epoch and the counter (with several
-//! sharing aggregates, the index of their counters). A row of a primitive argument so costs one
-//! probe of one table, the entry holding everything it updates. A deleted group's entries are
-//! invalidated in O(1) by bumping the group's epoch; stale entries are reset when the same pair
-//! comes back.
+//! One table per argument ([`pairs`]) holds a 16-byte entry per live (group, value) pair: the
+//! value's 64 bits, the group's id in the table and a 32-bit counter (with several sharing
+//! aggregates, the index of their 64-bit counters; a counter that outgrows 32 bits moves to a
+//! side map). The 64 bits are a primitive value's own bits or, for other types (strings, say),
+//! the id the value was interned under once ([`crate::group_values`]). A row of a primitive
+//! argument so costs one probe of one table, whose entry holds everything the row updates. An
+//! emptied group's pairs are dropped in O(1) by giving the group a fresh id; the pairs left
+//! under old ids are purged once they are half the table.
 
 use std::sync::Arc;
 
@@ -25,45 +26,28 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, Int64Array};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
-use hashbrown::{HashMap, HashTable};
+use hashbrown::HashMap;
 
 use crate::accumulator::GroupsAccumulator;
-use crate::accumulator::{entry_lists, grow};
+use crate::accumulator::entry_lists;
 use crate::aggregates::{AggregateKind, new_accumulator};
 use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
 
 mod bits;
+mod pairs;
 
 use bits::{bits_type, from_bits, to_bits};
+use pairs::{Pair, PairTable, pair_hash};
 
-/// One live (group, value) pair.
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    /// The value's bits, or its interned id.
-    value: u64,
-    /// The counter of the only aggregate, or with several the index of their counters in
-    /// `DistinctAccumulator::counts`.
-    count: i64,
-    group: u32,
-    /// The group's epoch when the entry was last written; an older one means the group was
-    /// emptied since, and the counters are 0.
-    epoch: u32,
-}
+/// No group has this id: the top of the id space, below which fresh ids are counted down.
+const NO_ID: u32 = u32::MAX;
 
-/// The hash of a (group, value) pair: both mixed into 64 bits (the value bits of a primitive
-/// argument are not hashed beforehand).
-#[inline(always)]
-fn pair_hash(group: u32, value: u64) -> u64 {
-    let mut x = value.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ u64::from(group).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-    // murmur3's finalizer: every output bit depends on every input bit.
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
-}
+/// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
+const SPILLED: i32 = i32::MIN;
+
+/// Pairs under old ids are purged once they are at least this many (and half the table).
+const PURGE_MIN_STALE: usize = 4096;
 
 /// How the values of the argument become an entry's 64 bits.
 enum Values {
@@ -83,19 +67,31 @@ enum Values {
 pub struct DistinctAccumulator {
     arg_type: DataType,
     values: Values,
-    table: HashTable<Entry>,
-    /// With several aggregates, `counts[c * k + i]`: aggregate `i`'s counter of the entry
-    /// whose `count` is `c`.
+    table: PairTable,
+    /// Each group's id in the table: its own number until it is emptied, then a fresh id,
+    /// counted down from the top of the id space.
+    ids: Vec<u32>,
+    /// The group of each fresh id: `owners[i]` for id `NO_ID - 1 - i`.
+    owners: Vec<u32>,
+    /// The pairs each group holds under its current id.
+    pairs_of: Vec<u32>,
+    /// Pairs held under ids no longer current (of emptied groups), until purged.
+    stale: usize,
+    /// One aggregate's counters that do not fit 32 bits, by (id, value).
+    wide: HashMap<(u32, u64), i64>,
+    /// With several aggregates, `counts[c * k + i]`: aggregate `i`'s counter of the pair
+    /// whose entry's counter is `c`.
     counts: Vec<i64>,
     /// Free counter slots (several aggregates).
     free: Vec<u32>,
-    group_epoch: Vec<u32>,
     inners: Vec<Box<dyn GroupsAccumulator>>,
     /// Whether the order in which an inner aggregate sees the values can change its result (a
     /// sum of floating-point values).
     order_matters: bool,
     /// Scratch: the values of the batch at hand as entry bits.
     bits: Vec<u64>,
+    /// Scratch: the pair hash of each row of the batch at hand.
+    hashes: Vec<u64>,
 }
 
 impl std::fmt::Debug for DistinctAccumulator {
@@ -106,6 +102,11 @@ impl std::fmt::Debug for DistinctAccumulator {
             .field("inners", &self.inners)
             .finish()
     }
+}
+
+/// The group whose id is `id`: a fresh id's owner, or the group of that number.
+fn owner(owners: &[u32], id: u32) -> u32 {
+    owners.get((NO_ID - 1 - id) as usize).copied().unwrap_or(id)
 }
 
 impl DistinctAccumulator {
@@ -140,10 +141,14 @@ impl DistinctAccumulator {
         Ok(Self {
             arg_type: arg_type.clone(),
             values,
-            table: HashTable::with_capacity(64),
+            table: PairTable::default(),
+            ids: vec![],
+            owners: vec![],
+            pairs_of: vec![],
+            stale: 0,
+            wide: HashMap::new(),
             counts: vec![],
             free: vec![],
-            group_epoch: vec![],
             inners,
             order_matters: arg_type.is_floating()
                 && kinds.iter().any(|k| {
@@ -153,6 +158,7 @@ impl DistinctAccumulator {
                     )
                 }),
             bits: vec![],
+            hashes: vec![],
         })
     }
 
@@ -175,71 +181,127 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i`
-    /// it selects (None: not selected), creating the entry (or renewing a stale one) and
+    /// Makes room for groups `0..total`: each new group's id is its number.
+    fn grow_groups(&mut self, total: usize) -> Result<(), ArrowError> {
+        if total <= self.ids.len() {
+            return Ok(());
+        }
+        if total + self.owners.len() >= NO_ID as usize {
+            if total >= NO_ID as usize {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "DISTINCT over {total} groups: at most {} are supported",
+                    NO_ID - 1
+                )));
+            }
+            // The groups' numbers would reach the fresh ids.
+            self.purge();
+        }
+        let from = self.ids.len() as u32;
+        self.ids.extend(from..total as u32);
+        self.pairs_of.resize(total, 0);
+        Ok(())
+    }
+
+    /// The pair hashes of `values` in `groups`, into `self.hashes`.
+    fn load_hashes(&mut self, groups: &[u32], values: &[u64]) {
+        let ids = &self.ids;
+        self.hashes.clear();
+        self.hashes.extend(
+            groups
+                .iter()
+                .zip(values)
+                .map(|(&g, &v)| pair_hash(ids[g as usize], v)),
+        );
+    }
+
+    /// The group of a pair's `id` if the id is the group's current one (its pairs are live).
+    fn live_group(&self, id: u32) -> Option<u32> {
+        let g = owner(&self.owners, id);
+        (self.ids.get(g as usize) == Some(&id)).then_some(g)
+    }
+
+    /// The counter of one aggregate held in bucket `at` by the pair (id, value).
+    #[inline(always)]
+    fn count_at(&self, at: usize, id: u32, value: u64) -> i64 {
+        match self.table.get(at).count {
+            SPILLED => self.wide[&(id, value)],
+            c => i64::from(c),
+        }
+    }
+
+    /// Sets one aggregate's counter of the pair (id, value) in bucket `at`.
+    #[inline(always)]
+    fn set_count(&mut self, at: usize, id: u32, value: u64, count: i64) {
+        let slot = self.table.count_mut(at);
+        match i32::try_from(count) {
+            Ok(c) if c != SPILLED => {
+                if *slot == SPILLED {
+                    self.wide.remove(&(id, value));
+                }
+                *slot = c;
+            }
+            _ => {
+                *slot = SPILLED;
+                self.wide.insert((id, value), count);
+            }
+        }
+    }
+
+    /// The counter a listed pair holds: one aggregate's count, or with several the index of
+    /// their counters.
+    fn counter_of(&self, s: &Pair) -> i64 {
+        match (self.inners.len(), s.count) {
+            (1, SPILLED) => self.wide[&(s.id, s.value)],
+            (1, c) => i64::from(c),
+            (_, c) => i64::from(c as u32),
+        }
+    }
+
+    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)`, whose pair
+    /// hash is `hash`, for every `i` it selects (None: not selected), creating the pair and
     /// dropping it once every counter is 0; `seen(i, before, after)` hears of each change.
     #[inline(always)]
     fn add(
         &mut self,
         group: u32,
         value: u64,
+        hash: u64,
         delta: impl Fn(usize) -> Option<i64>,
         mut seen: impl FnMut(usize, i64, i64),
     ) {
         let k = self.inners.len();
-        let epoch = self.group_epoch[group as usize];
-        let h = pair_hash(group, value);
-        let eq = |e: &Entry| e.group == group && e.value == value;
-        let entry = match self.table.find_mut(h, eq) {
-            Some(e) => {
-                if e.epoch != epoch {
-                    e.epoch = epoch;
-                    if k == 1 {
-                        e.count = 0;
-                    } else {
-                        let c = e.count as usize;
+        let id = self.ids[group as usize];
+        let (pos, inserted) = self.table.find_or_insert(hash, id, value, 0);
+        if inserted {
+            self.pairs_of[group as usize] += 1;
+            if k > 1 {
+                let c = match self.free.pop() {
+                    Some(c) => {
+                        let c = c as usize;
                         self.counts[c * k..(c + 1) * k].fill(0);
+                        c
                     }
-                }
-                e
-            }
-            None => {
-                let count = if k == 1 {
-                    0
-                } else {
-                    let c = match self.free.pop() {
-                        Some(c) => {
-                            let c = c as usize;
-                            self.counts[c * k..(c + 1) * k].fill(0);
-                            c
-                        }
-                        None => {
-                            self.counts.extend(std::iter::repeat_n(0, k));
-                            self.counts.len() / k - 1
-                        }
-                    };
-                    c as i64
+                    None => {
+                        self.counts.extend(std::iter::repeat_n(0, k));
+                        self.counts.len() / k - 1
+                    }
                 };
-                let entry = Entry {
-                    value,
-                    count,
-                    group,
-                    epoch,
-                };
-                self.table
-                    .insert_unique(h, entry, |e| pair_hash(e.group, e.value))
-                    .into_mut()
+                *self.table.count_mut(pos) = c as u32 as i32;
             }
-        };
+        }
         let empty = if k == 1 {
-            if let Some(d) = delta(0) {
-                let before = entry.count;
-                entry.count += d;
-                seen(0, before, entry.count);
+            let before = self.count_at(pos, id, value);
+            match delta(0) {
+                Some(d) => {
+                    let after = before + d;
+                    self.set_count(pos, id, value, after);
+                    seen(0, before, after);
+                    after == 0
+                }
+                None => before == 0,
             }
-            entry.count == 0
         } else {
-            let c = entry.count as usize;
+            let c = self.table.get(pos).count as u32 as usize;
             let counters = &mut self.counts[c * k..(c + 1) * k];
             for (i, counter) in counters.iter_mut().enumerate() {
                 if let Some(d) = delta(i) {
@@ -248,20 +310,45 @@ impl DistinctAccumulator {
                     seen(i, before, *counter);
                 }
             }
-            counters.iter().all(|&n| n == 0)
+            let empty = counters.iter().all(|&n| n == 0);
+            if empty {
+                self.free.push(c as u32);
+            }
+            empty
         };
         if empty {
-            if k > 1 {
-                self.free.push(entry.count as u32);
-            }
-            if let Ok(e) = self.table.find_entry(h, eq) {
-                e.remove();
-            }
+            self.table.remove_at(pos);
+            self.pairs_of[group as usize] -= 1;
         }
     }
 
-    /// The (group, value) entries held (live ones, and stale ones of emptied groups until
-    /// they are reused or compacted away).
+    /// Keeps only the pairs under current ids, and gives every group its own number as id
+    /// again (no fresh ids left).
+    fn purge(&mut self) {
+        let (ids, owners) = (&self.ids, &self.owners);
+        let mut old_wide = std::mem::take(&mut self.wide);
+        let wide = &mut self.wide;
+        self.table.rebuild(|p| {
+            let g = owner(owners, p.id);
+            if ids.get(g as usize) != Some(&p.id) {
+                return None;
+            }
+            if p.count == SPILLED
+                && let Some(c) = old_wide.remove(&(p.id, p.value))
+            {
+                wide.insert((g, p.value), c);
+            }
+            Some(Pair { id: g, ..p })
+        });
+        for (g, id) in self.ids.iter_mut().enumerate() {
+            *id = g as u32;
+        }
+        self.owners.clear();
+        self.stale = 0;
+    }
+
+    /// The (group, value) pairs held: live ones, and those of emptied groups until they are
+    /// purged.
     pub fn entries(&self) -> usize {
         self.table.len()
     }
@@ -310,7 +397,7 @@ impl DistinctAccumulator {
                 "filter and group ids differ in length".into(),
             ));
         }
-        grow(&mut self.group_epoch, total_groups, 0);
+        self.grow_groups(total_groups)?;
         // No row selected by any aggregate (a split's Expand hands every set's rows to every
         // call, most of them filtered out whole): nothing to convert, intern or count.
         if !filters.is_empty()
@@ -323,6 +410,8 @@ impl DistinctAccumulator {
         let n = groups.len();
         self.load_bits(arg)?;
         let bits = std::mem::take(&mut self.bits);
+        self.load_hashes(groups, &bits);
+        let hashes = std::mem::take(&mut self.hashes);
         let nulls = arg.logical_nulls();
         let mut flips: Vec<BooleanBufferBuilder> = (0..k)
             .map(|_| {
@@ -344,6 +433,7 @@ impl DistinctAccumulator {
             self.add(
                 g,
                 bits[r],
+                hashes[r],
                 |i| selected(i).then_some(delta),
                 |i, before, after| {
                     if (delta > 0 && before == 0 && after == 1)
@@ -356,6 +446,7 @@ impl DistinctAccumulator {
             );
         }
         self.bits = bits;
+        self.hashes = hashes;
         let arg_slice = std::slice::from_ref(arg);
         for (i, mut flip) in flips.into_iter().enumerate() {
             if !any_flip[i] {
@@ -412,10 +503,12 @@ impl DistinctAccumulator {
             let len = (offsets[i + 1] - offsets[i]) as usize;
             flat_groups.extend(std::iter::repeat_n(g, len));
         }
-        grow(&mut self.group_epoch, total_groups, 0);
+        self.grow_groups(total_groups)?;
         let m = flat_groups.len();
         self.load_bits(&values)?;
         let bits = std::mem::take(&mut self.bits);
+        self.load_hashes(&flat_groups, &bits);
+        let hashes = std::mem::take(&mut self.hashes);
         let mk = || {
             let mut b = BooleanBufferBuilder::new(m);
             b.append_n(m, false);
@@ -427,6 +520,7 @@ impl DistinctAccumulator {
             self.add(
                 g,
                 bits[r],
+                hashes[r],
                 |i| Some(counters[i].value(start + r)),
                 |i, before, after| {
                     if before <= 0 && after > 0 {
@@ -438,6 +532,7 @@ impl DistinctAccumulator {
             );
         }
         self.bits = bits;
+        self.hashes = hashes;
         let arg_slice = std::slice::from_ref(&values);
         for i in 0..k {
             let gain = gains[i].finish();
@@ -494,15 +589,11 @@ impl DistinctAccumulator {
         for (i, &g) in groups.iter().enumerate() {
             slot.entry(g).or_insert(i);
         }
-        let mut per_slot: Vec<Vec<(u64, usize)>> = vec![vec![]; groups.len()];
-        let mut found: Vec<Entry> = vec![];
-        for e in &self.table {
-            if self.group_epoch.get(e.group as usize) != Some(&e.epoch) {
-                continue;
-            }
-            if let Some(&s) = slot.get(&e.group) {
-                per_slot[s].push((e.value, found.len()));
-                found.push(*e);
+        // Each requested group's (value, counter) pairs.
+        let mut per_slot: Vec<Vec<(u64, i64)>> = vec![vec![]; groups.len()];
+        for e in self.table.iter() {
+            if let Some(&s) = self.live_group(e.id).and_then(|g| slot.get(&g)) {
+                per_slot[s].push((e.value, self.counter_of(e)));
             }
         }
         let mut offsets = vec![0i32];
@@ -514,14 +605,13 @@ impl DistinctAccumulator {
             if s == i {
                 per_slot[s].sort_unstable();
             }
-            for &(value, at) in &per_slot[s] {
+            for &(value, c) in &per_slot[s] {
                 bits.push(value);
-                let e = &found[at];
                 for (j, col) in cols.iter_mut().enumerate() {
                     col.push(if k == 1 {
-                        e.count
+                        c
                     } else {
-                        self.counts[e.count as usize * k + j]
+                        self.counts[c as usize * k + j]
                     });
                 }
             }
@@ -536,12 +626,10 @@ impl DistinctAccumulator {
     /// result (a floating-point sum), so that the outcome does not depend on the table's history.
     fn state_of_first(&self, n: usize) -> Result<ArrayRef, ArrowError> {
         let k = self.inners.len();
-        let live = |e: &&Entry| {
-            (e.group as usize) < n && self.group_epoch.get(e.group as usize) == Some(&e.epoch)
-        };
+        let live = |e: &Pair| self.live_group(e.id).filter(|&g| (g as usize) < n);
         let mut offsets = vec![0i32; n + 1];
-        for e in self.table.iter().filter(live) {
-            offsets[e.group as usize + 1] += 1;
+        for g in self.table.iter().filter_map(live) {
+            offsets[g as usize + 1] += 1;
         }
         for g in 0..n {
             offsets[g + 1] += offsets[g];
@@ -549,10 +637,12 @@ impl DistinctAccumulator {
         let total = offsets[n] as usize;
         let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
-        for e in self.table.iter().filter(live) {
-            let at = &mut next[e.group as usize];
-            placed[*at] = (e.value, e.count);
-            *at += 1;
+        for e in self.table.iter() {
+            if let Some(g) = live(e) {
+                let at = &mut next[g as usize];
+                placed[*at] = (e.value, self.counter_of(e));
+                *at += 1;
+            }
         }
         if self.order_matters {
             for g in 0..n {
@@ -606,6 +696,13 @@ impl DistinctAccumulator {
         self.table.clear();
         self.counts.clear();
         self.free.clear();
+        self.wide.clear();
+        for (g, id) in self.ids.iter_mut().enumerate() {
+            *id = g as u32;
+        }
+        self.owners.clear();
+        self.pairs_of.fill(0);
+        self.stale = 0;
         if let Values::Interned { table, .. } = &mut self.values {
             table.clear();
         }
@@ -615,20 +712,33 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Empties `groups`: their entries become stale and the inner aggregates reset.
+    /// Empties `groups`: each one holding pairs takes a fresh id (its pairs under the old one
+    /// are left for a purge) and the inner aggregates reset.
     pub fn reset(&mut self, groups: &[u32]) {
         for &g in groups {
-            if let Some(e) = self.group_epoch.get_mut(g as usize) {
-                *e = e.wrapping_add(1);
+            let g = g as usize;
+            if self.pairs_of.get(g).is_none_or(|&n| n == 0) {
+                continue;
             }
+            if self.ids.len() + self.owners.len() + 1 >= NO_ID as usize {
+                self.purge();
+            }
+            self.stale += self.pairs_of[g] as usize;
+            self.pairs_of[g] = 0;
+            self.ids[g] = NO_ID - 1 - self.owners.len() as u32;
+            self.owners.push(g as u32);
+        }
+        if self.stale >= PURGE_MIN_STALE && self.stale * 2 >= self.table.len() {
+            self.purge();
         }
         for a in &mut self.inners {
             a.reset(groups);
         }
     }
 
-    /// Bytes held, from capacity: the table (an entry and its control byte per bucket), the
-    /// counters of several aggregates, the interned values, the inner aggregates.
+    /// Bytes held, from capacity: the table (17 bytes a bucket), each group's id and pair count,
+    /// the counters of several aggregates and those past 32 bits, the interned values, the
+    /// inner aggregates, the scratch.
     pub fn size(&self) -> usize {
         let values = match &self.values {
             Values::Bits => 0,
@@ -638,11 +748,12 @@ impl DistinctAccumulator {
                 vids,
             } => table.size() + hashes.capacity() * 8 + vids.capacity() * 4,
         };
-        self.table.capacity() * (std::mem::size_of::<Entry>() + 1)
+        self.table.bytes()
+            + (self.ids.capacity() + self.owners.capacity() + self.pairs_of.capacity()) * 4
+            + self.wide.capacity() * (std::mem::size_of::<((u32, u64), i64)>() + 1)
             + self.counts.capacity() * 8
             + self.free.capacity() * 4
-            + self.group_epoch.capacity() * 4
-            + self.bits.capacity() * 8
+            + (self.bits.capacity() + self.hashes.capacity()) * 8
             + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }
@@ -659,6 +770,132 @@ mod tests {
         let entries = lists.value(0);
         let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
         Arc::clone(entries.column(0))
+    }
+
+    /// The counters of group `g` in a state, by value.
+    fn counters(state: &ArrayRef, g: usize) -> Vec<(i64, i64)> {
+        let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
+        let entries = lists.value(g);
+        let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
+        let values = entries.column(0).as_primitive::<Int64Type>();
+        let counts = entries.column(1).as_primitive::<Int64Type>();
+        let mut out: Vec<(i64, i64)> = values
+            .values()
+            .iter()
+            .copied()
+            .zip(counts.values().iter().copied())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// A counter past 32 bits moves to the side map and back, and survives a purge.
+    #[test]
+    fn counters_past_32_bits_are_exact() {
+        let mut acc =
+            DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], true).unwrap();
+        let one = |acc: &DistinctAccumulator, g: u32, value: u64, count: i64| {
+            acc.lists(&[value], vec![vec![count]], vec![0, 1])
+                .map(|s| (s, g))
+        };
+        let merge = |acc: &mut DistinctAccumulator, g: u32, value: u64, count: i64| {
+            let (state, g) = one(acc, g, value, count).unwrap();
+            acc.merge(&state, &[g], 3).unwrap();
+        };
+        let count_of = |acc: &DistinctAccumulator, g: u32| {
+            acc.evaluate(&[g]).unwrap()[0]
+                .as_primitive::<Int64Type>()
+                .value(0)
+        };
+        merge(&mut acc, 0, 7, 3_000_000_000);
+        merge(&mut acc, 0, 7, 1_000_000_000);
+        assert_eq!(
+            counters(&acc.state(&[0]).unwrap(), 0),
+            vec![(7, 4_000_000_000)]
+        );
+        assert_eq!(count_of(&acc, 0), 1);
+        // Many pairs of other groups emptied: a purge renumbers, the wide counter stays.
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..20_000));
+        acc.apply(&values, &vec![1; 20_000], &[None], 3, 1).unwrap();
+        acc.reset(&[1]);
+        assert!(acc.entries() < 100, "purged: {} pairs left", acc.entries());
+        assert_eq!(
+            counters(&acc.state(&[0, 1]).unwrap(), 0),
+            vec![(7, 4_000_000_000)]
+        );
+        merge(&mut acc, 0, 7, -3_999_999_999);
+        assert_eq!(counters(&acc.state(&[0]).unwrap(), 0), vec![(7, 1)]);
+        assert!(acc.wide.is_empty());
+        assert_eq!(count_of(&acc, 0), 1);
+        merge(&mut acc, 0, 7, -1);
+        assert_eq!(count_of(&acc, 0), 0);
+        assert_eq!(acc.entries(), 0);
+        // Below the 32-bit range too.
+        merge(&mut acc, 2, 9, -5_000_000_000);
+        assert_eq!(
+            counters(&acc.state(&[2]).unwrap(), 0),
+            vec![(9, -5_000_000_000)]
+        );
+    }
+
+    /// Groups emptied and filled again, round after round: each round's values only, and the
+    /// pairs of emptied groups purged so that the table does not grow with the rounds.
+    #[test]
+    fn emptied_groups_start_afresh_and_their_pairs_are_purged() {
+        let mut acc =
+            DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], true).unwrap();
+        let groups = 50u32;
+        let mut most = 0;
+        // The first round each group holds values of.
+        let mut first = vec![0i64; groups as usize];
+        for round in 0..40i64 {
+            // Group g holds values round*1000 + 0..(100 + g), some twice.
+            let mut gids = vec![];
+            let mut vals = vec![];
+            for g in 0..groups {
+                for v in 0..(100 + i64::from(g)) {
+                    gids.push(g);
+                    vals.push(round * 1000 + v);
+                    if v % 7 == 0 {
+                        gids.push(g);
+                        vals.push(round * 1000 + v);
+                    }
+                }
+            }
+            let arr: ArrayRef = Arc::new(Int64Array::from(vals));
+            acc.apply(&arr, &gids, &[None], groups as usize, 1).unwrap();
+            let all: Vec<u32> = (0..groups).collect();
+            let counts = acc.evaluate(&all).unwrap();
+            let counts = counts[0].as_primitive::<Int64Type>();
+            for (g, &from) in first.iter().enumerate() {
+                let rounds = round - from + 1;
+                assert_eq!(counts.value(g), rounds * (100 + g as i64), "round {round}");
+            }
+            let state = acc.state(&all).unwrap();
+            for g in [0, 17, 49] {
+                let listed = counters(&state, g);
+                assert_eq!(
+                    listed.len() as i64,
+                    (round - first[g] + 1) * (100 + g as i64)
+                );
+                assert_eq!(listed[0], (first[g] * 1000, 2));
+                assert_eq!(listed[1], (first[g] * 1000 + 1, 1));
+            }
+            most = most.max(acc.entries());
+            // Odd groups emptied now, even ones every other round.
+            let emptied: Vec<u32> = (0..groups)
+                .filter(|g| g % 2 == 1 || round % 2 == 0)
+                .collect();
+            acc.reset(&emptied);
+            for &g in &emptied {
+                first[g as usize] = round + 1;
+            }
+        }
+        let live = (0..groups as usize).map(|g| 100 + g).sum::<usize>();
+        assert!(
+            most <= 2 * live + PURGE_MIN_STALE,
+            "{most} pairs held at most"
+        );
     }
 
     /// A local phase's flush (groups `0..n`) lists a floating-point SUM's values by their bits
