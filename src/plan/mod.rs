@@ -22,6 +22,7 @@ use crate::changelog::{ChangeBatch, OP_COLUMN, op_codes, op_type_supported};
 use crate::error::{Error, Result};
 
 mod columns;
+mod dictionary_eq;
 
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
 
@@ -546,7 +547,11 @@ impl Calc {
             .filters
             .iter()
             .map(|p| {
-                let a = eval(p)?;
+                let fast = dictionary_eq::eval_dictionary_eq(p, batch)?;
+                let a: ArrayRef = match fast {
+                    Some(b) => Arc::new(b),
+                    None => eval(p)?,
+                };
                 let b = a.as_boolean_opt().ok_or_else(|| {
                     Error::internal(format!("filter evaluated to {}", a.data_type()))
                 })?;
