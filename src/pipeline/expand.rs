@@ -127,7 +127,11 @@ mod tests {
             Field::new("$f2", DataType::Int32, true),
         ]));
         let mut fields = input.fields().to_vec();
-        fields.push(Arc::new(Field::new("$e", DataType::Int64, false)));
+        fields.push(Arc::new(Field::new(
+            crate::plan::SET_ID_COLUMN,
+            DataType::Int64,
+            false,
+        )));
         let output = Arc::new(Schema::new(fields));
         let stage = ExpandStage::new(vec![(vec![2], 1), (vec![1], 2), (vec![1, 2], 3)], output);
         for n in [3usize, 10, 2, 70] {

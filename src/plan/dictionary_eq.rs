@@ -150,9 +150,17 @@ mod tests {
         let keys = Int32Array::from(vec![0, 1]);
         let dict: ArrayRef =
             Arc::new(DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values)).unwrap());
-        assert!(eval_dictionary_eq(&eq_expr("a", true), &batch(dict)).unwrap().is_none());
+        assert!(
+            eval_dictionary_eq(&eq_expr("a", true), &batch(dict))
+                .unwrap()
+                .is_none()
+        );
         // Plain strings.
         let plain: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
-        assert!(eval_dictionary_eq(&eq_expr("a", true), &batch(plain)).unwrap().is_none());
+        assert!(
+            eval_dictionary_eq(&eq_expr("a", true), &batch(plain))
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -23,8 +23,10 @@ use crate::error::{Error, Result};
 
 mod columns;
 mod dictionary_eq;
+mod fold;
 
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
+pub(crate) use fold::SET_ID_COLUMN;
 
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
@@ -543,10 +545,27 @@ impl Calc {
         };
         let keys = self.keys.iter().map(eval).collect::<Result<Vec<_>>>()?;
         let args = self.args.iter().map(eval).collect::<Result<Vec<_>>>()?;
+        // A split's set batch: its id folded into the filters (`fold`).
+        let set_id = fold::constant_set_id(batch);
         let filters = self
             .filters
             .iter()
             .map(|p| {
+                let folded;
+                let p = match set_id {
+                    Some((c, v)) => {
+                        folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
+                        if let Some(all) = fold::constant_filter(&folded) {
+                            return Ok(if all {
+                                BooleanBuffer::new_set(n)
+                            } else {
+                                BooleanBuffer::new_unset(n)
+                            });
+                        }
+                        &folded
+                    }
+                    None => p,
+                };
                 let fast = dictionary_eq::eval_dictionary_eq(p, batch)?;
                 let a: ArrayRef = match fast {
                     Some(b) => Arc::new(b),

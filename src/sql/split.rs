@@ -260,7 +260,12 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         None => Arc::clone(&pre_schema),
         Some(_) => {
             let e = DFSchema::from_unqualified_fields(
-                vec![Field::new("$e", DataType::Int64, false)].into(),
+                vec![Field::new(
+                    crate::plan::SET_ID_COLUMN,
+                    DataType::Int64,
+                    false,
+                )]
+                .into(),
                 Default::default(),
             )
             .map_err(df)?;
@@ -275,7 +280,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     for (i, c) in calls.iter().enumerate() {
         let mut filter = c.filter.clone();
         if expand.is_some() {
-            let g = col("$e").eq(lit(set_id(c.bucket)));
+            let g = col(crate::plan::SET_ID_COLUMN).eq(lit(set_id(c.bucket)));
             filter = Some(match filter {
                 Some(f) => f.and(g),
                 None => g,

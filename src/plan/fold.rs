@@ -1,0 +1,173 @@
+//! FILTER expressions folded over a column that holds one value in a batch.
+//!
+//! Split-distinct hands the PARTIAL aggregate one batch per group set of its Expand, each with
+//! the set's id in every row of `$e`, and each partial call's FILTER ends in `AND $e = id`
+//! (Flink's shape). Evaluated as written, every call compares `$e` row by row, ANDs and tests
+//! for TRUE on every set's rows, although on a set's batch the comparison is one constant: the
+//! filters of the other sets are FALSE throughout and those of the set reduce to the user's
+//! condition. Folding `$e` to its value first evaluates exactly that.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, Int64Type, Schema};
+use datafusion_common::ScalarValue;
+use datafusion_expr::Operator;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::expressions::{BinaryExpr, Column, Literal};
+
+use crate::error::Result;
+
+/// The column whose constant value is folded into the filters: the Expand's set id.
+pub(crate) const SET_ID_COLUMN: &str = "$e";
+
+/// The index and value of the [`SET_ID_COLUMN`] of `batch` when it is an Int64 column holding
+/// one non-NULL value in every row.
+pub(crate) fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
+    let c = batch.schema().index_of(SET_ID_COLUMN).ok()?;
+    let a = batch.column(c);
+    if a.data_type() != &DataType::Int64 || a.is_empty() || a.null_count() > 0 {
+        return None;
+    }
+    let values = a.as_primitive::<Int64Type>().values();
+    let v = values[0];
+    values.iter().all(|&x| x == v).then_some((c, v))
+}
+
+/// `expr` with column `column` replaced by `value`, and every comparison of two literals, and
+/// every AND with a TRUE or FALSE literal, that this makes constant folded.
+///
+/// # Errors
+/// When a comparison of two literals fails to evaluate.
+pub(crate) fn fold_column(
+    expr: &Arc<dyn PhysicalExpr>,
+    column: usize,
+    value: &ScalarValue,
+) -> Result<Arc<dyn PhysicalExpr>> {
+    if let Some(c) = expr.downcast_ref::<Column>() {
+        return Ok(if c.index() == column {
+            Arc::new(Literal::new(value.clone()))
+        } else {
+            Arc::clone(expr)
+        });
+    }
+    let Some(b) = expr.downcast_ref::<BinaryExpr>() else {
+        // Anything else stays as it is: its columns are evaluated as they come.
+        return Ok(Arc::clone(expr));
+    };
+    let l = fold_column(b.left(), column, value)?;
+    let r = fold_column(b.right(), column, value)?;
+    let boolean = |e: &Arc<dyn PhysicalExpr>| match e.downcast_ref::<Literal>()?.value() {
+        ScalarValue::Boolean(Some(v)) => Some(*v),
+        _ => None,
+    };
+    if *b.op() == Operator::And {
+        match (boolean(&l), boolean(&r)) {
+            (Some(false), _) | (_, Some(false)) => return Ok(literal(false)),
+            (Some(true), _) => return Ok(r),
+            (_, Some(true)) => return Ok(l),
+            _ => {}
+        }
+    }
+    let constant = l.downcast_ref::<Literal>().is_some() && r.downcast_ref::<Literal>().is_some();
+    let folded: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(l, *b.op(), r));
+    if constant {
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let v = folded.evaluate(&one_row)?.into_array(1)?;
+        return Ok(Arc::new(Literal::new(ScalarValue::try_from_array(&v, 0)?)));
+    }
+    Ok(folded)
+}
+
+fn literal(v: bool) -> Arc<dyn PhysicalExpr> {
+    Arc::new(Literal::new(ScalarValue::Boolean(Some(v))))
+}
+
+/// The value of `expr` when it is a boolean literal (NULL: None, as a FILTER takes it: no row).
+pub(crate) fn constant_filter(expr: &Arc<dyn PhysicalExpr>) -> Option<bool> {
+    match expr.downcast_ref::<Literal>()?.value() {
+        ScalarValue::Boolean(v) => Some(v.unwrap_or(false)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, BooleanArray, Int64Array};
+    use arrow::datatypes::Field;
+
+    fn col(name: &str, i: usize) -> Arc<dyn PhysicalExpr> {
+        Arc::new(Column::new(name, i))
+    }
+    fn int(v: i64) -> Arc<dyn PhysicalExpr> {
+        Arc::new(Literal::new(ScalarValue::Int64(Some(v))))
+    }
+    fn bin(
+        l: Arc<dyn PhysicalExpr>,
+        op: Operator,
+        r: Arc<dyn PhysicalExpr>,
+    ) -> Arc<dyn PhysicalExpr> {
+        Arc::new(BinaryExpr::new(l, op, r))
+    }
+    /// `(cond AND $e = id) IS TRUE`, as the physical planner writes IS TRUE.
+    fn partial_filter(cond: Option<Arc<dyn PhysicalExpr>>, id: i64) -> Arc<dyn PhysicalExpr> {
+        let g = bin(col("$e", 1), Operator::Eq, int(id));
+        let f = match cond {
+            Some(c) => bin(c, Operator::And, g),
+            None => g,
+        };
+        bin(f, Operator::IsNotDistinctFrom, literal(true))
+    }
+
+    /// Folded on a batch whose `$e` is constant, each filter selects what it selects as written.
+    #[test]
+    fn folded_filters_select_what_they_select_as_written() {
+        let flag: ArrayRef = Arc::new(BooleanArray::from(vec![
+            Some(true),
+            Some(false),
+            None,
+            Some(true),
+        ]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("f", DataType::Boolean, true),
+            Field::new("$e", DataType::Int64, false),
+        ]));
+        for set in [1i64, 2, 3] {
+            let e: ArrayRef = Arc::new(Int64Array::from(vec![set; 4]));
+            let batch =
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::clone(&flag), e]).unwrap();
+            assert_eq!(constant_set_id(&batch), Some((1, set)));
+            for id in [1i64, 2, 3] {
+                for cond in [None, Some(col("f", 0))] {
+                    let written = partial_filter(cond.clone(), id);
+                    let folded = fold_column(&written, 1, &ScalarValue::Int64(Some(set))).unwrap();
+                    let selected = |e: &Arc<dyn PhysicalExpr>| -> Vec<bool> {
+                        let a = e.evaluate(&batch).unwrap().into_array(4).unwrap();
+                        a.as_boolean().iter().map(|v| v == Some(true)).collect()
+                    };
+                    let want = selected(&written);
+                    match constant_filter(&folded) {
+                        Some(v) => assert_eq!(want, vec![v; 4], "set {set} id {id} {cond:?}"),
+                        None => assert_eq!(selected(&folded), want, "set {set} id {id} {cond:?}"),
+                    }
+                    // The other sets' filters fold away, and so does the set's own `$e = id`.
+                    if id != set || cond.is_none() {
+                        assert!(
+                            constant_filter(&folded).is_some(),
+                            "set {set} id {id}: {folded}"
+                        );
+                    }
+                }
+            }
+        }
+        // `$e` not constant: nothing to fold.
+        let e: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 1, 1]));
+        let batch = RecordBatch::try_new(schema, vec![flag, e]).unwrap();
+        assert_eq!(constant_set_id(&batch), None);
+    }
+}
