@@ -323,29 +323,19 @@ impl DistinctAccumulator {
             }
             return;
         }
-        // Several: their counters are a row of `counts`, each in 32 bits unless spilled.
-        let p = *self.table.get(pos);
-        let row = p.count as u32 as usize * k;
         let mut empty = true;
         for i in 0..k {
-            let narrow = self.counts[row + i];
-            let mut after = match narrow {
-                SPILLED => self.counter(&p, i),
-                c => i64::from(c),
-            };
+            let mut after = self.counter(self.table.get(pos), i);
             if let Some(d) = delta(i) {
                 let before = after;
                 after += d;
-                match i32::try_from(after) {
-                    Ok(c) if narrow != SPILLED && c != SPILLED => self.counts[row + i] = c,
-                    _ => self.set_counter(pos, i, after),
-                }
+                self.set_counter(pos, i, after);
                 seen(i, before, after);
             }
             empty &= after == 0;
         }
         if empty {
-            self.free.push(p.count as u32);
+            self.free.push(self.table.get(pos).count as u32);
         }
         if empty {
             self.table.remove_at(pos);
