@@ -43,7 +43,7 @@ use pairs::{Pair, PairTable, pair_hash};
 /// No group has this id: the top of the id space, below which fresh ids are counted down.
 const NO_ID: u32 = u32::MAX;
 
-/// A 32-bit counter whose value lives in `DistinctAccumulator::wide`.
+/// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
 const SPILLED: i32 = i32::MIN;
 
 /// Pairs under old ids are purged once they are at least this many (and half the table).
@@ -77,11 +77,11 @@ pub struct DistinctAccumulator {
     pairs_of: Vec<u32>,
     /// Pairs held under ids no longer current (of emptied groups), until purged.
     stale: usize,
-    /// The counters that do not fit 32 bits, by (id, value, aggregate).
-    wide: HashMap<(u32, u64, u32), i64>,
+    /// One aggregate's counters that do not fit 32 bits, by (id, value).
+    wide: HashMap<(u32, u64), i64>,
     /// With several aggregates, `counts[c * k + i]`: aggregate `i`'s counter of the pair
     /// whose entry's counter is `c`.
-    counts: Vec<i32>,
+    counts: Vec<i64>,
     /// Free counter slots (several aggregates).
     free: Vec<u32>,
     inners: Vec<Box<dyn GroupsAccumulator>>,
@@ -220,46 +220,40 @@ impl DistinctAccumulator {
         (self.ids.get(g as usize) == Some(&id)).then_some(g)
     }
 
-    /// Where aggregate `i`'s 32-bit counter of the pair `p` is: the pair's own counter (one
-    /// aggregate) or one of its row in `counts`.
+    /// The counter of one aggregate held in bucket `at` by the pair (id, value).
     #[inline(always)]
-    fn narrow(&self, p: &Pair, i: usize) -> i32 {
-        match self.inners.len() {
-            1 => p.count,
-            k => self.counts[p.count as u32 as usize * k + i],
-        }
-    }
-
-    /// Aggregate `i`'s counter of the pair `p`.
-    #[inline(always)]
-    fn counter(&self, p: &Pair, i: usize) -> i64 {
-        match self.narrow(p, i) {
-            SPILLED => self.wide[&(p.id, p.value, i as u32)],
+    fn count_at(&self, at: usize, id: u32, value: u64) -> i64 {
+        match self.table.get(at).count {
+            SPILLED => self.wide[&(id, value)],
             c => i64::from(c),
         }
     }
 
-    /// Sets aggregate `i`'s counter of the pair in bucket `at`.
+    /// Sets one aggregate's counter of the pair (id, value) in bucket `at`.
     #[inline(always)]
-    fn set_counter(&mut self, at: usize, i: usize, count: i64) {
-        let p = *self.table.get(at);
-        let k = self.inners.len();
-        let slot = match k {
-            1 => self.table.count_mut(at),
-            _ => &mut self.counts[p.count as u32 as usize * k + i],
-        };
-        let key = (p.id, p.value, i as u32);
+    fn set_count(&mut self, at: usize, id: u32, value: u64, count: i64) {
+        let slot = self.table.count_mut(at);
         match i32::try_from(count) {
             Ok(c) if c != SPILLED => {
                 if *slot == SPILLED {
-                    self.wide.remove(&key);
+                    self.wide.remove(&(id, value));
                 }
                 *slot = c;
             }
             _ => {
                 *slot = SPILLED;
-                self.wide.insert(key, count);
+                self.wide.insert((id, value), count);
             }
+        }
+    }
+
+    /// The counter a listed pair holds: one aggregate's count, or with several the index of
+    /// their counters.
+    fn counter_of(&self, s: &Pair) -> i64 {
+        match (self.inners.len(), s.count) {
+            (1, SPILLED) => self.wide[&(s.id, s.value)],
+            (1, c) => i64::from(c),
+            (_, c) => i64::from(c as u32),
         }
     }
 
@@ -276,9 +270,8 @@ impl DistinctAccumulator {
         mut seen: impl FnMut(usize, i64, i64),
     ) {
         let k = self.inners.len();
-        let (pos, inserted) = self
-            .table
-            .find_or_insert(hash, self.ids[group as usize], value, 0);
+        let id = self.ids[group as usize];
+        let (pos, inserted) = self.table.find_or_insert(hash, id, value, 0);
         if inserted {
             self.pairs_of[group as usize] += 1;
             if k > 1 {
@@ -296,47 +289,33 @@ impl DistinctAccumulator {
                 *self.table.count_mut(pos) = c as u32 as i32;
             }
         }
-        if k == 1 {
-            // One aggregate: its counter is the pair's own, in 32 bits unless spilled.
-            let narrow = self.table.get(pos).count;
-            let before = match narrow {
-                SPILLED => self.counter(self.table.get(pos), 0),
-                c => i64::from(c),
-            };
-            let after = match delta(0) {
+        let empty = if k == 1 {
+            let before = self.count_at(pos, id, value);
+            match delta(0) {
                 Some(d) => {
                     let after = before + d;
-                    match i32::try_from(after) {
-                        Ok(c) if narrow != SPILLED && c != SPILLED => {
-                            *self.table.count_mut(pos) = c;
-                        }
-                        _ => self.set_counter(pos, 0, after),
-                    }
+                    self.set_count(pos, id, value, after);
                     seen(0, before, after);
-                    after
+                    after == 0
                 }
-                None => before,
-            };
-            if after == 0 {
-                self.table.remove_at(pos);
-                self.pairs_of[group as usize] -= 1;
+                None => before == 0,
             }
-            return;
-        }
-        let mut empty = true;
-        for i in 0..k {
-            let mut after = self.counter(self.table.get(pos), i);
-            if let Some(d) = delta(i) {
-                let before = after;
-                after += d;
-                self.set_counter(pos, i, after);
-                seen(i, before, after);
+        } else {
+            let c = self.table.get(pos).count as u32 as usize;
+            let counters = &mut self.counts[c * k..(c + 1) * k];
+            for (i, counter) in counters.iter_mut().enumerate() {
+                if let Some(d) = delta(i) {
+                    let before = *counter;
+                    *counter += d;
+                    seen(i, before, *counter);
+                }
             }
-            empty &= after == 0;
-        }
-        if empty {
-            self.free.push(self.table.get(pos).count as u32);
-        }
+            let empty = counters.iter().all(|&n| n == 0);
+            if empty {
+                self.free.push(c as u32);
+            }
+            empty
+        };
         if empty {
             self.table.remove_at(pos);
             self.pairs_of[group as usize] -= 1;
@@ -347,7 +326,6 @@ impl DistinctAccumulator {
     /// again (no fresh ids left).
     fn purge(&mut self) {
         let (ids, owners) = (&self.ids, &self.owners);
-        let k = self.inners.len() as u32;
         let mut old_wide = std::mem::take(&mut self.wide);
         let wide = &mut self.wide;
         self.table.rebuild(|p| {
@@ -355,10 +333,10 @@ impl DistinctAccumulator {
             if ids.get(g as usize) != Some(&p.id) {
                 return None;
             }
-            for i in 0..k {
-                if let Some(c) = old_wide.remove(&(p.id, p.value, i)) {
-                    wide.insert((g, p.value, i), c);
-                }
+            if p.count == SPILLED
+                && let Some(c) = old_wide.remove(&(p.id, p.value))
+            {
+                wide.insert((g, p.value), c);
             }
             Some(Pair { id: g, ..p })
         });
@@ -611,11 +589,11 @@ impl DistinctAccumulator {
         for (i, &g) in groups.iter().enumerate() {
             slot.entry(g).or_insert(i);
         }
-        // Each requested group's pairs.
-        let mut per_slot: Vec<Vec<Pair>> = vec![vec![]; groups.len()];
+        // Each requested group's (value, counter) pairs.
+        let mut per_slot: Vec<Vec<(u64, i64)>> = vec![vec![]; groups.len()];
         for e in self.table.iter() {
             if let Some(&s) = self.live_group(e.id).and_then(|g| slot.get(&g)) {
-                per_slot[s].push(*e);
+                per_slot[s].push((e.value, self.counter_of(e)));
             }
         }
         let mut offsets = vec![0i32];
@@ -625,12 +603,16 @@ impl DistinctAccumulator {
             // A group asked for twice repeats its entries.
             let s = slot[&g];
             if s == i {
-                per_slot[s].sort_unstable_by_key(|p| p.value);
+                per_slot[s].sort_unstable();
             }
-            for p in &per_slot[s] {
-                bits.push(p.value);
+            for &(value, c) in &per_slot[s] {
+                bits.push(value);
                 for (j, col) in cols.iter_mut().enumerate() {
-                    col.push(self.counter(p, j));
+                    col.push(if k == 1 {
+                        c
+                    } else {
+                        self.counts[c as usize * k + j]
+                    });
                 }
             }
             offsets.push(bits.len() as i32);
@@ -653,31 +635,34 @@ impl DistinctAccumulator {
             offsets[g + 1] += offsets[g];
         }
         let total = offsets[n] as usize;
-        let mut placed: Vec<Pair> = vec![
-            Pair {
-                value: 0,
-                id: 0,
-                count: 0
-            };
-            total
-        ];
+        let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
         for e in self.table.iter() {
             if let Some(g) = live(e) {
                 let at = &mut next[g as usize];
-                placed[*at] = *e;
+                placed[*at] = (e.value, self.counter_of(e));
                 *at += 1;
             }
         }
         if self.order_matters {
             for g in 0..n {
-                placed[offsets[g] as usize..offsets[g + 1] as usize]
-                    .sort_unstable_by_key(|p| p.value);
+                placed[offsets[g] as usize..offsets[g + 1] as usize].sort_unstable();
             }
         }
-        let bits: Vec<u64> = placed.iter().map(|p| p.value).collect();
+        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
         let cols: Vec<Vec<i64>> = (0..k)
-            .map(|j| placed.iter().map(|p| self.counter(p, j)).collect())
+            .map(|j| {
+                placed
+                    .iter()
+                    .map(|&(_, c)| {
+                        if k == 1 {
+                            c
+                        } else {
+                            self.counts[c as usize * k + j]
+                        }
+                    })
+                    .collect()
+            })
             .collect();
         self.lists(&bits, cols, offsets)
     }
@@ -765,8 +750,8 @@ impl DistinctAccumulator {
         };
         self.table.bytes()
             + (self.ids.capacity() + self.owners.capacity() + self.pairs_of.capacity()) * 4
-            + self.wide.capacity() * (std::mem::size_of::<((u32, u64, u32), i64)>() + 1)
-            + self.counts.capacity() * 4
+            + self.wide.capacity() * (std::mem::size_of::<((u32, u64), i64)>() + 1)
+            + self.counts.capacity() * 8
             + self.free.capacity() * 4
             + (self.bits.capacity() + self.hashes.capacity()) * 8
             + values
@@ -851,35 +836,6 @@ mod tests {
             counters(&acc.state(&[2]).unwrap(), 0),
             vec![(9, -5_000_000_000)]
         );
-
-        // Several aggregates: each counter on its own.
-        let kinds = [AggregateKind::Count, AggregateKind::Sum];
-        let mut acc = DistinctAccumulator::try_new(&DataType::Int64, &kinds, true).unwrap();
-        let merge2 = |acc: &mut DistinctAccumulator, value: u64, c0: i64, c1: i64| {
-            let state = acc
-                .lists(&[value], vec![vec![c0], vec![c1]], vec![0, 1])
-                .unwrap();
-            acc.merge(&state, &[0], 1).unwrap();
-        };
-        let listed = |acc: &DistinctAccumulator| -> (i64, i64) {
-            let state = acc.state(&[0]).unwrap();
-            let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
-            let entries = lists.value(0);
-            let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
-            let c0 = entries.column(1).as_primitive::<Int64Type>().value(0);
-            let c1 = entries.column(2).as_primitive::<Int64Type>().value(0);
-            (c0, c1)
-        };
-        merge2(&mut acc, 5, 3_000_000_000, 2);
-        assert_eq!(listed(&acc), (3_000_000_000, 2));
-        merge2(&mut acc, 5, 0, -5_000_000_002);
-        assert_eq!(listed(&acc), (3_000_000_000, -5_000_000_000));
-        let results = acc.evaluate(&[0]).unwrap();
-        assert_eq!(results[0].as_primitive::<Int64Type>().value(0), 1);
-        assert!(results[1].is_null(0), "SUM lost its only value");
-        merge2(&mut acc, 5, -3_000_000_000, 5_000_000_000);
-        assert_eq!(acc.entries(), 0);
-        assert!(acc.wide.is_empty());
     }
 
     /// Groups emptied and filled again, round after round: each round's values only, and the
