@@ -90,8 +90,6 @@ pub struct DistinctAccumulator {
     order_matters: bool,
     /// Scratch: the values of the batch at hand as entry bits.
     bits: Vec<u64>,
-    /// Scratch: the pair hash of each row of the batch at hand.
-    hashes: Vec<u64>,
 }
 
 impl std::fmt::Debug for DistinctAccumulator {
@@ -158,7 +156,6 @@ impl DistinctAccumulator {
                     )
                 }),
             bits: vec![],
-            hashes: vec![],
         })
     }
 
@@ -200,18 +197,6 @@ impl DistinctAccumulator {
         self.ids.extend(from..total as u32);
         self.pairs_of.resize(total, 0);
         Ok(())
-    }
-
-    /// The pair hashes of `values` in `groups`, into `self.hashes`.
-    fn load_hashes(&mut self, groups: &[u32], values: &[u64]) {
-        let ids = &self.ids;
-        self.hashes.clear();
-        self.hashes.extend(
-            groups
-                .iter()
-                .zip(values)
-                .map(|(&g, &v)| pair_hash(ids[g as usize], v)),
-        );
     }
 
     /// The group of a pair's `id` if the id is the group's current one (its pairs are live).
@@ -257,21 +242,21 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)`, whose pair
-    /// hash is `hash`, for every `i` it selects (None: not selected), creating the pair and
+    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i` it selects (None: not selected), creating the pair and
     /// dropping it once every counter is 0; `seen(i, before, after)` hears of each change.
     #[inline(always)]
     fn add(
         &mut self,
         group: u32,
         value: u64,
-        hash: u64,
         delta: impl Fn(usize) -> Option<i64>,
         mut seen: impl FnMut(usize, i64, i64),
     ) {
         let k = self.inners.len();
         let id = self.ids[group as usize];
-        let (pos, inserted) = self.table.find_or_insert(hash, id, value, 0);
+        let (pos, inserted) = self
+            .table
+            .find_or_insert(pair_hash(id, value), id, value, 0);
         if inserted {
             self.pairs_of[group as usize] += 1;
             if k > 1 {
@@ -410,8 +395,6 @@ impl DistinctAccumulator {
         let n = groups.len();
         self.load_bits(arg)?;
         let bits = std::mem::take(&mut self.bits);
-        self.load_hashes(groups, &bits);
-        let hashes = std::mem::take(&mut self.hashes);
         let nulls = arg.logical_nulls();
         let mut flips: Vec<BooleanBufferBuilder> = (0..k)
             .map(|_| {
@@ -433,7 +416,6 @@ impl DistinctAccumulator {
             self.add(
                 g,
                 bits[r],
-                hashes[r],
                 |i| selected(i).then_some(delta),
                 |i, before, after| {
                     if (delta > 0 && before == 0 && after == 1)
@@ -446,7 +428,6 @@ impl DistinctAccumulator {
             );
         }
         self.bits = bits;
-        self.hashes = hashes;
         let arg_slice = std::slice::from_ref(arg);
         for (i, mut flip) in flips.into_iter().enumerate() {
             if !any_flip[i] {
@@ -507,8 +488,6 @@ impl DistinctAccumulator {
         let m = flat_groups.len();
         self.load_bits(&values)?;
         let bits = std::mem::take(&mut self.bits);
-        self.load_hashes(&flat_groups, &bits);
-        let hashes = std::mem::take(&mut self.hashes);
         let mk = || {
             let mut b = BooleanBufferBuilder::new(m);
             b.append_n(m, false);
@@ -520,7 +499,6 @@ impl DistinctAccumulator {
             self.add(
                 g,
                 bits[r],
-                hashes[r],
                 |i| Some(counters[i].value(start + r)),
                 |i, before, after| {
                     if before <= 0 && after > 0 {
@@ -532,7 +510,6 @@ impl DistinctAccumulator {
             );
         }
         self.bits = bits;
-        self.hashes = hashes;
         let arg_slice = std::slice::from_ref(&values);
         for i in 0..k {
             let gain = gains[i].finish();
@@ -753,7 +730,7 @@ impl DistinctAccumulator {
             + self.wide.capacity() * (std::mem::size_of::<((u32, u64), i64)>() + 1)
             + self.counts.capacity() * 8
             + self.free.capacity() * 4
-            + (self.bits.capacity() + self.hashes.capacity()) * 8
+            + self.bits.capacity() * 8
             + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }

@@ -71,11 +71,13 @@ impl PairTable {
     pub fn find_or_insert(&mut self, hash: u64, id: u32, value: u64, count: i32) -> (usize, bool) {
         match self
             .table
-            .entry(hash, |p| p.id == id && p.value == value, rehash)
+            .find_bucket_index(hash, |p| p.id == id && p.value == value)
         {
-            hashbrown::hash_table::Entry::Occupied(e) => (e.bucket_index(), false),
-            hashbrown::hash_table::Entry::Vacant(e) => {
-                (e.insert(Pair { value, id, count }).bucket_index(), true)
+            Some(at) => (at, false),
+            None => {
+                let pair = Pair { value, id, count };
+                let at = self.table.insert_unique(hash, pair, rehash).bucket_index();
+                (at, true)
             }
         }
     }
