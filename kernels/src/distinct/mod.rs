@@ -242,8 +242,9 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i` it selects (None: not selected), creating the pair and
-    /// dropping it once every counter is 0; `seen(i, before, after)` hears of each change.
+    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i`
+    /// it selects (None: not selected), creating the pair and dropping it once every counter
+    /// is 0; `seen(i, before, after)` hears of each change.
     #[inline(always)]
     fn add(
         &mut self,
