@@ -36,8 +36,11 @@ pub struct LocalGroupAggregate {
     schema: SchemaRef,
     hashes: Vec<u64>,
     gids: Vec<u32>,
-    /// Per group: the input rows it received since the last flush.
+    /// Per group: the input rows it received since the last flush, kept only once a row
+    /// retracted (until then they are `count1`, which counts the same rows).
     group_rows: Vec<u64>,
+    /// Whether a retracting row was folded since the last flush.
+    retracted: bool,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -67,6 +70,7 @@ impl LocalGroupAggregate {
             hashes: vec![],
             gids: vec![],
             group_rows: vec![],
+            retracted: false,
         })
     }
 
@@ -118,9 +122,16 @@ impl LocalGroupAggregate {
         intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)?;
         let total = self.groups.len();
         self.count1.resize(total, 0);
-        self.group_rows.resize(total, 0);
         match &cb.retract {
             Some(retract) if retract.count_set_bits() > 0 => {
+                if !self.retracted {
+                    // Until now every row accumulated: each group's rows are its count.
+                    self.group_rows.clear();
+                    self.group_rows
+                        .extend(self.count1.iter().map(|&c| c as u64));
+                    self.retracted = true;
+                }
+                self.group_rows.resize(total, 0);
                 for (r, &g) in self.gids.iter().enumerate() {
                     self.count1[g as usize] += if retract.value(r) { -1 } else { 1 };
                     self.group_rows[g as usize] += 1;
@@ -132,7 +143,12 @@ impl LocalGroupAggregate {
             _ => {
                 for &g in &self.gids {
                     self.count1[g as usize] += 1;
-                    self.group_rows[g as usize] += 1;
+                }
+                if self.retracted {
+                    self.group_rows.resize(total, 0);
+                    for &g in &self.gids {
+                        self.group_rows[g as usize] += 1;
+                    }
                 }
                 self.state.apply(cb, &self.gids, None, None, total)?;
             }
@@ -170,6 +186,11 @@ impl LocalGroupAggregate {
         let ids: Vec<u32> = (0..n as u32).collect();
         let mut cols: Vec<ArrayRef> = self.groups.keys(&ids)?;
         cols.extend(self.state.state(&ids)?);
+        let rows = if std::mem::take(&mut self.retracted) {
+            std::mem::take(&mut self.group_rows)
+        } else {
+            self.count1.iter().map(|&c| c as u64).collect()
+        };
         cols.push(Arc::new(Int64Array::from(std::mem::take(&mut self.count1))));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
@@ -180,7 +201,57 @@ impl LocalGroupAggregate {
         Ok(Some(Flushed {
             batch,
             hashes,
-            rows: std::mem::take(&mut self.group_rows),
+            rows,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_expr::col;
+
+    /// The input rows each flushed key folded: every row, accumulating or retracting, before
+    /// and after the first retraction of a mini-batch and in the next one.
+    #[test]
+    fn a_flush_counts_each_keys_rows() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("op", DataType::Utf8, false),
+        ]));
+        let plan = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k")],
+            &[crate::aggregates::count_star()],
+            None,
+        )
+        .unwrap();
+        let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
+        let batch = |keys: Vec<i64>, ops: Vec<&str>| {
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(StringArray::from(ops)),
+            ];
+            RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+        };
+        let rows_of = |f: Flushed| -> Vec<u64> { f.rows };
+        local
+            .push(&batch(vec![1, 2, 1], vec!["+I", "+I", "+I"]))
+            .unwrap();
+        local.push(&batch(vec![1, 3], vec!["-D", "+I"])).unwrap();
+        local.push(&batch(vec![2, 3], vec!["+I", "+I"])).unwrap();
+        // Keys in first-seen order: 1, 2, 3.
+        assert_eq!(
+            rows_of(local.flush_parts().unwrap().unwrap()),
+            vec![3, 2, 2]
+        );
+        local
+            .push(&batch(vec![3, 3, 2], vec!["+I", "+I", "+I"]))
+            .unwrap();
+        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![2, 1]);
+        local.push(&batch(vec![2], vec!["-D"])).unwrap();
+        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![1]);
     }
 }
