@@ -1,0 +1,150 @@
+//! The state of a DISTINCT argument as a column: one list of `{value, count0, …}` entries per
+//! group, what a local phase flushes, a snapshot holds and [`DistinctAccumulator::merge`] reads.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array};
+use arrow_schema::{ArrowError, DataType, Field, Fields};
+use hashbrown::HashMap;
+
+use super::bits::from_bits;
+use super::pairs::Pair;
+use super::{DistinctAccumulator, Values};
+use crate::accumulator::entry_lists;
+
+impl DistinctAccumulator {
+    fn entry_fields(&self) -> Fields {
+        let mut fields = vec![Field::new("value", self.arg_type.clone(), false)];
+        for i in 0..self.inners.len() {
+            fields.push(Field::new(format!("count{i}"), DataType::Int64, false));
+        }
+        Fields::from(fields)
+    }
+
+    /// The type of [`Self::state`]: a list of `{value, count0, …}` entries per group.
+    pub fn state_type(&self) -> DataType {
+        DataType::List(Arc::new(Field::new_struct(
+            "item",
+            self.entry_fields(),
+            false,
+        )))
+    }
+
+    /// The distinct map of each of `groups` (one list of entries per group), in the order of
+    /// the values' bits (primitives) or ids (others), so that it does not depend on the table's
+    /// history; for groups `0..n` in order (a local phase's flush) only where the order can
+    /// change a result (a floating-point sum), in the table's order otherwise.
+    ///
+    /// # Errors
+    /// When the state cannot be built.
+    pub fn state(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
+        if groups.iter().enumerate().all(|(i, &g)| g as usize == i) {
+            return self.state_of_first(groups.len());
+        }
+        let k = self.inners.len();
+        // Position of each requested group in the output.
+        let mut slot: HashMap<u32, usize> = HashMap::with_capacity(groups.len());
+        for (i, &g) in groups.iter().enumerate() {
+            slot.entry(g).or_insert(i);
+        }
+        // Each requested group's (value, counter) pairs.
+        let mut per_slot: Vec<Vec<(u64, i64)>> = vec![vec![]; groups.len()];
+        for e in self.table.iter() {
+            if let Some(&s) = self.live_group(e.id).and_then(|g| slot.get(&g)) {
+                per_slot[s].push((e.value, self.counter_of(e)));
+            }
+        }
+        let mut offsets = vec![0i32];
+        let mut bits = vec![];
+        let mut cols: Vec<Vec<i64>> = vec![vec![]; k];
+        for (i, &g) in groups.iter().enumerate() {
+            // A group asked for twice repeats its entries.
+            let s = slot[&g];
+            if s == i {
+                per_slot[s].sort_unstable();
+            }
+            for &(value, c) in &per_slot[s] {
+                bits.push(value);
+                for (j, col) in cols.iter_mut().enumerate() {
+                    col.push(if k == 1 {
+                        c
+                    } else {
+                        self.counts[c as usize * k + j]
+                    });
+                }
+            }
+            offsets.push(bits.len() as i32);
+        }
+        self.lists(&bits, cols, offsets)
+    }
+
+    /// [`Self::state`] of groups `0..n` in order (a local phase's flush): the live entries
+    /// placed by group in one counting pass, without a map or a list per group, and sorted by
+    /// value (as [`Self::state`] orders them) only where the order of the values can change a
+    /// result (a floating-point sum), so that the outcome does not depend on the table's history.
+    fn state_of_first(&self, n: usize) -> Result<ArrayRef, ArrowError> {
+        let k = self.inners.len();
+        let live = |e: &Pair| self.live_group(e.id).filter(|&g| (g as usize) < n);
+        let mut offsets = vec![0i32; n + 1];
+        for g in self.table.iter().filter_map(live) {
+            offsets[g as usize + 1] += 1;
+        }
+        for g in 0..n {
+            offsets[g + 1] += offsets[g];
+        }
+        let total = offsets[n] as usize;
+        let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
+        let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
+        for e in self.table.iter() {
+            if let Some(g) = live(e) {
+                let at = &mut next[g as usize];
+                placed[*at] = (e.value, self.counter_of(e));
+                *at += 1;
+            }
+        }
+        if self.order_matters {
+            for g in 0..n {
+                placed[offsets[g] as usize..offsets[g + 1] as usize].sort_unstable();
+            }
+        }
+        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
+        let cols: Vec<Vec<i64>> = (0..k)
+            .map(|j| {
+                placed
+                    .iter()
+                    .map(|&(_, c)| {
+                        if k == 1 {
+                            c
+                        } else {
+                            self.counts[c as usize * k + j]
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        self.lists(&bits, cols, offsets)
+    }
+
+    /// The list column of entries: values from their `bits`, the counters `cols`, cut by
+    /// `offsets`.
+    pub(super) fn lists(
+        &self,
+        bits: &[u64],
+        cols: Vec<Vec<i64>>,
+        offsets: Vec<i32>,
+    ) -> Result<ArrayRef, ArrowError> {
+        let values = match &self.values {
+            Values::Bits => from_bits(bits, &self.arg_type)?,
+            Values::Interned { table, .. } => {
+                let vids: Vec<u32> = bits.iter().map(|&b| b as u32).collect();
+                table.keys(&vids)?.remove(0)
+            }
+        };
+        let mut columns: Vec<ArrayRef> = vec![values];
+        columns.extend(
+            cols.into_iter()
+                .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),
+        );
+        entry_lists(self.entry_fields(), columns, offsets)
+    }
+}

@@ -1,0 +1,171 @@
+use super::*;
+use arrow_array::{Float64Array, Int64Array, ListArray, StructArray};
+
+/// The values of group 0's list in a state.
+fn listed(state: &ArrayRef) -> ArrayRef {
+    let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
+    let entries = lists.value(0);
+    let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
+    Arc::clone(entries.column(0))
+}
+
+/// The counters of group `g` in a state, by value.
+fn counters(state: &ArrayRef, g: usize) -> Vec<(i64, i64)> {
+    let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
+    let entries = lists.value(g);
+    let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
+    let values = entries.column(0).as_primitive::<Int64Type>();
+    let counts = entries.column(1).as_primitive::<Int64Type>();
+    let mut out: Vec<(i64, i64)> = values
+        .values()
+        .iter()
+        .copied()
+        .zip(counts.values().iter().copied())
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// A counter past 32 bits moves to the side map and back, and survives a purge.
+#[test]
+fn counters_past_32_bits_are_exact() {
+    let mut acc =
+        DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], true).unwrap();
+    let one = |acc: &DistinctAccumulator, g: u32, value: u64, count: i64| {
+        acc.lists(&[value], vec![vec![count]], vec![0, 1])
+            .map(|s| (s, g))
+    };
+    let merge = |acc: &mut DistinctAccumulator, g: u32, value: u64, count: i64| {
+        let (state, g) = one(acc, g, value, count).unwrap();
+        acc.merge(&state, &[g], 3).unwrap();
+    };
+    let count_of = |acc: &DistinctAccumulator, g: u32| {
+        acc.evaluate(&[g]).unwrap()[0]
+            .as_primitive::<Int64Type>()
+            .value(0)
+    };
+    merge(&mut acc, 0, 7, 3_000_000_000);
+    merge(&mut acc, 0, 7, 1_000_000_000);
+    assert_eq!(
+        counters(&acc.state(&[0]).unwrap(), 0),
+        vec![(7, 4_000_000_000)]
+    );
+    assert_eq!(count_of(&acc, 0), 1);
+    // Many pairs of other groups emptied: a purge renumbers, the wide counter stays.
+    let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..20_000));
+    acc.apply(&values, &vec![1; 20_000], &[None], 3, 1).unwrap();
+    acc.reset(&[1]);
+    assert!(acc.entries() < 100, "purged: {} pairs left", acc.entries());
+    assert_eq!(
+        counters(&acc.state(&[0, 1]).unwrap(), 0),
+        vec![(7, 4_000_000_000)]
+    );
+    merge(&mut acc, 0, 7, -3_999_999_999);
+    assert_eq!(counters(&acc.state(&[0]).unwrap(), 0), vec![(7, 1)]);
+    assert!(acc.wide.is_empty());
+    assert_eq!(count_of(&acc, 0), 1);
+    merge(&mut acc, 0, 7, -1);
+    assert_eq!(count_of(&acc, 0), 0);
+    assert_eq!(acc.entries(), 0);
+    // Below the 32-bit range too.
+    merge(&mut acc, 2, 9, -5_000_000_000);
+    assert_eq!(
+        counters(&acc.state(&[2]).unwrap(), 0),
+        vec![(9, -5_000_000_000)]
+    );
+}
+
+/// Groups emptied and filled again, round after round: each round's values only, and the
+/// pairs of emptied groups purged so that the table does not grow with the rounds.
+#[test]
+fn emptied_groups_start_afresh_and_their_pairs_are_purged() {
+    let mut acc =
+        DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], true).unwrap();
+    let groups = 50u32;
+    let mut most = 0;
+    // The first round each group holds values of.
+    let mut first = vec![0i64; groups as usize];
+    for round in 0..40i64 {
+        // Group g holds values round*1000 + 0..(100 + g), some twice.
+        let mut gids = vec![];
+        let mut vals = vec![];
+        for g in 0..groups {
+            for v in 0..(100 + i64::from(g)) {
+                gids.push(g);
+                vals.push(round * 1000 + v);
+                if v % 7 == 0 {
+                    gids.push(g);
+                    vals.push(round * 1000 + v);
+                }
+            }
+        }
+        let arr: ArrayRef = Arc::new(Int64Array::from(vals));
+        acc.apply(&arr, &gids, &[None], groups as usize, 1).unwrap();
+        let all: Vec<u32> = (0..groups).collect();
+        let counts = acc.evaluate(&all).unwrap();
+        let counts = counts[0].as_primitive::<Int64Type>();
+        for (g, &from) in first.iter().enumerate() {
+            let rounds = round - from + 1;
+            assert_eq!(counts.value(g), rounds * (100 + g as i64), "round {round}");
+        }
+        let state = acc.state(&all).unwrap();
+        for g in [0, 17, 49] {
+            let listed = counters(&state, g);
+            assert_eq!(
+                listed.len() as i64,
+                (round - first[g] + 1) * (100 + g as i64)
+            );
+            assert_eq!(listed[0], (first[g] * 1000, 2));
+            assert_eq!(listed[1], (first[g] * 1000 + 1, 1));
+        }
+        most = most.max(acc.entries());
+        // Odd groups emptied now, even ones every other round.
+        let emptied: Vec<u32> = (0..groups)
+            .filter(|g| g % 2 == 1 || round % 2 == 0)
+            .collect();
+        acc.reset(&emptied);
+        for &g in &emptied {
+            first[g as usize] = round + 1;
+        }
+    }
+    let live = (0..groups as usize).map(|g| 100 + g).sum::<usize>();
+    assert!(
+        most <= 2 * live + PURGE_MIN_STALE,
+        "{most} pairs held at most"
+    );
+}
+
+/// A local phase's flush (groups `0..n`) lists a floating-point SUM's values by their bits
+/// whatever order they came in, so that the merge adds them in one order; a COUNT's values
+/// come in the table's order, the same set.
+#[test]
+fn a_flush_orders_values_where_the_order_can_change_a_sum() {
+    // `before` values first, then cleared (the table keeps its grown capacity, so its
+    // order differs from a fresh table's), then `arg`.
+    let state_after = |kind: AggregateKind, before: usize, arg: ArrayRef| {
+        let mut acc = DistinctAccumulator::try_new(arg.data_type(), &[kind], true).unwrap();
+        let filler = arrow_cast::cast(
+            &(Arc::new(Int64Array::from_iter_values(0..before as i64)) as ArrayRef),
+            arg.data_type(),
+        )
+        .unwrap();
+        acc.apply(&filler, &vec![0; before], &[None], 1, 1).unwrap();
+        acc.clear(1);
+        acc.apply(&arg, &vec![0; arg.len()], &[None], 1, 1).unwrap();
+        listed(&acc.state(&[0]).unwrap())
+    };
+    let floats = |v: Vec<f64>| Arc::new(Float64Array::from(v)) as ArrayRef;
+    let values: Vec<f64> = (0..40).map(|i| f64::from(i) * 1.5e15 - 7.0).collect();
+    let mut reversed = values.clone();
+    reversed.reverse();
+    let a = state_after(AggregateKind::Sum, 0, floats(values.clone()));
+    let b = state_after(AggregateKind::Sum, 5000, floats(reversed));
+    assert_eq!(&a, &b);
+    let ints = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+    let mut a: Vec<i64> = state_after(AggregateKind::Count, 5000, ints((0..100).collect()))
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    a.sort_unstable();
+    assert_eq!(a, (0..100).collect::<Vec<i64>>());
+}
