@@ -15,13 +15,17 @@
 //!
 //! Every source task fires its own mini-batches: after `table.exec.mini-batch.size` of its rows
 //! (Flink counts the size per task), or when the latency interval passes. The end of its `e`-th
-//! mini-batch is *epoch* `e`: it sends each worker one message holding its part of the epoch
-//! (its routed rows and flushed accumulator rows). A worker aligns the epochs: it takes epoch `e`
-//! from every source still running, in source order, merges it and fires, and sends its changes
-//! to the caller, who takes each epoch from the workers in worker order. Channels are bounded
-//! ([`CHANNEL_DEPTH`] messages): a slow worker holds its sources back (backpressure), and memory
-//! stays bounded. No step waits for all workers except the alignment of an epoch at each worker,
-//! so sources run ahead of the keyed tasks by up to the channels' depth.
+//! mini-batch is *epoch* `e`: each worker gets the source's part of the epoch (its routed rows
+//! and flushed accumulator rows). A worker aligns the epochs: it takes epoch `e` from every
+//! source still running, in source order, merges it and fires, and hands its changes to the
+//! caller, who takes each epoch from the workers in worker order. Epochs travel in runs (an
+//! [`Aligner`] takes them apart): a source sends each worker, in one message, the parts of the
+//! epochs that one input batch ended (a batch of 65,536 rows ends 13 mini-batches of 5,000), and
+//! a worker sends the caller the changes of the epochs it fired before it would wait, so a task
+//! wakes once per run rather than once per mini-batch. Channels are bounded ([`CHANNEL_DEPTH`]
+//! messages): a slow worker holds its sources back (backpressure), and memory stays bounded. No
+//! step waits for all workers except the alignment of an epoch at each worker, so sources run
+//! ahead of the keyed tasks by up to the channels' depth.
 //!
 //! # Determinism
 //!
@@ -49,8 +53,9 @@
 //! output (a full one); an [`Activity`](crate::runtime::Activity) counts how many tasks are busy at each moment, which
 //! gives the share of the run in which at most one was (the serial fraction).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
@@ -66,11 +71,10 @@ mod tasks;
 
 use tasks::{EpochPart, Source, SourceReport, WorkerOutput, keyed_task};
 
-/// Messages (epochs) a channel holds before its sender waits (backpressure). A decoded batch
-/// fires several mini-batches at once (65,536 rows make 13 of 5,000), so sources that take turns
-/// on a core run that many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
-/// "CHANNEL_DEPTH"). Memory: at most this many messages per source-worker pair, each a
-/// worker's share of one mini-batch.
+/// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
+/// that take turns on a core run many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
+/// "CHANNEL_DEPTH", measured when a message held one epoch). Memory: at most this many messages
+/// per source-worker pair, each a worker's share of the mini-batches one input batch ended.
 pub const CHANNEL_DEPTH: usize = 64;
 
 /// One split of the input: change batches in order.
@@ -220,8 +224,8 @@ impl ParallelAggregate {
         let (plan, clock) = (&*self.plan, &*self.clock);
         let two_phase = self.two_phase;
         // Channels: source s → worker w, and worker w → the caller.
-        let mut to_workers: Vec<Vec<Receiver<EpochPart>>> = (0..p).map(|_| vec![]).collect();
-        let mut from_sources: Vec<Vec<SyncSender<EpochPart>>> = vec![];
+        let mut to_workers: Vec<Vec<Receiver<Vec<EpochPart>>>> = (0..p).map(|_| vec![]).collect();
+        let mut from_sources: Vec<Vec<SyncSender<Vec<EpochPart>>>> = vec![];
         for _ in 0..sources {
             let mut senders = Vec::with_capacity(p);
             for rx in to_workers.iter_mut() {
@@ -255,6 +259,7 @@ impl ParallelAggregate {
                     trigger: Trigger::new(size, latency),
                     clock,
                     senders,
+                    pending: (0..p).map(|_| vec![]).collect(),
                     key_groups,
                     activity,
                     stop,
@@ -370,28 +375,67 @@ impl ParallelAggregate {
     }
 }
 
-/// The alignment of an epoch: the next message of every channel still open, in channel order
-/// (a channel whose sender finished is closed and left out from then on); `None` once all are
-/// closed. The time spent waiting counts as `task`'s waiting on input.
-fn next_round<T>(
-    channels: &[Receiver<T>],
-    open: &mut [bool],
-    activity: &Activity,
-    task: &mut TaskMetrics,
-) -> Option<Vec<T>> {
-    let mut round = Vec::with_capacity(channels.len());
-    for (rx, open) in channels.iter().zip(open.iter_mut()) {
-        if !*open {
-            continue;
-        }
-        let (msg, waited) = activity.wait(|| rx.recv());
-        task.waiting_input += waited;
-        match msg {
-            Ok(m) => round.push(m),
-            Err(_) => *open = false,
+/// The alignment of epochs over channels that carry runs of them: each message is a `Vec` of
+/// consecutive epochs of one sender (a source sends the epochs one input batch ended, a worker
+/// the epochs it fired before it would wait), so a receiver wakes once per run, not once per
+/// epoch. A round is the next epoch of every channel still open, in channel order; a channel
+/// whose sender finished (and whose epochs are all taken) is left out from then on.
+pub(super) struct Aligner<T> {
+    channels: Vec<Receiver<Vec<T>>>,
+    queues: Vec<VecDeque<T>>,
+    open: Vec<bool>,
+}
+
+impl<T> Aligner<T> {
+    pub(super) fn new(channels: Vec<Receiver<Vec<T>>>) -> Self {
+        let n = channels.len();
+        Self {
+            channels,
+            queues: (0..n).map(|_| VecDeque::new()).collect(),
+            open: vec![true; n],
         }
     }
-    (!round.is_empty()).then_some(round)
+
+    /// The next round if every channel it needs already holds its epoch (none waits); `None`
+    /// when one would wait, or when all are done.
+    pub(super) fn try_round(&mut self) -> Option<Vec<T>> {
+        for c in 0..self.channels.len() {
+            while self.open[c] && self.queues[c].is_empty() {
+                match self.channels[c].try_recv() {
+                    Ok(run) => self.queues[c].extend(run),
+                    Err(TryRecvError::Empty) => return None,
+                    Err(TryRecvError::Disconnected) => self.open[c] = false,
+                }
+            }
+        }
+        self.pop_round()
+    }
+
+    /// The next round, waiting for each channel in turn; `None` once all are done. The time
+    /// spent waiting counts as `task`'s waiting on input.
+    pub(super) fn round(&mut self, activity: &Activity, task: &mut TaskMetrics) -> Option<Vec<T>> {
+        for c in 0..self.channels.len() {
+            while self.open[c] && self.queues[c].is_empty() {
+                let (msg, waited) = activity.wait(|| self.channels[c].recv());
+                task.waiting_input += waited;
+                match msg {
+                    Ok(run) => self.queues[c].extend(run),
+                    Err(_) => self.open[c] = false,
+                }
+            }
+        }
+        self.pop_round()
+    }
+
+    /// Takes the front epoch of every channel that has one (each open channel has one here).
+    fn pop_round(&mut self) -> Option<Vec<T>> {
+        let round: Vec<T> = self
+            .queues
+            .iter_mut()
+            .filter_map(VecDeque::pop_front)
+            .collect();
+        (!round.is_empty()).then_some(round)
+    }
 }
 
 /// The result of a task, or why there is none.
@@ -404,17 +448,17 @@ fn join_task<T>(h: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>
 /// The caller's part: takes each epoch's changes from the workers in worker order and hands
 /// them to `emit`. Returns its task metrics and the rows it handed on.
 fn collect(
-    outputs: Vec<Receiver<WorkerOutput>>,
+    outputs: Vec<Receiver<Vec<WorkerOutput>>>,
     deliver: &mut dyn FnMut(Delivery) -> Result<()>,
     activity: &Activity,
     stop: &AtomicBool,
 ) -> Result<(TaskMetrics, u64)> {
     let started = Instant::now();
     let mut task = TaskMetrics::default();
-    let mut open = vec![true; outputs.len()];
+    let mut outputs = Aligner::new(outputs);
     let mut rows_out = 0u64;
     let result = (|| -> Result<()> {
-        while let Some(round) = next_round(&outputs, &mut open, activity, &mut task) {
+        while let Some(round) = outputs.round(activity, &mut task) {
             let mut checkpoint: Option<(u64, Vec<RecordBatch>)> = None;
             let workers = round.len();
             let mut states = 0;
@@ -476,4 +520,37 @@ fn merge_local_metrics(
         m.last_hot_share = first.last_hot_share.or(m.last_hot_share);
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs of any length align as single epochs would: a round is the next epoch of every
+    /// channel still open, in channel order; a finished channel drops out once its epochs are
+    /// taken; `try_round` never takes a round that would wait.
+    #[test]
+    fn runs_of_epochs_align_epoch_by_epoch() {
+        let (a_tx, a) = sync_channel(4);
+        let (b_tx, b) = sync_channel(4);
+        let mut aligner = Aligner::new(vec![a, b]);
+        let activity = Activity::new(1);
+        let mut task = TaskMetrics::default();
+        a_tx.send(vec!["a0", "a1", "a2"]).unwrap();
+        // Channel b has nothing yet: no round without waiting.
+        assert_eq!(aligner.try_round(), None);
+        b_tx.send(vec!["b0"]).unwrap();
+        assert_eq!(aligner.try_round(), Some(vec!["a0", "b0"]));
+        assert_eq!(aligner.try_round(), None);
+        b_tx.send(vec!["b1", "b2", "b3", "b4"]).unwrap();
+        assert_eq!(aligner.try_round(), Some(vec!["a1", "b1"]));
+        assert_eq!(aligner.try_round(), Some(vec!["a2", "b2"]));
+        // a finishes after three epochs: b's later epochs make rounds of their own.
+        drop(a_tx);
+        assert_eq!(aligner.try_round(), Some(vec!["b3"]));
+        assert_eq!(aligner.round(&activity, &mut task), Some(vec!["b4"]));
+        drop(b_tx);
+        assert_eq!(aligner.round(&activity, &mut task), None);
+        assert_eq!(aligner.try_round(), None);
+    }
 }

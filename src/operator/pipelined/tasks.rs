@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
-use super::{PreStages, Split, next_round};
+use super::{Aligner, PreStages, Split};
 use arrow::array::RecordBatch;
 
 use crate::changelog::ChangeBatch;
@@ -62,7 +62,10 @@ pub(super) struct Source<'a> {
     pub(super) adaptive: Adaptive,
     pub(super) trigger: Trigger,
     pub(super) clock: &'a dyn crate::clock::Clock,
-    pub(super) senders: Vec<SyncSender<EpochPart>>,
+    pub(super) senders: Vec<SyncSender<Vec<EpochPart>>>,
+    /// Each worker's parts of the epochs ended since the last send: sent together at the end
+    /// of each input batch (one wake-up of a worker per batch, not per mini-batch).
+    pub(super) pending: Vec<Vec<EpochPart>>,
     pub(super) key_groups: &'a KeyGroups,
     pub(super) activity: &'a Activity,
     pub(super) stop: &'a AtomicBool,
@@ -122,10 +125,12 @@ impl Source<'_> {
                     in_chunk = 0;
                 }
             }
+            self.send_pending();
         }
         if in_chunk > 0 && !self.stop.load(Ordering::Relaxed) {
             self.end_epoch()?;
         }
+        self.send_pending();
         Ok(())
     }
 
@@ -151,11 +156,29 @@ impl Source<'_> {
             for batch in pre(batch)? {
                 self.push(batch)?;
             }
+            self.send_pending();
         }
         if self.epoch_folded + self.epoch_bypassed > 0 && !self.stop.load(Ordering::Relaxed) {
             self.end_epoch()?;
         }
+        self.send_pending();
         Ok(())
+    }
+
+    /// Sends each worker the parts of the epochs ended since the last send (none when none
+    /// ended). A worker that stopped (an error downstream) stops the reading.
+    fn send_pending(&mut self) {
+        for w in 0..self.senders.len() {
+            if self.pending[w].is_empty() || self.stop.load(Ordering::Relaxed) {
+                continue;
+            }
+            let run = std::mem::take(&mut self.pending[w]);
+            let (sent, waited) = self.activity.wait(|| self.senders[w].send(run));
+            self.report.task.waiting_output += waited;
+            if sent.is_err() {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
     fn push(&mut self, batch: ChangeBatch) -> Result<()> {
@@ -215,7 +238,8 @@ impl Source<'_> {
         Ok(())
     }
 
-    /// Ends the source's mini-batch: flushes the local phase and sends every worker its part.
+    /// Ends the source's mini-batch: flushes the local phase and queues every worker its part
+    /// (sent at the end of the input batch, [`Source::send_pending`]).
     fn end_epoch(&mut self) -> Result<()> {
         let p = self.senders.len();
         let start = Instant::now();
@@ -234,18 +258,11 @@ impl Source<'_> {
         }
         let mut parts = parts.into_iter();
         for w in 0..p {
-            let part = EpochPart {
+            self.pending[w].push(EpochPart {
                 rows: std::mem::take(&mut self.routed[w]),
                 accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
                 source_rows: self.epoch_source_rows,
-            };
-            let (sent, waited) = self.activity.wait(|| self.senders[w].send(part));
-            self.report.task.waiting_output += waited;
-            if sent.is_err() {
-                // The worker stopped (an error downstream): stop reading.
-                self.stop.store(true, Ordering::Relaxed);
-                return Ok(());
-            }
+            });
         }
         if self.local.is_some() {
             self.adaptive.after_mini_batch(
@@ -273,8 +290,8 @@ impl Source<'_> {
 /// applied past a multiple of it, the worker's snapshot goes with the round's last changes.
 pub(super) fn keyed_task(
     worker: &mut Worker,
-    receivers: Vec<Receiver<EpochPart>>,
-    out: SyncSender<WorkerOutput>,
+    receivers: Vec<Receiver<Vec<EpochPart>>>,
+    out: SyncSender<Vec<WorkerOutput>>,
     per_source: bool,
     checkpoint_every: Option<u64>,
     activity: &Activity,
@@ -282,10 +299,25 @@ pub(super) fn keyed_task(
 ) -> Result<TaskMetrics> {
     let started = Instant::now();
     let mut task = TaskMetrics::default();
-    let mut open = vec![true; receivers.len()];
+    let mut sources = Aligner::new(receivers);
     let mut position = 0u64;
+    // The outputs of the epochs fired since the last send: sent when the next round would
+    // wait (one wake-up of the caller per run of epochs, not per epoch).
+    let mut fired: Vec<WorkerOutput> = vec![];
     let result = (|| -> Result<()> {
-        while let Some(parts) = next_round(&receivers, &mut open, activity, &mut task) {
+        loop {
+            let parts = match sources.try_round() {
+                Some(parts) => parts,
+                None => {
+                    if !send_fired(&out, &mut fired, activity, &mut task) {
+                        return Ok(());
+                    }
+                    match sources.round(activity, &mut task) {
+                        Some(parts) => parts,
+                        None => break,
+                    }
+                }
+            };
             let before = position;
             position += parts.iter().map(|p| p.source_rows).sum::<u64>();
             let due = checkpoint_every.is_some_and(|every| position / every > before / every);
@@ -297,11 +329,10 @@ pub(super) fn keyed_task(
             let last = steps.len() - 1;
             for (i, parts) in steps.into_iter().enumerate() {
                 let checkpoint = (due && i == last).then_some(position);
-                if !apply_and_fire(worker, parts, &out, checkpoint, activity, &mut task)? {
-                    return Ok(());
-                }
+                fired.push(apply_and_fire(worker, parts, checkpoint, &mut task)?);
             }
         }
+        send_fired(&out, &mut fired, activity, &mut task);
         Ok(())
     })();
     if result.is_err() {
@@ -313,17 +344,31 @@ pub(super) fn keyed_task(
     result.map(|()| task)
 }
 
-/// Applies the rows and merges the accumulator rows of `parts` into the worker, fires, and
-/// sends the changes on, with the worker's snapshot at a `checkpoint` (the input rows applied).
-/// Returns whether the caller still listens.
+/// Sends the caller the outputs fired since the last send (nothing when there are none);
+/// returns whether the caller still listens.
+fn send_fired(
+    out: &SyncSender<Vec<WorkerOutput>>,
+    fired: &mut Vec<WorkerOutput>,
+    activity: &Activity,
+    task: &mut TaskMetrics,
+) -> bool {
+    if fired.is_empty() {
+        return true;
+    }
+    let run = std::mem::take(fired);
+    let (sent, waited) = activity.wait(|| out.send(run));
+    task.waiting_output += waited;
+    sent.is_ok()
+}
+
+/// Applies the rows and merges the accumulator rows of `parts` into the worker and fires: the
+/// changes, with the worker's snapshot at a `checkpoint` (the input rows applied).
 fn apply_and_fire(
     worker: &mut Worker,
     parts: Vec<EpochPart>,
-    out: &SyncSender<WorkerOutput>,
     checkpoint: Option<u64>,
-    activity: &Activity,
     task: &mut TaskMetrics,
-) -> Result<bool> {
+) -> Result<WorkerOutput> {
     let (mut rows, mut accumulators) = (vec![], vec![]);
     for part in parts {
         rows.extend(part.rows);
@@ -347,7 +392,5 @@ fn apply_and_fire(
         Some(rows) => Some((rows, worker.agg.snapshot()?)),
         None => None,
     };
-    let (sent, waited) = activity.wait(|| out.send(WorkerOutput { changes, state }));
-    task.waiting_output += waited;
-    Ok(sent.is_ok())
+    Ok(WorkerOutput { changes, state })
 }
