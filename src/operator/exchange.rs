@@ -1,7 +1,8 @@
 //! The exchange and the slicing around it: cutting the input into slices and regrouping them
-//! into at most P tasks of consecutive rows (`balance`), and routing rows, or the local
-//! phases' accumulator rows, to the worker that owns their key's key group ([`KeyGroups`]), with
-//! one gather (`take_parts`) for every kind of routed rows.
+//! into at most P tasks of consecutive rows (`balance`), and routing rows or snapshot rows to
+//! the worker that owns their key's key group ([`KeyGroups`]), with one gather (`take_parts`)
+//! for both; the local phases' accumulator rows are flushed straight into per-worker parts
+//! by the same `partition` (`LocalGroupAggregate::flush_routed`).
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::buffer::ScalarBuffer;
@@ -10,7 +11,6 @@ use arrow::compute::take_record_batch;
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::key_groups::KeyGroups;
-use crate::operator::local::Flushed;
 use crate::plan::CalcBatch;
 
 /// Rows routed to one worker by the exchange: evaluated columns and each row's key hash.
@@ -118,7 +118,7 @@ pub(crate) fn balance<T: Rows>(slices: Vec<T>, p: usize, min_rows: usize) -> Vec
 pub const MIN_SLICE_ROWS: usize = 1024;
 
 /// Row indices per worker: row `r` goes to the owner of its key group.
-fn partition(hashes: &[u64], kg: &KeyGroups) -> Vec<Vec<u32>> {
+pub(crate) fn partition(hashes: &[u64], kg: &KeyGroups) -> Vec<Vec<u32>> {
     let p = kg.workers();
     let mut idx: Vec<Vec<u32>> = (0..p)
         .map(|_| Vec::with_capacity(hashes.len() / p + 16))
@@ -157,20 +157,6 @@ pub(crate) fn route(h: Hashed, kg: &KeyGroups) -> Result<Vec<Routed>> {
         Ok(Routed {
             cb: h.cb.take(idx)?,
             hashes,
-        })
-    })
-}
-
-/// The exchange for accumulator rows: one part per worker.
-pub(crate) fn route_accumulators(f: Flushed, kg: &KeyGroups) -> Result<Vec<Flushed>> {
-    if kg.workers() == 1 {
-        return Ok(vec![f]);
-    }
-    take_parts(&f.hashes, kg, |idx, hashes| {
-        Ok(Flushed {
-            batch: take_record_batch(&f.batch, idx)?,
-            hashes: hashes.to_vec(),
-            rows: idx.values().iter().map(|&i| f.rows[i as usize]).collect(),
         })
     })
 }

@@ -34,9 +34,7 @@ use arrow::array::RecordBatch;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
-use crate::operator::exchange::{
-    Evaluated, Hashed, Routed, Rows, balance, route, route_accumulators, slice_evenly,
-};
+use crate::operator::exchange::{Evaluated, Hashed, Routed, Rows, balance, route, slice_evenly};
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
 use crate::operator::parallel::Worker;
@@ -336,15 +334,11 @@ impl ParallelAggregate {
                 locals,
                 |local| -> Result<(Vec<Flushed>, f64, Duration, Duration)> {
                     let start = Instant::now();
-                    let Some(f) = local.flush_parts()? else {
+                    let Some(f) = local.flush_routed(key_groups)? else {
                         return Ok((vec![], 0.0, start.elapsed(), Duration::ZERO));
                     };
-                    let top = f.rows.iter().copied().max().unwrap_or(0);
-                    let all: u64 = f.rows.iter().sum();
-                    let hot_share = top as f64 / all.max(1) as f64;
-                    let routing = Instant::now();
-                    let parts = route_accumulators(f, key_groups)?;
-                    Ok((parts, hot_share, routing - start, routing.elapsed()))
+                    let local_busy = start.elapsed().saturating_sub(f.routing);
+                    Ok((f.parts, f.hot_share, local_busy, f.routing))
                 },
             );
             for f in flushed {

@@ -32,14 +32,15 @@ impl DistinctAccumulator {
 
     /// The distinct map of each of `groups` (one list of entries per group), in the order of
     /// the values' bits (primitives) or ids (others), so that it does not depend on the table's
-    /// history; for groups `0..n` in order (a local phase's flush) only where the order can
-    /// change a result (a floating-point sum), in the table's order otherwise.
+    /// history; for groups `0..n` in any order (a local phase's flush, its groups ordered by
+    /// worker) only where the order can change a result (a floating-point sum), in the table's
+    /// order otherwise.
     ///
     /// # Errors
     /// When the state cannot be built.
     pub fn state(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        if groups.iter().enumerate().all(|(i, &g)| g as usize == i) {
-            return self.state_of_first(groups.len());
+        if let Some(slots) = permutation_slots(groups) {
+            return self.state_of_permutation(&slots);
         }
         let k = self.inners.len();
         // Position of each requested group in the output.
@@ -78,33 +79,38 @@ impl DistinctAccumulator {
         self.lists(&bits, cols, offsets)
     }
 
-    /// [`Self::state`] of groups `0..n` in order (a local phase's flush): the live entries
-    /// placed by group in one counting pass, without a map or a list per group, and sorted by
-    /// value (as [`Self::state`] orders them) only where the order of the values can change a
-    /// result (a floating-point sum), so that the outcome does not depend on the table's history.
-    fn state_of_first(&self, n: usize) -> Result<ArrayRef, ArrowError> {
+    /// [`Self::state`] of groups `0..n` in the order `slots` gives (group `g` is output row
+    /// `slots[g]`; a local phase's flush): the live entries placed by output row in one counting
+    /// pass, without a map or a list per group, and sorted by value (as [`Self::state`] orders
+    /// them) only where the order of the values can change a result (a floating-point sum), so
+    /// that the outcome does not depend on the table's history.
+    fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
         let k = self.inners.len();
-        let live = |e: &Pair| self.live_group(e.id).filter(|&g| (g as usize) < n);
+        let n = slots.len();
+        let live = |e: &Pair| {
+            self.live_group(e.id)
+                .and_then(|g| slots.get(g as usize).map(|&s| s as usize))
+        };
         let mut offsets = vec![0i32; n + 1];
-        for g in self.table.iter().filter_map(live) {
-            offsets[g as usize + 1] += 1;
+        for s in self.table.iter().filter_map(live) {
+            offsets[s + 1] += 1;
         }
-        for g in 0..n {
-            offsets[g + 1] += offsets[g];
+        for s in 0..n {
+            offsets[s + 1] += offsets[s];
         }
         let total = offsets[n] as usize;
         let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
         for e in self.table.iter() {
-            if let Some(g) = live(e) {
-                let at = &mut next[g as usize];
+            if let Some(s) = live(e) {
+                let at = &mut next[s];
                 placed[*at] = (e.value, self.counter_of(e));
                 *at += 1;
             }
         }
         if self.order_matters {
-            for g in 0..n {
-                placed[offsets[g] as usize..offsets[g + 1] as usize].sort_unstable();
+            for s in 0..n {
+                placed[offsets[s] as usize..offsets[s + 1] as usize].sort_unstable();
             }
         }
         let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
@@ -147,4 +153,18 @@ impl DistinctAccumulator {
         );
         entry_lists(self.entry_fields(), columns, offsets)
     }
+}
+
+/// Where `groups` is an order of `0..n` (each once), the output row of each group
+/// (`slots[g]`); `None` otherwise.
+fn permutation_slots(groups: &[u32]) -> Option<Vec<u32>> {
+    let mut slots = vec![u32::MAX; groups.len()];
+    for (i, &g) in groups.iter().enumerate() {
+        let slot = slots.get_mut(g as usize)?;
+        if *slot != u32::MAX {
+            return None;
+        }
+        *slot = i as u32;
+    }
+    Some(slots)
 }

@@ -12,7 +12,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::LocalGroupAggregate;
 use crate::operator::adaptive::Adaptive;
-use crate::operator::exchange::{Hashed, Routed, Rows, route, route_accumulators};
+use crate::operator::exchange::{Hashed, Routed, Rows, route};
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::hash_keys;
 use crate::operator::local::Flushed;
@@ -245,16 +245,13 @@ impl Source<'_> {
         let start = Instant::now();
         let (mut parts, mut flushed, mut hot_share) = (vec![], 0u64, 0.0f64);
         if let Some(local) = &mut self.local
-            && let Some(f) = local.flush_parts()?
+            && let Some(f) = local.flush_routed(self.key_groups)?
         {
-            let top = f.rows.iter().copied().max().unwrap_or(0);
-            let all: u64 = f.rows.iter().sum();
-            hot_share = top as f64 / all.max(1) as f64;
-            flushed = f.batch.num_rows() as u64;
-            let routing = Instant::now();
-            self.report.local_busy += routing - start;
-            parts = route_accumulators(f, self.key_groups)?;
-            self.report.exchange_busy += routing.elapsed();
+            hot_share = f.hot_share;
+            flushed = f.parts.iter().map(|p| p.batch.num_rows() as u64).sum();
+            self.report.local_busy += start.elapsed().saturating_sub(f.routing);
+            self.report.exchange_busy += f.routing;
+            parts = f.parts;
         }
         let mut parts = parts.into_iter();
         for w in 0..p {
