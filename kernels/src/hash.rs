@@ -121,11 +121,23 @@ pub fn hash_columns(cols: &[ArrayRef], out: &mut Vec<u64>) -> Result<(), ArrowEr
             "key columns differ in length".to_string(),
         ));
     }
-    out.resize(n, 0);
-    for (i, col) in cols.iter().enumerate() {
-        hash_array(col.as_ref(), &rs, out, i > 0)?;
+    // The first column's hashes are written as they come (no zero-filling first), the others
+    // folded into them.
+    out.reserve(n);
+    hash_array(first.as_ref(), &rs, HashOut::Write(out))?;
+    for col in &cols[1..] {
+        hash_array(col.as_ref(), &rs, HashOut::Fold(out))?;
     }
     Ok(())
+}
+
+/// Where [`hash_array`] puts an array's hashes.
+#[derive(Debug)]
+pub enum HashOut<'a> {
+    /// Appended to this vector, one per row (the first key column).
+    Write(&'a mut Vec<u64>),
+    /// Folded into these hashes, one per row (each further key column).
+    Fold(&'a mut [u64]),
 }
 
 /// The split-distinct bucket of every row of `array`: `MOD(hash(x), buckets)` in `0..buckets`,
@@ -154,16 +166,19 @@ pub fn bucket_array(
     Ok(PrimitiveArray::new(values.into(), array.logical_nulls()))
 }
 
-/// Hashes one array into `out`, either writing (`combine == false`) or folding into what is there.
-pub fn hash_array(
-    array: &dyn Array,
-    rs: &RandomState,
-    out: &mut [u64],
-    combine: bool,
-) -> Result<(), ArrowError> {
+/// Hashes one array into `out`: appended to a vector, or folded into hashes already there.
+pub fn hash_array(array: &dyn Array, rs: &RandomState, out: HashOut<'_>) -> Result<(), ArrowError> {
+    let n = array.len();
+    if let HashOut::Fold(s) = &out
+        && s.len() != n
+    {
+        return Err(ArrowError::InvalidArgumentError(
+            "key columns differ in length".to_string(),
+        ));
+    }
     macro_rules! prim {
         ($t:ty) => {
-            hash_primitive::<$t>(array.as_primitive::<$t>(), rs, out, combine)
+            hash_primitive::<$t>(array.as_primitive::<$t>(), rs, out)
         };
     }
     match array.data_type() {
@@ -193,53 +208,33 @@ pub fn hash_array(
             let a = array.as_boolean();
             let t = rs.hash_one(true);
             let f = rs.hash_one(false);
-            write_hashes(out, combine, a.nulls(), |i| if a.value(i) { t } else { f });
+            write_hashes(out, n, a.nulls(), |i| if a.value(i) { t } else { f });
             Ok(())
         }
         DataType::Utf8 => {
             let a = array.as_string::<i32>();
-            write_hashes(out, combine, a.nulls(), |i| {
-                hash_bytes(rs, a.value(i).as_bytes())
-            });
+            write_hashes(out, n, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
             Ok(())
         }
         DataType::LargeUtf8 => {
             let a = array.as_string::<i64>();
-            write_hashes(out, combine, a.nulls(), |i| {
-                hash_bytes(rs, a.value(i).as_bytes())
-            });
+            write_hashes(out, n, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
             Ok(())
         }
         DataType::Utf8View => {
             let a = array.as_string_view();
-            write_hashes(out, combine, a.nulls(), |i| {
-                hash_bytes(rs, a.value(i).as_bytes())
-            });
+            write_hashes(out, n, a.nulls(), |i| hash_bytes(rs, a.value(i).as_bytes()));
             Ok(())
         }
         DataType::Dictionary(k, _) => match k.as_ref() {
-            DataType::Int8 => hash_dictionary(array.as_dictionary::<Int8Type>(), rs, out, combine),
-            DataType::Int16 => {
-                hash_dictionary(array.as_dictionary::<Int16Type>(), rs, out, combine)
-            }
-            DataType::Int32 => {
-                hash_dictionary(array.as_dictionary::<Int32Type>(), rs, out, combine)
-            }
-            DataType::Int64 => {
-                hash_dictionary(array.as_dictionary::<Int64Type>(), rs, out, combine)
-            }
-            DataType::UInt8 => {
-                hash_dictionary(array.as_dictionary::<UInt8Type>(), rs, out, combine)
-            }
-            DataType::UInt16 => {
-                hash_dictionary(array.as_dictionary::<UInt16Type>(), rs, out, combine)
-            }
-            DataType::UInt32 => {
-                hash_dictionary(array.as_dictionary::<UInt32Type>(), rs, out, combine)
-            }
-            DataType::UInt64 => {
-                hash_dictionary(array.as_dictionary::<UInt64Type>(), rs, out, combine)
-            }
+            DataType::Int8 => hash_dictionary(array.as_dictionary::<Int8Type>(), rs, out),
+            DataType::Int16 => hash_dictionary(array.as_dictionary::<Int16Type>(), rs, out),
+            DataType::Int32 => hash_dictionary(array.as_dictionary::<Int32Type>(), rs, out),
+            DataType::Int64 => hash_dictionary(array.as_dictionary::<Int64Type>(), rs, out),
+            DataType::UInt8 => hash_dictionary(array.as_dictionary::<UInt8Type>(), rs, out),
+            DataType::UInt16 => hash_dictionary(array.as_dictionary::<UInt16Type>(), rs, out),
+            DataType::UInt32 => hash_dictionary(array.as_dictionary::<UInt32Type>(), rs, out),
+            DataType::UInt64 => hash_dictionary(array.as_dictionary::<UInt64Type>(), rs, out),
             other => Err(unsupported_key(other)),
         },
         other => Err(unsupported_key(other)),
@@ -260,22 +255,22 @@ pub fn hash_bytes(rs: &RandomState, bytes: &[u8]) -> u64 {
 
 #[inline(always)]
 fn write_hashes(
-    out: &mut [u64],
-    combine: bool,
+    out: HashOut<'_>,
+    n: usize,
     nulls: Option<&arrow_buffer::NullBuffer>,
     f: impl Fn(usize) -> u64,
 ) {
-    match (nulls.filter(|n| n.null_count() > 0), combine) {
-        (None, false) => out.iter_mut().enumerate().for_each(|(i, h)| *h = f(i)),
-        (None, true) => out
+    match (out, nulls.filter(|n| n.null_count() > 0)) {
+        (HashOut::Write(v), None) => v.extend((0..n).map(f)),
+        (HashOut::Write(v), Some(nulls)) => {
+            v.extend((0..n).map(|i| if nulls.is_valid(i) { f(i) } else { NULL_HASH }))
+        }
+        (HashOut::Fold(s), None) => s
             .iter_mut()
             .enumerate()
             .for_each(|(i, h)| *h = combine_hashes(*h, f(i))),
-        (Some(n), false) => out.iter_mut().enumerate().for_each(|(i, h)| {
-            *h = if n.is_valid(i) { f(i) } else { NULL_HASH };
-        }),
-        (Some(n), true) => out.iter_mut().enumerate().for_each(|(i, h)| {
-            let v = if n.is_valid(i) { f(i) } else { NULL_HASH };
+        (HashOut::Fold(s), Some(nulls)) => s.iter_mut().enumerate().for_each(|(i, h)| {
+            let v = if nulls.is_valid(i) { f(i) } else { NULL_HASH };
             *h = combine_hashes(*h, v);
         }),
     }
@@ -284,38 +279,36 @@ fn write_hashes(
 fn hash_primitive<T>(
     a: &PrimitiveArray<T>,
     rs: &RandomState,
-    out: &mut [u64],
-    combine: bool,
+    out: HashOut<'_>,
 ) -> Result<(), ArrowError>
 where
     T: ArrowPrimitiveType,
     T::Native: KeyNative,
 {
     let values = a.values();
-    write_hashes(out, combine, a.nulls(), |i| values[i].key_hash(rs));
+    write_hashes(out, a.len(), a.nulls(), |i| values[i].key_hash(rs));
     Ok(())
 }
 
 fn hash_dictionary<K: ArrowDictionaryKeyType>(
     a: &DictionaryArray<K>,
     rs: &RandomState,
-    out: &mut [u64],
-    combine: bool,
+    out: HashOut<'_>,
 ) -> Result<(), ArrowError> {
     let values = a.values();
     if values.len() > a.len() {
         // More values than rows (a batch's share of a large dictionary): hash the rows' values.
         let flat = arrow_select::take::take(values.as_ref(), a.keys(), None)?;
-        return hash_array(flat.as_ref(), rs, out, combine);
+        return hash_array(flat.as_ref(), rs, out);
     }
     // Hash each dictionary value once, then gather per row.
-    let mut value_hashes = vec![0u64; values.len()];
-    hash_array(values.as_ref(), rs, &mut value_hashes, false)?;
+    let mut value_hashes = Vec::with_capacity(values.len());
+    hash_array(values.as_ref(), rs, HashOut::Write(&mut value_hashes))?;
     let keys = a.keys();
     let key_values = keys.values();
     // A row is NULL when its key is NULL or the value it points at is NULL; the value hashes
     // already carry NULL_HASH for the latter.
-    write_hashes(out, combine, keys.nulls(), |i| {
+    write_hashes(out, a.len(), keys.nulls(), |i| {
         value_hashes[key_values[i].as_usize()]
     });
     Ok(())

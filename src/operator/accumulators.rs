@@ -37,6 +37,9 @@ pub(crate) struct Accumulators {
     slots: Vec<Slot>,
     /// Output column `j` is inner aggregate `.1` of slot `.0`.
     outputs: Vec<(usize, usize)>,
+    /// A COUNT(*) slot the owner counts itself ([`Accumulators::count_rows_elsewhere`]): not
+    /// applied here.
+    counted_elsewhere: Option<usize>,
 }
 
 impl std::fmt::Debug for Accumulators {
@@ -108,7 +111,35 @@ impl Accumulators {
                 filters,
             });
         }
-        Ok(Self { slots, outputs })
+        Ok(Self {
+            slots,
+            outputs,
+            counted_elsewhere: None,
+        })
+    }
+
+    /// Stops applying rows to the first COUNT(*) without FILTER, whose counts are exactly the
+    /// owner's signed row counts (`count1`: +1 per accumulating row, -1 per retracting one), and
+    /// returns the position of its column in [`Accumulators::state`], which the owner fills
+    /// with those counts (a local phase: one count per row instead of two). `None` when there
+    /// is no such call.
+    pub(crate) fn count_rows_elsewhere(&mut self) -> Option<usize> {
+        let mut at = 0;
+        for (i, slot) in self.slots.iter().enumerate() {
+            match slot {
+                Slot::Plain {
+                    kind: AggregateKind::CountStar,
+                    filter: None,
+                    ..
+                } => {
+                    self.counted_elsewhere = Some(i);
+                    return Some(at);
+                }
+                Slot::Plain { acc, .. } => at += acc.state_types().len(),
+                Slot::Distinct { .. } => at += 1,
+            }
+        }
+        None
     }
 
     /// Accumulates the rows of `batch` selected by `acc_mask` (all rows when None) and retracts
@@ -121,7 +152,10 @@ impl Accumulators {
         ret_mask: Option<&BooleanBuffer>,
         total_groups: usize,
     ) -> Result<()> {
-        for slot in &mut self.slots {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if self.counted_elsewhere == Some(i) {
+                continue;
+            }
             match slot {
                 Slot::Plain {
                     acc, arg, filter, ..

@@ -44,6 +44,9 @@ pub struct LocalGroupAggregate {
     group_rows: Vec<u64>,
     /// Whether a retracting row was folded since the last flush.
     retracted: bool,
+    /// The state column of a COUNT(*) without FILTER, which is `count1` (counted once, not
+    /// twice: [`Accumulators::count_rows_elsewhere`]).
+    count_star_column: Option<usize>,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -60,8 +63,9 @@ impl LocalGroupAggregate {
     /// # Errors
     /// When an accumulator cannot be built.
     pub fn try_new(plan: Arc<AggregatePlan>) -> Result<Self> {
-        let state = Accumulators::try_new(&plan)?;
+        let mut state = Accumulators::try_new(&plan)?;
         let schema = accumulator_schema(&plan, &state);
+        let count_star_column = state.count_rows_elsewhere();
         let groups = new_group_values(&plan.key_types)
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         Ok(Self {
@@ -74,6 +78,7 @@ impl LocalGroupAggregate {
             gids: vec![],
             group_rows: vec![],
             retracted: false,
+            count_star_column,
         })
     }
 
@@ -239,10 +244,15 @@ impl LocalGroupAggregate {
         let hashes = self.groups.hashes();
         let order: Vec<u32> = parts.concat();
         let mut cols: Vec<ArrayRef> = self.groups.keys(&order)?;
+        let keys = cols.len();
         cols.extend(self.state.state(&order)?);
-        cols.push(Arc::new(Int64Array::from_iter_values(
+        let count1: ArrayRef = Arc::new(Int64Array::from_iter_values(
             order.iter().map(|&g| self.count1[g as usize]),
-        )));
+        ));
+        if let Some(c) = self.count_star_column {
+            cols[keys + c] = Arc::clone(&count1);
+        }
+        cols.push(count1);
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
         let mut offset = 0;

@@ -183,26 +183,42 @@ impl BytesGroupValues {
         let value_nulls = values.logical_nulls();
         let keys = dict.keys();
         let key_nulls = keys.nulls().filter(|n| n.null_count() > 0);
+        // Each dictionary value's group, found at the first row pointing at it. The cache has a
+        // power-of-two length and keys are masked into it: the keys are valid indices of the
+        // values, so the mask changes none and the per-row lookup needs no bounds check.
         let mut cache = std::mem::take(&mut self.dict_cache);
+        let slots = values.len().next_power_of_two();
+        let mask = slots - 1;
         cache.clear();
-        cache.resize(values.len(), u32::MAX);
-        for (i, k) in keys.values().iter().enumerate() {
+        cache.resize(slots, u32::MAX);
+        let kv = keys.values();
+        // Each value's group, interned at the first row that points at it (its hash is the
+        // row's, the hash of the value), and the NULL group at the first NULL row, so that
+        // groups are numbered in order of first appearance; then one gather.
+        let mut null = u32::MAX;
+        for (i, k) in kv.iter().enumerate() {
+            let k = k.as_usize() & mask;
             if key_nulls.is_some_and(|n| n.is_null(i)) {
-                groups.push(self.null_group());
-                continue;
-            }
-            let k = k.as_usize();
-            let mut g = cache[k];
-            if g == u32::MAX {
-                g = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
+                if null == u32::MAX {
+                    null = self.null_group();
+                }
+            } else if cache[k] == u32::MAX {
+                cache[k] = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
                     self.null_group()
                 } else {
-                    // The row's hash is the hash of the dictionary value it points at.
                     self.intern_one(string_at(k), hashes[i])
                 };
-                cache[k] = g;
             }
-            groups.push(g);
+        }
+        match key_nulls {
+            None => groups.extend(kv.iter().map(|k| cache[k.as_usize() & mask])),
+            Some(n) => groups.extend(kv.iter().enumerate().map(|(i, k)| {
+                if n.is_valid(i) {
+                    cache[k.as_usize() & mask]
+                } else {
+                    null
+                }
+            })),
         }
         self.dict_cache = cache;
         Ok(())
