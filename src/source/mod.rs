@@ -18,6 +18,7 @@ use crate::runtime::Activity;
 
 mod csv;
 mod ipc;
+mod parquet_chunks;
 mod parquet_reader;
 mod splits;
 

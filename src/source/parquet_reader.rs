@@ -1,7 +1,6 @@
 //! Reading a whole Parquet file: its metadata and projection (shared with the splits), one
 //! reader, or up to P row-group decoders delivering in file order.
 
-use std::fs::File;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -12,15 +11,15 @@ use parquet::arrow::arrow_reader::{
 use parquet::basic::Encoding;
 use parquet::file::metadata::ParquetMetaData;
 
+use super::parquet_chunks::RowGroupChunks;
 use super::{FileTable, NullColumns, SourceReader, open};
 use crate::changelog::ChangeBatch;
 use crate::decode::guarded;
 use crate::error::{Error, Result};
 
-/// What a Parquet read of a table needs: the file, its metadata (with the dictionary hints), the
+/// What a Parquet read of a table needs: its metadata (with the dictionary hints), the
 /// projection, and the schema its batches arrive in.
 pub(super) struct ParquetScan {
-    pub(super) file: File,
     pub(super) metadata: ArrowReaderMetadata,
     pub(super) mask: ProjectionMask,
     /// The declared schema, with the columns read as dictionaries typed as such.
@@ -139,49 +138,34 @@ impl FileTable {
         }
         let mask = ProjectionMask::roots(metadata.parquet_schema(), roots);
         Ok(ParquetScan {
-            file,
             metadata,
             mask,
             schema,
         })
     }
 
+    /// Reads the file with up to `decoders` row groups decoded at once on threads of their own
+    /// (batches in file order); one decoder, or one row group, reads on the caller's thread as
+    /// one split of every row group ([`FileTable::open_splits`]).
     pub(super) fn open_parquet(&self, batch_size: usize, decoders: usize) -> Result<SourceReader> {
         let ParquetScan {
-            file,
             metadata,
             mask,
             schema,
+            ..
         } = self.parquet_metadata()?;
-        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
-        let total_rows = Some(builder.metadata().file_metadata().num_rows() as u64);
-        let row_groups = builder.metadata().num_row_groups();
-        let decoders = decoders.min(row_groups);
-        if decoders > 1 {
-            return Ok(self.parallel_parquet(
-                (metadata, mask, schema),
-                batch_size,
-                decoders,
-                total_rows,
-            ));
+        let total_rows = Some(metadata.metadata().file_metadata().num_rows() as u64);
+        let decoders = decoders.min(metadata.metadata().num_row_groups());
+        if decoders <= 1 {
+            return Ok(self
+                .parquet_splits(batch_size, 1)?
+                .pop()
+                .unwrap_or(SourceReader {
+                    inner: Box::new(std::iter::empty()),
+                    total_rows,
+                }));
         }
-        let reader = builder
-            .with_projection(mask)
-            .with_batch_size(batch_size)
-            .build()
-            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
-        let table = self.clone();
-        let ctx = self.ctx();
-        Ok(SourceReader {
-            inner: Box::new(reader.map({
-                let mut nulls = NullColumns::default();
-                move |b| {
-                    let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
-                    table.convert_to(&b, &schema, &mut nulls)
-                }
-            })),
-            total_rows,
-        })
+        Ok(self.parallel_parquet((metadata, mask, schema), batch_size, decoders, total_rows))
     }
 
     /// Decoder `k` of `decoders` decodes row groups `k, k + decoders, …` and sends each one's
@@ -209,8 +193,10 @@ impl FileTable {
                     for rg in (k..row_groups).step_by(decoders) {
                         let reader = guarded(&ctx, || {
                             open(&table.path).and_then(|f| {
+                                let chunks =
+                                    RowGroupChunks::read(f, metadata.metadata(), rg, &mask, &ctx)?;
                                 ParquetRecordBatchReaderBuilder::new_with_metadata(
-                                    f,
+                                    chunks,
                                     metadata.clone(),
                                 )
                                 .with_row_groups(vec![rg])

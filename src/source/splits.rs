@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
+use super::parquet_chunks::RowGroupChunks;
 use super::parquet_reader::ParquetScan;
 use super::{FileTable, Format, NullColumns, Rechunk, SourceReader, open};
 use crate::changelog::ChangeBatch;
@@ -88,7 +89,7 @@ impl FileTable {
         }
     }
 
-    fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
+    pub(super) fn parquet_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
         self.parquet_shared(batch_size, |sizes| Ok(share_row_groups(sizes, n)))
     }
 
@@ -139,11 +140,14 @@ impl FileTable {
                     }
                     let (rg, ranges) = groups.next()?;
                     let built = open(&table.path).and_then(|f| {
-                        let mut builder =
-                            ParquetRecordBatchReaderBuilder::new_with_metadata(f, metadata.clone())
-                                .with_row_groups(vec![rg])
-                                .with_projection(mask.clone())
-                                .with_batch_size(batch_size);
+                        let chunks = RowGroupChunks::read(f, metadata.metadata(), rg, &mask, &ctx)?;
+                        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
+                            chunks,
+                            metadata.clone(),
+                        )
+                        .with_row_groups(vec![rg])
+                        .with_projection(mask.clone())
+                        .with_batch_size(batch_size);
                         if ranges != [(0, sizes[rg])] {
                             builder = builder.with_row_selection(selection(&ranges));
                         }
