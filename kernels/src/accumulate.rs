@@ -57,3 +57,110 @@ pub fn count_selected(
         (Some(n), Some(sel)) => (n.inner() & sel).count_set_bits(),
     }
 }
+
+/// Copies of the state cells per group in a pass over few groups. Rows of one group that follow
+/// each other update the same cell, each update waiting for the one before through memory: under
+/// a hot key (half the rows on one group) a pass runs at the latency of a store and a load per
+/// row. With few groups, row `r` updates copy `r % LANES` of its group's cell instead, and the
+/// copies are folded into the state after the pass. Only for state that adds in any order
+/// (counts, wrapping integer sums), so that the result is the same bit for bit.
+pub const LANES: usize = 4;
+
+/// The most groups a pass runs in lanes for: 1,024 groups of 4 lanes of 8 bytes stay in the
+/// L1/L2 caches. A 10M-row pass with half its rows on one of 200 groups counted in 9.7 ms in one
+/// cell per group and 4.0 ms in lanes (BENCHMARKS.md, "Lanes").
+pub const MAX_LANED_GROUPS: usize = 1024;
+
+/// Whether a pass of `rows` rows over `groups` groups runs in lanes: few groups, and rows enough
+/// to pay for folding every group's lanes.
+#[inline]
+pub fn in_lanes(rows: usize, groups: usize) -> bool {
+    groups <= MAX_LANED_GROUPS && rows >= groups * LANES
+}
+
+/// The lane cell of row `row` of group `g` in a [`Lanes`] column.
+#[inline(always)]
+pub fn lane(row: usize, g: u32) -> usize {
+    g as usize * LANES + (row & (LANES - 1))
+}
+
+/// The lane copies of one per-group column ([`LANES`] cells a group), all zero between passes.
+#[derive(Debug, Default)]
+pub struct Lanes<T> {
+    cells: Vec<T>,
+}
+
+impl<T: Copy> Lanes<T> {
+    /// The cells of `groups` groups (index them with [`lane`]), all equal to `zero`.
+    pub fn cells(&mut self, groups: usize, zero: T) -> &mut [T] {
+        if self.cells.len() < groups * LANES {
+            self.cells.resize(groups * LANES, zero);
+        }
+        &mut self.cells[..groups * LANES]
+    }
+
+    /// Folds the cells of the first `into.len()` groups into `into` with `add` and sets them to
+    /// `zero` again.
+    pub fn fold_into(&mut self, into: &mut [T], zero: T, add: impl Fn(T, T) -> T) {
+        for (cell, copies) in into.iter_mut().zip(self.cells.chunks_exact_mut(LANES)) {
+            for c in copies {
+                *cell = add(*cell, *c);
+                *c = zero;
+            }
+        }
+    }
+}
+
+/// `counts[g] += delta` for the group `g` of every row, in lanes (`lanes`) when there are few
+/// groups ([`in_lanes`]); `counts` covers every group.
+pub fn count_rows(groups: &[u32], counts: &mut [i64], delta: i64, lanes: &mut Lanes<i64>) {
+    if in_lanes(groups.len(), counts.len()) {
+        let cells = lanes.cells(counts.len(), 0);
+        for (r, &g) in groups.iter().enumerate() {
+            cells[lane(r, g)] += delta;
+        }
+        lanes.fold_into(counts, 0, |a, b| a + b);
+    } else {
+        for &g in groups {
+            counts[g as usize] += delta;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counting in lanes gives what one cell per group gives, over few and many groups, with
+    /// the lanes reused pass after pass and the group count changing.
+    #[test]
+    fn counts_in_lanes_are_the_plain_counts() {
+        let mut lanes = Lanes::default();
+        for (groups, rows) in [
+            (3usize, 100usize),
+            (200, 5000),
+            (5, 7),
+            (1, 64),
+            (2000, 9000),
+        ] {
+            let ids: Vec<u32> = (0..rows)
+                .map(|r| {
+                    if r % 3 == 0 {
+                        0
+                    } else {
+                        ((r * 7919) % groups) as u32
+                    }
+                })
+                .collect();
+            let mut want = vec![0i64; groups];
+            for &g in &ids {
+                want[g as usize] += 2;
+            }
+            let mut got = vec![0i64; groups];
+            count_rows(&ids, &mut got, 2, &mut lanes);
+            count_rows(&ids, &mut got, -1, &mut lanes);
+            count_rows(&ids, &mut got, 1, &mut lanes);
+            assert_eq!(got, want, "{groups} groups, {rows} rows");
+        }
+    }
+}

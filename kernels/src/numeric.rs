@@ -20,7 +20,7 @@ use arrow_array::{
 use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType};
 
-use crate::accumulate::for_each_selected;
+use crate::accumulate::{Lanes, count_rows, for_each_selected, in_lanes, lane};
 use crate::accumulator::{GroupsAccumulator, check_filter, grow, single_arg, state_arg};
 
 /// `COUNT(*)` (every selected row) or `COUNT(x)` (selected non-NULL values).
@@ -28,6 +28,7 @@ use crate::accumulator::{GroupsAccumulator, check_filter, grow, single_arg, stat
 pub struct CountAccumulator {
     star: bool,
     counts: Vec<i64>,
+    lanes: Lanes<i64>,
 }
 
 impl CountAccumulator {
@@ -36,6 +37,7 @@ impl CountAccumulator {
         Self {
             star,
             counts: vec![],
+            lanes: Lanes::default(),
         }
     }
 
@@ -65,9 +67,20 @@ impl CountAccumulator {
             v.logical_nulls()
         };
         let counts = &mut self.counts;
-        for_each_selected(groups, nulls.as_ref(), filter, |_, g| {
-            counts[g as usize] += delta;
-        });
+        if nulls.as_ref().is_none_or(|n| n.null_count() == 0) && filter.is_none() {
+            count_rows(groups, &mut counts[..total_groups], delta, &mut self.lanes);
+        } else if in_lanes(groups.len(), total_groups) {
+            let cells = self.lanes.cells(total_groups, 0);
+            for_each_selected(groups, nulls.as_ref(), filter, |r, g| {
+                cells[lane(r, g)] += delta;
+            });
+            self.lanes
+                .fold_into(&mut counts[..total_groups], 0, |a, b| a + b);
+        } else {
+            for_each_selected(groups, nulls.as_ref(), filter, |_, g| {
+                counts[g as usize] += delta;
+            });
+        }
         Ok(())
     }
 }
@@ -176,6 +189,10 @@ pub struct SumAccumulator<K: SumKind> {
     kind: K,
     sums: Vec<<K::Acc as ArrowPrimitiveType>::Native>,
     counts: Vec<i64>,
+    /// Lane copies of `sums` and `counts` for passes over few groups (integer sums only:
+    /// they wrap, so they add in any order).
+    lane_sums: Lanes<<K::Acc as ArrowPrimitiveType>::Native>,
+    lane_counts: Lanes<i64>,
 }
 
 impl<K: SumKind> std::fmt::Debug for SumAccumulator<K> {
@@ -194,6 +211,8 @@ impl<K: SumKind> SumAccumulator<K> {
             kind,
             sums: vec![],
             counts: vec![],
+            lane_sums: Lanes::default(),
+            lane_counts: Lanes::default(),
         }
     }
 
@@ -226,6 +245,27 @@ impl<K: SumKind> SumAccumulator<K> {
         );
         grow(&mut self.counts, total_groups, 0);
         let vals = arr.values();
+        let zero = <K::Acc as ArrowPrimitiveType>::Native::ZERO;
+        if K::Acc::DATA_TYPE.is_integer() && in_lanes(groups.len(), total_groups) {
+            let sums = self.lane_sums.cells(total_groups, zero);
+            let counts = self.lane_counts.cells(total_groups, 0);
+            for_each_selected(groups, arr.nulls(), filter, |i, g| {
+                let c = lane(i, g);
+                let x = K::summand(vals[i]);
+                if RETRACT {
+                    sums[c] = K::sub(sums[c], x);
+                    counts[c] -= 1;
+                } else {
+                    sums[c] = K::add(sums[c], x);
+                    counts[c] += 1;
+                }
+            });
+            self.lane_sums
+                .fold_into(&mut self.sums[..total_groups], zero, K::add);
+            self.lane_counts
+                .fold_into(&mut self.counts[..total_groups], 0, |a, b| a + b);
+            return Ok(());
+        }
         let sums = &mut self.sums;
         let counts = &mut self.counts;
         for_each_selected(groups, arr.nulls(), filter, |i, g| {

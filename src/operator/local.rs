@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
+use tally_kernels::accumulate::{Lanes, count_rows};
 use tally_kernels::group_values::{GroupValues, new_group_values};
 
 use crate::changelog::ChangeBatch;
@@ -47,6 +48,8 @@ pub struct LocalGroupAggregate {
     /// The state column of a COUNT(*) without FILTER, which is `count1` (counted once, not
     /// twice: [`Accumulators::count_rows_elsewhere`]).
     count_star_column: Option<usize>,
+    /// Lane copies of `count1` for counting into few groups.
+    count_lanes: Lanes<i64>,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -79,6 +82,7 @@ impl LocalGroupAggregate {
             group_rows: vec![],
             retracted: false,
             count_star_column,
+            count_lanes: Lanes::default(),
         })
     }
 
@@ -149,9 +153,7 @@ impl LocalGroupAggregate {
                     .apply(cb, &self.gids, Some(&acc), Some(retract), total)?;
             }
             _ => {
-                for &g in &self.gids {
-                    self.count1[g as usize] += 1;
-                }
+                count_rows(&self.gids, &mut self.count1, 1, &mut self.count_lanes);
                 if self.retracted {
                     self.group_rows.resize(total, 0);
                     for &g in &self.gids {
