@@ -68,7 +68,8 @@ pub const LANES: usize = 4;
 
 /// The most groups a pass runs in lanes for: 1,024 groups of 4 lanes of 8 bytes stay in the
 /// L1/L2 caches. A 10M-row pass with half its rows on one of 200 groups counted in 9.7 ms in one
-/// cell per group and 4.0 ms in lanes (BENCHMARKS.md, "Lanes").
+/// cell per group and 4.0 ms in lanes (BENCHMARKS.md, "The runtime and the
+/// single-core path, fourth pass").
 pub const MAX_LANED_GROUPS: usize = 1024;
 
 /// Whether a pass of `rows` rows over `groups` groups runs in lanes: few groups, and rows enough
