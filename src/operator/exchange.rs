@@ -250,4 +250,31 @@ mod tests {
             assert_eq!(at, n);
         }
     }
+    /// Each worker's part holds exactly the rows whose key group it owns, in input order, with
+    /// their hashes (one gather per worker).
+    #[test]
+    fn parts_hold_each_workers_rows_in_order() {
+        let kg = KeyGroups::new(128, 3).unwrap();
+        let n = 1000;
+        let hashes: Vec<u64> = (0..n as u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let b = batch(0, n);
+        let parts = route_snapshot(&b.data, &hashes, &kg).unwrap();
+        assert_eq!(parts.len(), 3);
+        for (w, (part, part_hashes)) in parts.iter().enumerate() {
+            let want: Vec<i64> = (0..n)
+                .filter(|&r| kg.worker_of_hash(hashes[r]) == w)
+                .map(|r| r as i64)
+                .collect();
+            let got: Vec<i64> = part
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec();
+            assert_eq!(got, want, "worker {w}");
+            let want_hashes: Vec<u64> = want.iter().map(|&r| hashes[r as usize]).collect();
+            assert_eq!(part_hashes, &want_hashes, "worker {w}");
+        }
+    }
 }
