@@ -267,11 +267,7 @@ mod tests {
                 .filter(|&r| kg.worker_of_hash(hashes[r]) == w)
                 .map(|r| r as i64)
                 .collect();
-            let got: Vec<i64> = part
-                .column(0)
-                .as_primitive::<Int64Type>()
-                .values()
-                .to_vec();
+            let got: Vec<i64> = part.column(0).as_primitive::<Int64Type>().values().to_vec();
             assert_eq!(got, want, "worker {w}");
             let want_hashes: Vec<u64> = want.iter().map(|&r| hashes[r as usize]).collect();
             assert_eq!(part_hashes, &want_hashes, "worker {w}");

@@ -201,7 +201,8 @@ impl Job {
                             .open_chunked_splits(batch_size, p, rows, self.resume_rows)?
                     }
                 };
-                if splits.len() > 1 || p == 1 || self.source.format == Format::Parquet {
+                let chunks = matches!(order, InputOrder::Chunks(_));
+                if splits.len() > 1 || p == 1 || self.source.can_split(chunks)? {
                     self.run_pipelined(splits, order, &mut stats, sink, on_progress)?;
                     return Ok((stats, None));
                 }
@@ -363,15 +364,20 @@ impl Job {
         let order = self.input_order();
         match order {
             _ if p == 1 => "pipelined: one split, read, filtered and folded by its own task".into(),
-            InputOrder::Chunks(_) if self.source.format != Format::Parquet => format!(
-                "ordered: the {format} file cannot be dealt to the splits in chunks of rows (Parquet can)"
+            InputOrder::Chunks(_) if self.source.format == Format::Arrow => format!(
+                "ordered: the {format} file cannot be dealt to the splits in chunks of rows (Parquet and CSV can)"
             ),
             InputOrder::Chunks(rows) => format!(
-                "pipelined: the file dealt to {p} splits in chunks of {rows} rows, applied in input order{}",
+                "pipelined: the file dealt to {p} splits in chunks of {rows} rows, applied in input order{}{}",
                 if self.pipeline.input_order() == order {
                     " (a changelog)"
                 } else {
                     " (checkpoints end rounds of chunks)"
+                },
+                if self.source.format == Format::Csv {
+                    " (a CSV file holding a double quote is one split and runs ordered)"
+                } else {
+                    ""
                 }
             ),
             InputOrder::Any => format!(

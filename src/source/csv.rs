@@ -1,5 +1,6 @@
 //! CSV: a header row matched by column name (empty field = NULL), read whole or, for the
-//! pipelined runtime, in splits of byte ranges cut at line ends.
+//! pipelined runtime, in splits of byte ranges cut at line ends, or in chunks of records dealt
+//! to the splits in turn (a changelog, checkpoints), found by one scan of the lines.
 //!
 //! A split boundary is moved to just after the next newline, so every split holds whole lines.
 //! That is only sound when no field spans lines, which a quoted field may do: a file with a
@@ -23,7 +24,7 @@ impl FileTable {
     /// The header row: its length in bytes (with its line end) and the schema of the file's
     /// columns (declared ones with their types; the changelog column and undeclared ones as
     /// strings, which `convert` drops).
-    fn csv_header(&self) -> Result<(u64, SchemaRef)> {
+    pub(super) fn csv_header(&self) -> Result<(u64, SchemaRef)> {
         let mut file = open(&self.path)?;
         let mut header = String::new();
         let len = BufReader::new(&mut file)
@@ -134,13 +135,100 @@ impl FileTable {
         Ok(splits)
     }
 
-    fn io_error(&self, e: &std::io::Error) -> Error {
+    /// The records after the first `start` as up to `n` splits of chunks of `chunk` records
+    /// dealt in turn (split `s` reads chunks `s`, `s + n`, …; the layout of
+    /// [`crate::operator::pipelined::InputOrder::Chunks`]): one scan of the file finds the line
+    /// where every chunk starts (blank lines are no records, as the CSV reader skips them), and
+    /// each split reads its chunks' byte ranges. A file with a double quote anywhere (a field may
+    /// span lines) is one split reading every record after `start`. `None` when that is so.
+    ///
+    /// # Errors
+    /// Read errors, and a `start` past the file's last record (`past_end`).
+    pub(super) fn csv_chunked_splits(
+        &self,
+        batch_size: usize,
+        n: usize,
+        chunk: usize,
+        start: u64,
+        past_end: impl Fn(u64) -> Error,
+    ) -> Result<Option<Vec<SourceReader>>> {
+        let (header_len, file_schema) = self.csv_header()?;
+        let mut file = open(&self.path)?;
+        let Some(scan) = scan_chunks(
+            &mut file,
+            header_len,
+            start,
+            chunk.max(1) as u64,
+            SCAN_BLOCK,
+        )
+        .map_err(|e| self.io_error(&e))?
+        else {
+            return Ok(None);
+        };
+        if start > scan.records {
+            return Err(past_end(scan.records));
+        }
+        let n = n.max(1);
+        let mut splits = vec![];
+        for s in 0..n.min(scan.chunks.len()) {
+            let chunks: Vec<Chunk> = scan.chunks.iter().skip(s).step_by(n).copied().collect();
+            let (table, ctx, path) = (self.clone(), self.ctx(), self.path.clone());
+            let schema = Arc::clone(&file_schema);
+            let mut chunks = chunks.into_iter();
+            let mut current: Option<(Chunk, arrow::csv::Reader<std::io::Take<File>>)> = None;
+            let inner = std::iter::from_fn(move || {
+                loop {
+                    if let Some((c, reader)) = &mut current {
+                        match reader.next() {
+                            Some(b) => {
+                                let line = c.line;
+                                return Some(
+                                    b.map_err(|e| {
+                                        Error::invalid_input(format!(
+                                            "{ctx}: {}",
+                                            shift_line_numbers(&e.to_string(), line + 1)
+                                        ))
+                                    })
+                                    .and_then(|b| table.convert(&b)),
+                                );
+                            }
+                            None => current = None,
+                        }
+                    }
+                    let c = chunks.next()?;
+                    let opened = open(&path).and_then(|mut f| {
+                        f.seek(SeekFrom::Start(c.start))
+                            .map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                        arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
+                            .with_header(false)
+                            .with_batch_size(batch_size)
+                            .build(f.take(c.end - c.start))
+                            .map_err(|e| Error::io(format!("{ctx}: {e}")))
+                    });
+                    match opened {
+                        Ok(r) => current = Some((c, r)),
+                        Err(e) => {
+                            chunks = Vec::new().into_iter();
+                            return Some(Err(e));
+                        }
+                    }
+                }
+            });
+            splits.push(self.guard(SourceReader {
+                inner: Box::new(inner),
+                total_rows: Some(scan.records),
+            }));
+        }
+        Ok(Some(splits))
+    }
+
+    pub(super) fn io_error(&self, e: &std::io::Error) -> Error {
         Error::io(format!("{}: {e}", self.ctx()))
     }
 }
 
 /// Whether the bytes after `from` hold a double quote.
-fn has_quote(file: &mut File, from: u64) -> std::io::Result<bool> {
+pub(super) fn has_quote(file: &mut File, from: u64) -> std::io::Result<bool> {
     file.seek(SeekFrom::Start(from))?;
     let mut buf = vec![0u8; SCAN_BLOCK];
     loop {
@@ -152,6 +240,89 @@ fn has_quote(file: &mut File, from: u64) -> std::io::Result<bool> {
             return Ok(true);
         }
     }
+}
+
+/// A chunk of a CSV file: its byte range (whole lines) and the lines before it after the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Chunk {
+    start: u64,
+    end: u64,
+    line: usize,
+}
+
+/// What [`scan_chunks`] found: the records after the header, and the chunks of the records
+/// after the first `start`.
+#[derive(Debug)]
+struct ChunkScan {
+    records: u64,
+    chunks: Vec<Chunk>,
+}
+
+/// Scans the file after the header (`from`) once, `block` bytes at a time: its records (lines
+/// holding a byte other than `\r`) and, from record `start` on, a chunk starting at every
+/// `chunk`-th record (the last one ending at the end of the file). `None` when the file holds
+/// a double quote.
+fn scan_chunks(
+    file: &mut File,
+    from: u64,
+    start: u64,
+    chunk: u64,
+    block: usize,
+) -> std::io::Result<Option<ChunkScan>> {
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; block];
+    // The file position of `buf[0]`, the current line's start and whether it holds a record
+    // byte so far, and the newlines before it.
+    let (mut pos, mut line_start, mut filled, mut line) = (from, from, false, 0usize);
+    let (mut records, mut starts) = (0u64, vec![]);
+    // A record begins on the current line: count it, and start a chunk where it falls.
+    let mut record = |line_start: u64, line: usize, records: &mut u64| {
+        if *records >= start && (*records - start).is_multiple_of(chunk) {
+            starts.push((line_start, line));
+        }
+        *records += 1;
+    };
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let block = &buf[..n];
+        if memchr::memchr(b'"', block).is_some() {
+            return Ok(None);
+        }
+        let mut at = 0;
+        for nl in memchr::memchr_iter(b'\n', block) {
+            if !filled && block[at..nl].iter().any(|&b| b != b'\r') {
+                record(line_start, line, &mut records);
+            }
+            (at, filled) = (nl + 1, false);
+            line_start = pos + at as u64;
+            line += 1;
+        }
+        if !filled && block[at..].iter().any(|&b| b != b'\r') {
+            // The line goes on in the next block; it is a record already.
+            record(line_start, line, &mut records);
+            filled = true;
+        }
+        pos += n as u64;
+    }
+    let mut chunks: Vec<Chunk> = starts
+        .windows(2)
+        .map(|w| Chunk {
+            start: w[0].0,
+            end: w[1].0,
+            line: w[0].1,
+        })
+        .collect();
+    if let Some(&(start, line)) = starts.last() {
+        chunks.push(Chunk {
+            start,
+            end: pos,
+            line,
+        });
+    }
+    Ok(Some(ChunkScan { records, chunks }))
 }
 
 /// The offset just after the first newline at or after `at` (the file's length if none).
@@ -220,5 +391,61 @@ mod tests {
         );
         assert_eq!(shift_line_numbers("no line here", 3), "no line here");
         assert_eq!(shift_line_numbers("at line 0: x", 1), "at line 1: x");
+    }
+
+    /// The chunks found by one scan, whatever the block size, are those of the file's records
+    /// (lines with a byte other than `\r`), counted from `start`, each starting at its first
+    /// record's line and ending where the next starts.
+    #[test]
+    fn chunks_start_at_every_chunkth_record() {
+        let text = "h\na\n\nb\r\n\r\n\rc\nd\n\n\ne\r\nf";
+        let header = 2u64;
+        let path = std::env::temp_dir().join(format!("tally-csv-scan-{}.csv", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let bytes = text.as_bytes();
+        // The records: (line start, newlines before it after the header).
+        let mut records = vec![];
+        let mut line_start = header as usize;
+        for (line, l) in text[header as usize..].split('\n').enumerate() {
+            if l.bytes().any(|b| b != b'\r') {
+                records.push((line_start as u64, line));
+            }
+            line_start += l.len() + 1;
+        }
+        assert_eq!(records.len(), 6);
+        for block in 1..12 {
+            for chunk in 1..5u64 {
+                for start in 0..=6u64 {
+                    let mut file = File::open(&path).unwrap();
+                    let scan = scan_chunks(&mut file, header, start, chunk, block)
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(scan.records, 6);
+                    let starts: Vec<(u64, usize)> = records
+                        .iter()
+                        .skip(start as usize)
+                        .step_by(chunk as usize)
+                        .copied()
+                        .collect();
+                    let want: Vec<Chunk> = starts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(start, line))| Chunk {
+                            start,
+                            end: starts.get(i + 1).map_or(bytes.len() as u64, |s| s.0),
+                            line,
+                        })
+                        .collect();
+                    assert_eq!(
+                        scan.chunks, want,
+                        "block {block} chunk {chunk} start {start}"
+                    );
+                }
+            }
+        }
+        std::fs::write(&path, "h\na\n\"b\"\n").unwrap();
+        let mut file = File::open(&path).unwrap();
+        assert!(scan_chunks(&mut file, 2, 0, 1, 3).unwrap().is_none());
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -1,7 +1,8 @@
 //! Splitting a file source across workers, for the pipelined runtime: Parquet by row ranges
 //! (whole row groups, cut where a split's boundary falls inside one) or by chunks of rows dealt
-//! in turn (for a changelog), Arrow IPC files by record batches, CSV by byte ranges
-//! (`csv.rs`). Each split reads its part in file order on the thread that consumes it.
+//! in turn (for a changelog), Arrow IPC files by record batches, CSV by byte ranges or by chunks
+//! of records dealt in turn (`csv.rs`). Each split reads its part in file order on the thread
+//! that consumes it.
 
 use std::sync::Arc;
 
@@ -49,9 +50,10 @@ impl FileTable {
     /// Opens the rows after the first `start` as up to `n` splits of chunks of `chunk` rows
     /// dealt in turn: split `s` reads chunks `s`, `s + n`, … in file order (the layout of
     /// [`crate::operator::pipelined::InputOrder::Chunks`]; `start` is a restored checkpoint's
-    /// position). Parquet only (a row selection per row group); other formats, and `n` = 1, are
-    /// one split reading everything after `start`. Empty splits are left out (only the last
-    /// ones can be).
+    /// position). Parquet (a row selection per row group) and CSV (the byte ranges of its
+    /// chunks of records, found by one scan; a file with a double quote is one split); Arrow,
+    /// and `n` = 1 without a `start`, are one split reading everything after `start`. Empty
+    /// splits are left out (only the last ones can be).
     ///
     /// # Errors
     /// As [`FileTable::open`], and a `start` past the end of the file.
@@ -78,6 +80,18 @@ impl FileTable {
                         }
                     })
                 })
+            }
+            Format::Csv if n > 1 || start > 0 => {
+                let ctx = self.ctx();
+                let chunk = chunk.max(1);
+                let dealt = guarded(&ctx, || {
+                    self.csv_chunked_splits(batch_size, n, chunk, start, past_end.clone())
+                })?;
+                match dealt {
+                    Some(splits) => Ok(splits),
+                    // A quoted file: one split.
+                    None => Ok(vec![self.open(batch_size)?.skip_rows(start, past_end)]),
+                }
             }
             _ => {
                 let reader = self.open(batch_size)?;
@@ -170,6 +184,30 @@ impl FileTable {
             }));
         }
         Ok(splits)
+    }
+
+    /// Whether the file can be read in parts by several splits: dealt in chunks of rows
+    /// (`chunks`: Parquet, and CSV without a double quote) or in any parts (also Arrow IPC
+    /// files, not streams). Where it cannot, [`FileTable::open_splits`] and
+    /// [`FileTable::open_chunked_splits`] make one split.
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub fn can_split(&self, chunks: bool) -> Result<bool> {
+        match self.format {
+            Format::Parquet => Ok(true),
+            Format::Csv => {
+                let (header_len, _) = self.csv_header()?;
+                let mut file = open(&self.path)?;
+                Ok(!super::csv::has_quote(&mut file, header_len).map_err(|e| self.io_error(&e))?)
+            }
+            Format::Arrow if chunks => Ok(false),
+            Format::Arrow => {
+                let mut head = [0u8; 6];
+                let mut file = open(&self.path)?;
+                Ok(std::io::Read::read_exact(&mut file, &mut head).is_ok() && &head == b"ARROW1")
+            }
+        }
     }
 
     fn arrow_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {

@@ -525,19 +525,43 @@ fn bad_checkpoints_and_resumptions_are_clear_errors() {
 }
 
 /// Bad input in the middle of a file fails the run with one line naming it, after a checkpoint
-/// of the state before the bad batch: once the file is fixed, `--restore` resumes without
-/// losing or repeating a row.
+/// of the state before the bad batch (the ordered runtime) or at the end of the last whole round
+/// of chunks before it (the pipelined one, here at P = 2: chunks of 65 536 rows, rounds of two;
+/// the bad row is in the third round's second chunk): once the file is fixed, `--restore`
+/// resumes without losing or repeating a row.
 #[test]
 fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
-    let dir = scratch("badinput");
+    for (pipelined, rows, bad_at, every, saved) in [
+        (
+            false,
+            3000usize,
+            2500usize,
+            "1000",
+            "after the 2400 rows before it",
+        ),
+        (
+            true,
+            400_000,
+            390_000,
+            "100000",
+            "after the first 262144 rows",
+        ),
+    ] {
+        bad_input_mid_file(pipelined, rows, bad_at, every, saved);
+    }
+}
+
+/// The test above on one runtime: `saved` is how its message names the checkpoint's position.
+fn bad_input_mid_file(pipelined: bool, n: usize, bad_at: usize, every: &str, saved: &str) {
+    let dir = scratch(&format!("badinput-{pipelined}"));
     let csv = dir.join("t.csv");
-    let rows: Vec<(String, i64)> = (0..3000)
+    let rows: Vec<(String, i64)> = (0..n)
         .map(|i| (format!("k{}", (i * 7919) % 13), (i % 100) as i64))
         .collect();
     let write = |bad: bool| {
         let mut text = String::from("k,v\n");
         for (i, (k, v)) in rows.iter().enumerate() {
-            if bad && i == 2500 {
+            if bad && i == bad_at {
                 text.push_str(&format!("{k},oops\n"));
             } else {
                 text.push_str(&format!("{k},{v}\n"));
@@ -551,6 +575,8 @@ fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
          SET 'table.exec.mini-batch.enabled' = 'true';
          SET 'table.exec.mini-batch.allow-latency' = '1 s';
          SET 'table.exec.mini-batch.size' = '300';
+         SET 'table.exec.resource.default-parallelism' = '2';
+         SET 'tally.exec.pipelined' = '{pipelined}';
          SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k",
         csv.display()
     );
@@ -564,7 +590,7 @@ fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
         "--checkpoint-dir",
         &chk,
         "--checkpoint-every",
-        "1000",
+        every,
         "--output",
         &out,
     ];
@@ -574,8 +600,12 @@ fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("oops") && err.contains("saved in checkpoint") && err.contains("--restore"),
-        "{err}"
+        err.contains("oops")
+            && err.contains(&format!("at line {}", bad_at + 1))
+            && err.contains(saved)
+            && err.contains("saved in checkpoint")
+            && err.contains("--restore"),
+        "pipelined {pipelined}: {err}"
     );
     write(false);
     args.extend(["--restore", &chk]);
@@ -596,6 +626,6 @@ fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
     let text = std::fs::read_to_string(&out).unwrap();
     let mut got: Vec<String> = text.lines().skip(1).map(str::to_string).collect();
     got.sort();
-    assert_eq!(got, want);
+    assert_eq!(got, want, "pipelined {pipelined}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

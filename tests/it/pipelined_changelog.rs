@@ -2,7 +2,8 @@
 //! turn, and every worker applies the chunks in input order, so that a key's updates that cross
 //! chunk and split boundaries (`-U` in one chunk, `+U` in the next, a delete far after the
 //! insert) give the row-at-a-time reference's final table under every P, phase strategy, chunk
-//! and batch size; the changelog is the same on every run.
+//! and batch size; the changelog is the same on every run, and the same from a CSV file of the
+//! stream (chunks of records, cut by one scan of its lines).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -81,12 +82,61 @@ fn write_changelog(path: &Path, stream: &[(bool, Row)], row_group: usize) {
     w.close().unwrap();
 }
 
+/// Writes the stream as CSV, its row kinds as `+I` / `-D` in `op`, with blank lines (which
+/// are no records) and `\r\n` line ends sprinkled in.
+fn write_changelog_csv(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) {
+    let mut fields = vec![Field::new("op", DataType::Utf8, false)];
+    fields.extend(schema().fields().iter().map(|f| f.as_ref().clone()));
+    let csv_schema = Arc::new(Schema::new(fields));
+    let mut bytes = vec![];
+    {
+        let mut w = arrow::csv::WriterBuilder::new()
+            .with_header(true)
+            .build(&mut bytes);
+        for chunk in stream.chunks(777) {
+            let rows: Vec<Row> = chunk.iter().map(|(_, r)| r.clone()).collect();
+            let ops: ArrayRef = Arc::new(arrow::array::StringArray::from_iter_values(
+                chunk
+                    .iter()
+                    .map(|(retract, _)| if *retract { "-D" } else { "+I" }),
+            ));
+            let mut cols = vec![ops];
+            cols.extend(batch(&rows).columns().iter().cloned());
+            w.write(&RecordBatch::try_new(Arc::clone(&csv_schema), cols).unwrap())
+                .unwrap();
+        }
+    }
+    let text = String::from_utf8(bytes).unwrap();
+    let mut out = String::new();
+    for (i, line) in text.lines().enumerate() {
+        out.push_str(line);
+        out.push_str(if i > 0 && rng.random_bool(0.05) {
+            "\r\n"
+        } else {
+            "\n"
+        });
+        if i > 0 && rng.random_bool(0.02) {
+            out.push_str(if rng.random_bool(0.5) { "\n" } else { "\r\n\n" });
+        }
+    }
+    // No line end after the last record, now and then.
+    if rng.random_bool(0.5) {
+        out.truncate(out.trim_end().len());
+    }
+    assert!(!out.contains('"'), "a quote would make the file one split");
+    std::fs::write(path, out).unwrap();
+}
+
 fn table(path: PathBuf) -> FileTable {
+    table_of(path, Format::Parquet)
+}
+
+fn table_of(path: PathBuf, format: Format) -> FileTable {
     FileTable {
         name: "t".into(),
         schema: schema(),
         path,
-        format: Format::Parquet,
+        format,
         changelog_column: Some("op".into()),
         time_column: None,
         unread_columns: vec![],
@@ -121,9 +171,16 @@ fn aggregate(config: Config) -> ParallelAggregate {
         .with_min_slice_rows(1)
 }
 
-/// Runs `agg` over the file in chunks of `chunk` rows; returns the changelog lines.
-fn run_chunks(agg: &mut ParallelAggregate, path: &Path, chunk: usize, batch: usize) -> Vec<String> {
-    let splits = table(path.to_path_buf())
+/// Runs `agg` over the file (of `format`) in chunks of `chunk` rows; returns the changelog
+/// lines.
+fn run_chunks(
+    agg: &mut ParallelAggregate,
+    path: &Path,
+    format: Format,
+    chunk: usize,
+    batch: usize,
+) -> Vec<String> {
+    let splits = table_of(path.to_path_buf(), format)
         .open_chunked_splits(batch, agg.parallelism(), chunk, 0)
         .unwrap();
     let splits: Vec<tally::operator::pipelined::Split> = splits
@@ -153,6 +210,8 @@ fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
         let expected = reference(&live(&stream));
         let path = temp(&format!("changelog-{seed}.parquet"));
         write_changelog(&path, &stream, rng.random_range(200..1500));
+        let csv = temp(&format!("changelog-{seed}.csv"));
+        write_changelog_csv(&csv, &stream, &mut rng);
         for _ in 0..4 {
             let workers = rng.random_range(1..=4);
             let two_phase = rng.random_bool(0.6);
@@ -163,13 +222,21 @@ fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
                 "seed {seed}: P={workers} two-phase {two_phase} size {size} chunk {chunk} batch {batch}"
             );
             let mut agg = aggregate(config(workers, two_phase, size, true));
-            let lines = run_chunks(&mut agg, &path, chunk, batch);
+            let lines = run_chunks(&mut agg, &path, Format::Parquet, chunk, batch);
             assert_eq!(final_rows(&lines), expected, "{what}");
             let mut again = aggregate(config(workers, two_phase, size, true));
             assert_eq!(
-                run_chunks(&mut again, &path, chunk, batch),
+                run_chunks(&mut again, &path, Format::Parquet, chunk, batch),
                 lines,
                 "{what}: again"
+            );
+            // The CSV file's chunks hold the same rows (its blank lines are no records), so
+            // the changelog is the same.
+            let mut from_csv = aggregate(config(workers, two_phase, size, true));
+            assert_eq!(
+                run_chunks(&mut from_csv, &csv, Format::Csv, chunk, batch),
+                lines,
+                "{what}: CSV"
             );
         }
     }
@@ -196,9 +263,14 @@ fn a_changelog_in_splits_of_any_order_is_refused() {
 /// A job aggregating the changelog file at `path` on `workers` workers, two-phase, mini-batches
 /// of 5 000 rows.
 fn changelog_job(path: &Path, workers: usize, pipelined: bool) -> Job {
+    let format = if path.extension().is_some_and(|e| e == "csv") {
+        Format::Csv
+    } else {
+        Format::Parquet
+    };
     let agg = aggregate(config(workers, true, 5000, pipelined));
     Job::new(
-        table(path.to_path_buf()),
+        table_of(path.to_path_buf(), format),
         Pipeline::new(
             vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
             Runtime::new(workers).unwrap(),
@@ -218,8 +290,8 @@ fn run_job(job: &mut Job) -> (tally::run::RunStats, Vec<String>) {
     (stats, lines)
 }
 
-/// Through a job: a changelog file of three chunks runs pipelined at P = 2 (the chunk is
-/// 65 536 rows there) and gives the reference; the ordered runtime gives it too.
+/// Through a job: a changelog file of three chunks, Parquet or CSV, runs pipelined at P = 2
+/// (the chunk is 65 536 rows there) and gives the reference; the ordered runtime gives it too.
 #[test]
 fn a_changelog_file_runs_pipelined_in_a_job() {
     let mut rng = StdRng::seed_from_u64(21);
@@ -227,11 +299,15 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
     let expected = reference(&live(&stream));
     let path = temp("changelog-job.parquet");
     write_changelog(&path, &stream, 50_000);
-    for (pipelined, runtime) in [(true, "pipelined (2 splits)"), (false, "ordered")] {
-        let (stats, lines) = run_job(&mut changelog_job(&path, 2, pipelined));
-        assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
-        assert_eq!(stats.rows_in, stream.len() as u64);
-        assert_eq!(final_rows(&lines), expected, "{runtime}");
+    let csv = temp("changelog-job.csv");
+    write_changelog_csv(&csv, &stream, &mut rng);
+    for path in [&path, &csv] {
+        for (pipelined, runtime) in [(true, "pipelined (2 splits)"), (false, "ordered")] {
+            let (stats, lines) = run_job(&mut changelog_job(path, 2, pipelined));
+            assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
+            assert_eq!(stats.rows_in, stream.len() as u64);
+            assert_eq!(final_rows(&lines), expected, "{runtime} {path:?}");
+        }
     }
 }
 
@@ -244,43 +320,58 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
 fn pipelined_checkpoints_resume_at_any_parallelism() {
     let mut rng = StdRng::seed_from_u64(22);
     let stream = stream(&mut rng, 140_000);
-    let expected = reference(&live(&stream));
     let path = temp("changelog-checkpoints.parquet");
     write_changelog(&path, &stream, 30_000);
-    let dir = temp("checkpoints");
+    let short = temp("changelog-short.parquet");
+    write_changelog(&short, &stream[..100_000], 30_000);
+    resume_at_any_parallelism(&stream, &path, &short, "parquet");
+    let csv = temp("changelog-checkpoints.csv");
+    write_changelog_csv(&csv, &stream, &mut rng);
+    let short_csv = temp("changelog-short.csv");
+    write_changelog_csv(&short_csv, &stream[..100_000], &mut rng);
+    resume_at_any_parallelism(&stream, &csv, &short_csv, "csv");
+}
+
+/// The body of [`pipelined_checkpoints_resume_at_any_parallelism`] over the file at `path`
+/// (the stream) and `short` (its first 100 000 rows).
+fn resume_at_any_parallelism(stream: &[(bool, Row)], path: &Path, short: &Path, name: &str) {
+    let expected = reference(&live(stream));
+    let dir = temp(&format!("checkpoints-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     let store = tally::checkpoint::CheckpointDir::new(&dir).retain(10);
-    let mut first = changelog_job(&path, 2, true);
+    let mut first = changelog_job(path, 2, true);
     first.checkpoint_every(store.clone(), 70_000).unwrap();
     let (stats, full) = run_job(&mut first);
-    assert_eq!(stats.runtime, "pipelined (2 splits)");
-    assert_eq!(final_rows(&full), expected);
-    assert_eq!(stats.checkpoints, 2, "{stats:?}");
+    assert_eq!(stats.runtime, "pipelined (2 splits)", "{name}");
+    assert_eq!(final_rows(&full), expected, "{name}");
+    assert_eq!(stats.checkpoints, 2, "{name}: {stats:?}");
     let checkpoints = store.list().unwrap();
     for ((_, folder), position) in checkpoints.iter().zip([131_072u64, 140_000]) {
         for workers in 1..=3 {
-            let mut resumed = changelog_job(&path, workers, true);
+            let mut resumed = changelog_job(path, workers, true);
             let chk = resumed.restore(folder).unwrap();
             assert_eq!(chk.meta("source.rows").unwrap(), position.to_string());
             let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
             let (stats, rest) = run_job(&mut resumed);
             assert!(stats.runtime.starts_with("pipelined"), "{}", stats.runtime);
-            assert_eq!(stats.rows_in, 140_000 - position, "{workers} workers");
+            assert_eq!(
+                stats.rows_in,
+                140_000 - position,
+                "{name}: {workers} workers"
+            );
             let mut lines = full[..delivered].to_vec();
             lines.extend(rest);
             assert_eq!(
                 final_rows(&lines),
                 expected,
-                "resumed at {position} on {workers} workers"
+                "{name}: resumed at {position} on {workers} workers"
             );
         }
     }
     // Restored over a shorter input, on either runtime: an error naming the position.
-    let short = temp("changelog-short.parquet");
-    write_changelog(&short, &stream[..100_000], 30_000);
     let (_, folder) = &checkpoints[0];
     for pipelined in [true, false] {
-        let mut resumed = changelog_job(&short, 2, pipelined);
+        let mut resumed = changelog_job(short, 2, pipelined);
         resumed.restore(folder).unwrap();
         let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
         let err = resumed
@@ -290,8 +381,52 @@ fn pipelined_checkpoints_resume_at_any_parallelism() {
         assert!(
             err.contains("source position (131072 rows) is past the end")
                 && err.contains("(100000 rows)"),
-            "pipelined {pipelined}: {err}"
+            "{name}, pipelined {pipelined}: {err}"
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A split that fails stops the rounds at the first one it cannot complete: every checkpoint
+/// delivered covers whole rounds of chunks (a prefix of the input), none claims the rows of a
+/// round that lacks the failed split's chunk, though the other split's later chunks arrive.
+#[test]
+fn a_failing_split_ends_the_checkpoints_at_its_last_whole_round() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let path = temp("changelog-failing.parquet");
+    write_changelog(&path, &stream(&mut rng, 2000), 400);
+    let chunk = 50;
+    for _ in 0..20 {
+        let mut agg = aggregate(config(2, true, 10, true));
+        let mut splits = table(path.clone())
+            .open_chunked_splits(chunk, 2, chunk, 0)
+            .unwrap()
+            .into_iter();
+        let first: tally::operator::pipelined::Split = Box::new(splits.next().unwrap());
+        // The second split reads its first chunk (the input's second), then fails.
+        let failing: tally::operator::pipelined::Split =
+            Box::new(splits.next().unwrap().take(1).chain(std::iter::once(Err(
+                tally::Error::invalid_input("bad input in the second split"),
+            ))));
+        let mut positions = vec![];
+        let err = agg
+            .run_splits_checkpointed(
+                vec![first, failing],
+                InputOrder::Chunks(chunk),
+                Some(1),
+                &|b| Ok(vec![b]),
+                &mut |d| {
+                    if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
+                        positions.push(rows);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("bad input"), "{err}");
+        assert!(
+            positions.iter().all(|&p| p <= 2 * chunk as u64),
+            "{positions:?}"
+        );
+    }
 }

@@ -84,8 +84,9 @@ impl Source<'_> {
     pub(super) fn run(mut self, split: Split, pre: PreStages<'_>) -> Result<SourceReport> {
         let started = Instant::now();
         let result = self.read(split, pre);
-        if result.is_err() {
-            self.stop.store(true, Ordering::Relaxed);
+        match result {
+            Ok(()) => self.send_end(),
+            Err(_) => self.stop.store(true, Ordering::Relaxed),
         }
         self.report.task.busy = started
             .elapsed()
@@ -163,6 +164,18 @@ impl Source<'_> {
         }
         self.send_pending();
         Ok(())
+    }
+
+    /// Tells every worker that the split's epochs are all sent (an empty run, see
+    /// [`Aligner`]), unless the run stopped.
+    fn send_end(&mut self) {
+        if self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        for tx in &self.senders {
+            let (_, waited) = self.activity.wait(|| tx.send(vec![]));
+            self.report.task.waiting_output += waited;
+        }
     }
 
     /// Sends each worker the parts of the epochs ended since the last send (none when none
@@ -329,7 +342,12 @@ pub(super) fn keyed_task(
                 fired.push(apply_and_fire(worker, parts, checkpoint, &mut task)?);
             }
         }
-        send_fired(&out, &mut fired, activity, &mut task);
+        if !sources.broken() && send_fired(&out, &mut fired, activity, &mut task) {
+            // The end of this worker's epochs (a source that failed leaves it out, and the
+            // caller stops there too).
+            let (_, waited) = activity.wait(|| out.send(vec![]));
+            task.waiting_output += waited;
+        }
         Ok(())
     })();
     if result.is_err() {
