@@ -93,8 +93,8 @@ pub fn op_type_supported(dt: &DataType) -> bool {
         || matches!(dt, DataType::Dictionary(_, v) if op_type_supported(v))
 }
 
-/// Reads an `op` column (integer codes 0..=3 or the short strings, plain or dictionary-encoded)
-/// into Int8 codes.
+/// Reads an `op` column (integer codes 0..=3, the short strings, or the codes as text, plain or
+/// dictionary-encoded) into Int8 codes.
 ///
 /// # Errors
 /// A NULL, an unknown code or string (an integer outside 0..=3 of any width, e.g. a UInt64 above
@@ -144,7 +144,14 @@ pub fn op_codes(op: &ArrayRef) -> Result<ArrayRef> {
     let mut codes = Vec::with_capacity(n);
     for i in 0..n {
         let s = strings.value(i);
-        let kind = RowKind::parse(s).ok_or_else(|| bad_code(i, &format!("'{s}'")))?;
+        // The short strings, Flink's long names, or a code written as text (a CSV file's op
+        // column is read as text: `0` to `3`).
+        let kind = RowKind::parse(s)
+            .or_else(|| match s.trim() {
+                "0" | "1" | "2" | "3" => s.trim().parse().ok().and_then(RowKind::from_code),
+                _ => None,
+            })
+            .ok_or_else(|| bad_code(i, &format!("'{s}'")))?;
         codes.push(kind.code());
     }
     Ok(std::sync::Arc::new(Int8Array::from(codes)))
@@ -394,5 +401,19 @@ mod tests {
         .unwrap();
         let e = codes(Arc::new(null_value)).unwrap_err().to_string();
         assert!(e.contains("NULL op at row 1"), "{e}");
+    }
+
+    /// Codes written as text (a CSV file's op column) read as the codes; other text is an error
+    /// naming the row.
+    #[test]
+    fn codes_as_text_are_codes() {
+        let text = StringArray::from(vec!["0", " 3", "+U", "1", "2"]);
+        assert_eq!(codes(Arc::new(text)).unwrap(), vec![0, 3, 2, 1, 2]);
+        for bad in ["4", "-1", "00x", ""] {
+            let e = codes(Arc::new(StringArray::from(vec!["0", bad])))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("at row 1"), "{bad:?}: {e}");
+        }
     }
 }
