@@ -15,7 +15,7 @@
 //! global aggregate does, counting delta rows. The FINAL keeps only its own state: one row of
 //! accumulators per key.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
@@ -35,11 +35,48 @@ use crate::plan::AggregatePlan;
 /// docs): delta accumulators per PARTIAL firing, merged by one global phase.
 #[derive(Debug)]
 pub struct IncrementalAggregate {
-    deltas: LocalGroupAggregate,
+    plan: Arc<AggregatePlan>,
+    fold: DeltaFold,
     global: GroupAggregate,
-    /// Counters of the two steps, for EXPLAIN ANALYZE.
-    fold: StageMetrics,
+    /// The merge's counters, for EXPLAIN ANALYZE (the fold's are in `fold`).
     merge: StageMetrics,
+}
+
+/// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
+/// accumulators per FINAL key it touched. Stateless between firings, so any worker of the
+/// PARTIAL can fold its own firings ([`IncrementalAggregate::new_fold`]), as Flink's
+/// `IncrementalGroupAggregate` does in the PARTIAL's tasks; their counters add up in one place.
+#[derive(Debug)]
+pub struct DeltaFold {
+    deltas: LocalGroupAggregate,
+    metrics: Arc<Mutex<StageMetrics>>,
+}
+
+impl DeltaFold {
+    /// One firing's delta accumulator rows (none for an empty firing).
+    ///
+    /// # Errors
+    /// A batch of another schema than the PARTIAL's output.
+    pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<RecordBatch>> {
+        if firing.num_rows() == 0 {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        self.deltas.push_changes(firing)?;
+        let deltas = self.deltas.flush()?;
+        let busy = start.elapsed();
+        let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        m.rows_in += firing.num_rows() as u64;
+        m.rows_out += deltas.as_ref().map_or(0, |d| d.num_rows() as u64);
+        m.batches += 1;
+        m.busy += busy;
+        Ok(deltas)
+    }
+
+    /// The schema of the delta rows.
+    pub fn delta_schema(&self) -> SchemaRef {
+        self.deltas.accumulator_schema()
+    }
 }
 
 impl IncrementalAggregate {
@@ -54,11 +91,38 @@ impl IncrementalAggregate {
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
         Ok(Self {
-            deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+            plan: Arc::clone(&plan),
+            fold: DeltaFold {
+                deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+                metrics: Arc::new(Mutex::new(StageMetrics::new(
+                    AggregateStep::LocalGroupAggregate,
+                ))),
+            },
             global: GroupAggregate::try_new_global(plan, config, clock)?,
-            fold: StageMetrics::new(AggregateStep::LocalGroupAggregate),
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
         })
+    }
+
+    /// A fold for one worker of the PARTIAL (its firings folded where they are fired); what it
+    /// makes goes to [`IncrementalAggregate::push`] as it is, and its counters to this
+    /// aggregate's.
+    ///
+    /// # Errors
+    /// When an accumulator cannot be built (a bug: this aggregate's were).
+    pub fn new_fold(&self) -> Result<DeltaFold> {
+        (self.fold_factory())()
+    }
+
+    /// What makes [`IncrementalAggregate::new_fold`]'s folds, apart from the aggregate (to
+    /// hand to the PARTIAL's workers).
+    pub fn fold_factory(&self) -> impl Fn() -> Result<DeltaFold> + Send + Sync + 'static {
+        let (plan, metrics) = (Arc::clone(&self.plan), Arc::clone(&self.fold.metrics));
+        move || {
+            Ok(DeltaFold {
+                deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+                metrics: Arc::clone(&metrics),
+            })
+        }
     }
 
     /// The resolved FINAL aggregate.
@@ -67,16 +131,25 @@ impl IncrementalAggregate {
     }
 
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
-    /// each becomes one delta row per FINAL key it touched, merged into the global phase.
-    /// Returns the changes of the global phase's mini-batches that became due.
+    /// each becomes one delta row per FINAL key it touched, merged into the global phase. A
+    /// batch of delta rows (of [`DeltaFold::delta_schema`], a firing folded by its worker with
+    /// [`IncrementalAggregate::new_fold`]) is merged as it is. Returns the changes of the global
+    /// phase's mini-batches that became due.
     ///
     /// # Errors
     /// A batch of another schema, and as [`GroupAggregate::push_accumulators`].
     pub fn push(&mut self, firings: &[ChangeBatch]) -> Result<Vec<ChangeBatch>> {
+        let delta_schema = self.fold.delta_schema();
         let mut out = vec![];
         for firing in firings {
-            let Some(deltas) = self.fold(firing)? else {
-                continue;
+            let folded = firing.op.is_none() && firing.data.schema() == delta_schema;
+            let deltas = if folded {
+                firing.data.clone()
+            } else {
+                match self.fold.fold(firing)? {
+                    Some(d) => d,
+                    None => continue,
+                }
             };
             let start = Instant::now();
             let changes = self.global.push_accumulators(&deltas)?;
@@ -84,21 +157,6 @@ impl IncrementalAggregate {
             out.extend(changes);
         }
         Ok(out)
-    }
-
-    /// One firing's delta accumulator rows (none for an empty firing).
-    fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<RecordBatch>> {
-        if firing.num_rows() == 0 {
-            return Ok(None);
-        }
-        let start = Instant::now();
-        self.deltas.push_changes(firing)?;
-        let deltas = self.deltas.flush()?;
-        self.fold.rows_in += firing.num_rows() as u64;
-        self.fold.rows_out += deltas.as_ref().map_or(0, |d| d.num_rows() as u64);
-        self.fold.batches += 1;
-        self.fold.busy += start.elapsed();
-        Ok(deltas)
     }
 
     fn count_merge(&mut self, rows_in: usize, changes: &[ChangeBatch], busy: Duration) {
@@ -128,14 +186,20 @@ impl IncrementalAggregate {
     /// step (one worker).
     pub fn metrics(&self) -> AggregateMetrics {
         let m = self.global.metrics();
+        let fold = self
+            .fold
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         AggregateMetrics {
             parallelism: 1,
             key_groups: 1,
             two_phase: true,
-            rows_in: self.fold.rows_in,
+            rows_in: fold.rows_in,
             rows_out: m.rows_out,
             mini_batches: m.mini_batches,
-            stages: vec![self.fold.clone(), self.merge.clone()],
+            stages: vec![fold.clone(), self.merge.clone()],
             skew_ratio: 1.0,
             keys_in_state: m.keys_in_state,
             state_bytes: m.state_bytes,
@@ -146,7 +210,7 @@ impl IncrementalAggregate {
             distinct_bytes: m.distinct_bytes,
             workers: vec![WorkerMetrics {
                 rows_received: self.merge.rows_in,
-                input_rows: self.fold.rows_in,
+                input_rows: fold.rows_in,
                 busy: self.merge.busy,
                 operator: m,
             }],

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
-use super::Stage;
+use super::{FoldFactory, Stage};
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
+use crate::operator::pipelined::FiringFold;
 use crate::operator::{AggregateMetrics, IncrementalAggregate};
 use crate::runtime::Runtime;
 
@@ -41,6 +42,19 @@ impl Stage for IncrementalStage {
 
     fn columns_read(&self) -> Option<BTreeSet<usize>> {
         Some(self.agg.plan().calc.columns_read())
+    }
+
+    /// Each worker of the PARTIAL folds its own firings into delta rows (Flink's
+    /// `IncrementalGroupAggregate` in the PARTIAL's tasks); the merge stays here.
+    fn firing_fold(&self) -> Option<FoldFactory> {
+        let make = self.agg.fold_factory();
+        Some(Box::new(move || {
+            let mut fold = make()?;
+            let f: FiringFold = Box::new(move |firing: ChangeBatch| {
+                Ok(fold.fold(&firing)?.map(ChangeBatch::inserts))
+            });
+            Ok(f)
+        }))
     }
 
     fn keeps_state(&self) -> bool {

@@ -19,7 +19,7 @@ use arrow::datatypes::SchemaRef;
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
-use crate::operator::pipelined::{Delivery, InputOrder, chunk_rows};
+use crate::operator::pipelined::{Delivery, FiringFold, InputOrder, chunk_rows};
 use crate::operator::{AggregateMetrics, ParallelAggregate};
 use crate::plan::ColumnUses;
 use crate::runtime::Runtime;
@@ -31,6 +31,9 @@ mod incremental;
 pub use calc::{CalcStage, physical_expr};
 pub use expand::ExpandStage;
 pub use incremental::IncrementalStage;
+
+/// Makes a keyed task's fold of its firings ([`Stage::firing_fold`]).
+pub type FoldFactory = Box<dyn Fn() -> Result<FiringFold> + Send + Sync>;
 
 /// A streaming transformation of change batches.
 pub trait Stage: Send + Sync + std::fmt::Debug {
@@ -93,6 +96,17 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
 
     /// The stage's aggregate, if it is an aggregate stage.
     fn as_aggregate(&self) -> Option<&ParallelAggregate> {
+        None
+    }
+
+    /// Where the stage right after an aggregate can take over part of its work on the
+    /// aggregate's own workers: what makes each keyed task a fold of its firings, whose
+    /// output [`Stage::push`] then takes as well as the firings themselves (split-distinct's
+    /// incremental FINAL). `None` for other stages.
+    ///
+    /// # Errors
+    /// In the fold it makes: as [`Stage::push`].
+    fn firing_fold(&self) -> Option<FoldFactory> {
         None
     }
 
@@ -435,6 +449,11 @@ impl Pipeline {
             .as_aggregate_mut()
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
         let agg_schema = agg.snapshot_schema();
+        // The next stage's share of the work done on the aggregate's workers, if it has one.
+        let fold = after.first().and_then(|s| s.firing_fold());
+        let post = fold
+            .as_deref()
+            .map(|f| f as &(dyn Fn() -> Result<FiringFold> + Sync));
         let runtime = &self.runtime;
         // Pushes `batches` that stage `first` of the later stages produced through the rest.
         let onward = |after: &mut [Box<dyn Stage>],
@@ -474,7 +493,7 @@ impl Pipeline {
                 }
             }
         };
-        agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, &mut through)?;
+        agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through)?;
         // The later stages' pending mini-batches fire at the end of input.
         for c in self.finish()? {
             deliver(Output::Changes(c))?;

@@ -415,6 +415,7 @@ fn a_failing_split_ends_the_checkpoints_at_its_last_whole_round() {
                 InputOrder::Chunks(chunk),
                 Some(1),
                 &|b| Ok(vec![b]),
+                None,
                 &mut |d| {
                     if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
                         positions.push(rows);

@@ -133,6 +133,15 @@ pub enum Delivery {
 /// Expand).
 pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Vec<ChangeBatch>> + Sync);
 
+/// What a keyed task does to the changes of each of its firings before they go to the caller:
+/// the batch that goes instead (none: nothing goes). Split-distinct's incremental FINAL folds
+/// each firing of the PARTIAL into delta rows this way, on the PARTIAL's workers, as Flink's
+/// `IncrementalGroupAggregate` runs in the PARTIAL's tasks.
+pub type FiringFold = Box<dyn FnMut(ChangeBatch) -> Result<Option<ChangeBatch>> + Send>;
+
+/// Makes each keyed task its [`FiringFold`].
+pub type PostFiring<'a> = &'a (dyn Fn() -> Result<FiringFold> + Sync);
+
 impl ParallelAggregate {
     /// Runs the aggregate over `splits` of its input on the pipelined runtime (see the module
     /// docs): one source task per split (at most P), each running `pre` (the stages before the
@@ -154,7 +163,7 @@ impl ParallelAggregate {
         pre: PreStages<'_>,
         emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
     ) -> Result<()> {
-        self.run_splits_checkpointed(splits, order, None, pre, &mut |d| match d {
+        self.run_splits_checkpointed(splits, order, None, pre, None, &mut |d| match d {
             Delivery::Changes(b) => emit(b),
             Delivery::Checkpoint { .. } => Ok(()),
         })
@@ -164,6 +173,8 @@ impl ParallelAggregate {
     /// [`Delivery::Checkpoint`] after each round of chunks (one chunk of every split) that takes
     /// the input rows applied past a multiple of it: the workers snapshot their state at the
     /// end of that round, as Flink's tasks do at an aligned barrier, while the sources read on.
+    /// With `post`, each keyed task passes the changes of each of its firings through its own
+    /// [`FiringFold`] before they are delivered.
     ///
     /// # Errors
     /// As [`ParallelAggregate::run_splits`], and checkpoints over [`InputOrder::Any`] (whose
@@ -174,6 +185,7 @@ impl ParallelAggregate {
         order: InputOrder,
         checkpoint_every: Option<u64>,
         pre: PreStages<'_>,
+        post: Option<PostFiring<'_>>,
         deliver: &mut dyn FnMut(Delivery) -> Result<()>,
     ) -> Result<()> {
         if checkpoint_every.is_some() && order == InputOrder::Any {
@@ -291,6 +303,7 @@ impl ParallelAggregate {
                             out,
                             chunk.is_some(),
                             checkpoint_every,
+                            post,
                             activity,
                             stop,
                         )
@@ -487,7 +500,7 @@ fn join_task<T>(h: std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T>>>
 }
 
 /// The caller's part: takes each epoch's changes from the workers in worker order and hands
-/// them to `emit`. Returns its task metrics and the rows it handed on.
+/// them to `emit`. Returns its task metrics and the rows the workers fired.
 fn collect(
     outputs: Vec<Receiver<Vec<WorkerOutput>>>,
     deliver: &mut dyn FnMut(Delivery) -> Result<()>,
@@ -504,8 +517,8 @@ fn collect(
             let workers = round.len();
             let mut states = 0;
             for out in round {
+                rows_out += out.fired_rows;
                 for b in out.changes {
-                    rows_out += b.num_rows() as u64;
                     task.rows += b.num_rows() as u64;
                     deliver(Delivery::Changes(b))?;
                 }

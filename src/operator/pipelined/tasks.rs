@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
-use super::{Aligner, PreStages, Split};
+use super::{Aligner, FiringFold, PostFiring, PreStages, Split};
 use arrow::array::RecordBatch;
 
 use crate::changelog::ChangeBatch;
@@ -33,10 +33,12 @@ pub(super) struct EpochPart {
     pub(super) source_rows: u64,
 }
 
-/// What a keyed task sends the caller after an epoch: the changes, and at a checkpoint its
-/// state (the input rows applied so far, the worker's snapshot).
+/// What a keyed task sends the caller after an epoch: the changes (through its
+/// [`FiringFold`], if any), the rows it fired, and at a checkpoint its state (the input rows
+/// applied so far, the worker's snapshot).
 pub(super) struct WorkerOutput {
     pub(super) changes: Vec<ChangeBatch>,
+    pub(super) fired_rows: u64,
     pub(super) state: Option<(u64, Vec<RecordBatch>)>,
 }
 
@@ -304,12 +306,20 @@ pub(super) fn keyed_task(
     out: SyncSender<Vec<WorkerOutput>>,
     per_source: bool,
     checkpoint_every: Option<u64>,
+    post: Option<PostFiring<'_>>,
     activity: &Activity,
     stop: &AtomicBool,
 ) -> Result<TaskMetrics> {
     let started = Instant::now();
     let mut task = TaskMetrics::default();
     let mut sources = Aligner::new(receivers);
+    let mut fold = match post.map(|make| make()).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
     let mut position = 0u64;
     // The outputs of the epochs fired since the last send: sent when the next round would
     // wait (one wake-up of the caller per run of epochs, not per epoch).
@@ -339,7 +349,13 @@ pub(super) fn keyed_task(
             let last = steps.len() - 1;
             for (i, parts) in steps.into_iter().enumerate() {
                 let checkpoint = (due && i == last).then_some(position);
-                fired.push(apply_and_fire(worker, parts, checkpoint, &mut task)?);
+                fired.push(apply_and_fire(
+                    worker,
+                    parts,
+                    checkpoint,
+                    fold.as_mut(),
+                    &mut task,
+                )?);
             }
         }
         if !sources.broken() && send_fired(&out, &mut fired, activity, &mut task) {
@@ -377,11 +393,13 @@ fn send_fired(
 }
 
 /// Applies the rows and merges the accumulator rows of `parts` into the worker and fires: the
-/// changes, with the worker's snapshot at a `checkpoint` (the input rows applied).
+/// changes (each firing's through `fold`), with the worker's snapshot at a `checkpoint` (the
+/// input rows applied).
 fn apply_and_fire(
     worker: &mut Worker,
     parts: Vec<EpochPart>,
     checkpoint: Option<u64>,
+    fold: Option<&mut FiringFold>,
     task: &mut TaskMetrics,
 ) -> Result<WorkerOutput> {
     let (mut rows, mut accumulators) = (vec![], vec![]);
@@ -407,5 +425,17 @@ fn apply_and_fire(
         Some(rows) => Some((rows, worker.agg.snapshot()?)),
         None => None,
     };
-    Ok(WorkerOutput { changes, state })
+    let fired_rows = changes.iter().map(|c| c.num_rows() as u64).sum();
+    let changes = match fold {
+        Some(fold) => changes
+            .into_iter()
+            .filter_map(|c| fold(c).transpose())
+            .collect::<Result<Vec<_>>>()?,
+        None => changes,
+    };
+    Ok(WorkerOutput {
+        changes,
+        fired_rows,
+        state,
+    })
 }
