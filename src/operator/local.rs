@@ -190,8 +190,9 @@ impl LocalGroupAggregate {
     /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
     pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
         let n = self.groups.len() as u32;
+        let rows = self.rows_per_group();
         Ok(self
-            .flush_in_parts(vec![(0..n).collect()])?
+            .flush_in_parts(vec![(0..n).collect()], &rows)?
             .and_then(|parts| parts.into_iter().next()))
     }
 
@@ -218,7 +219,7 @@ impl LocalGroupAggregate {
             partition(self.groups.hashes(), kg)
         };
         let routing = start.elapsed();
-        let parts = self.flush_in_parts(parts)?.unwrap_or_default();
+        let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
         Ok(Some(RoutedFlush {
             parts,
             hot_share,
@@ -236,13 +237,17 @@ impl LocalGroupAggregate {
     }
 
     /// Flushes the groups of each part (together, every group once) as one [`Flushed`] per
-    /// part, from one accumulator batch whose rows run part after part, and starts afresh.
-    fn flush_in_parts(&mut self, parts: Vec<Vec<u32>>) -> Result<Option<Vec<Flushed>>> {
+    /// part, from one accumulator batch whose rows run part after part, and starts afresh;
+    /// `rows` are [`LocalGroupAggregate::rows_per_group`].
+    fn flush_in_parts(
+        &mut self,
+        parts: Vec<Vec<u32>>,
+        rows: &[u64],
+    ) -> Result<Option<Vec<Flushed>>> {
         let n = self.groups.len();
         if n == 0 {
             return Ok(None);
         }
-        let rows = self.rows_per_group();
         let hashes = self.groups.hashes();
         let order: Vec<u32> = parts.concat();
         let mut cols: Vec<ArrayRef> = self.groups.keys(&order)?;

@@ -69,7 +69,7 @@ use crate::runtime::Activity;
 
 mod tasks;
 
-use tasks::{EpochPart, Source, SourceReport, WorkerOutput, keyed_task};
+use tasks::{EpochPart, KeyedRun, Source, SourceReport, WorkerOutput, keyed_task};
 
 /// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
 /// that take turns on a core run many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
@@ -287,6 +287,13 @@ impl ParallelAggregate {
                     .spawn_scoped(scope, move || source.run(split, pre));
                 source_handles.push(handle);
             }
+            let run = KeyedRun {
+                per_source: chunk.is_some(),
+                checkpoint_every,
+                post,
+                activity,
+                stop,
+            };
             let mut keyed_handles = Vec::with_capacity(p);
             for (w, ((worker, receivers), out)) in workers
                 .iter_mut()
@@ -296,18 +303,7 @@ impl ParallelAggregate {
             {
                 let handle = std::thread::Builder::new()
                     .name(format!("tally-worker-{w}"))
-                    .spawn_scoped(scope, move || {
-                        keyed_task(
-                            worker,
-                            receivers,
-                            out,
-                            chunk.is_some(),
-                            checkpoint_every,
-                            post,
-                            activity,
-                            stop,
-                        )
-                    });
+                    .spawn_scoped(scope, move || keyed_task(worker, receivers, out, &run));
                 keyed_handles.push(handle);
             }
             let collected = collect(outputs, deliver, activity, stop);

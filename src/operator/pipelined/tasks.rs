@@ -294,22 +294,37 @@ impl Source<'_> {
     }
 }
 
+/// What every keyed task of a run shares: how it applies epochs, checkpoints and folds, and
+/// the run's accounting and stop flag.
+#[derive(Clone, Copy)]
+pub(super) struct KeyedRun<'a> {
+    /// Chunks in input order: each source's epoch applied and fired on its own.
+    pub(super) per_source: bool,
+    pub(super) checkpoint_every: Option<u64>,
+    pub(super) post: Option<PostFiring<'a>>,
+    pub(super) activity: &'a Activity,
+    pub(super) stop: &'a AtomicBool,
+}
+
 /// One keyed task: aligns the epochs of the sources, merges and fires.
 ///
-/// With `per_source` (chunks in input order), each source's epoch is applied and fired on its
+/// With `run.per_source` (chunks in input order), each source's epoch is applied and fired on its
 /// own, in source order; otherwise one epoch of every source is merged and fired together.
-/// With `checkpoint_every` (chunks only), after a round of epochs that takes the input rows
+/// With `run.checkpoint_every` (chunks only), after a round of epochs that takes the input rows
 /// applied past a multiple of it, the worker's snapshot goes with the round's last changes.
 pub(super) fn keyed_task(
     worker: &mut Worker,
     receivers: Vec<Receiver<Vec<EpochPart>>>,
     out: SyncSender<Vec<WorkerOutput>>,
-    per_source: bool,
-    checkpoint_every: Option<u64>,
-    post: Option<PostFiring<'_>>,
-    activity: &Activity,
-    stop: &AtomicBool,
+    run: &KeyedRun<'_>,
 ) -> Result<TaskMetrics> {
+    let KeyedRun {
+        per_source,
+        checkpoint_every,
+        post,
+        activity,
+        stop,
+    } = *run;
     let started = Instant::now();
     let mut task = TaskMetrics::default();
     let mut sources = Aligner::new(receivers);
