@@ -294,6 +294,10 @@ impl Source<'_> {
     }
 }
 
+/// The most epochs' changes a keyed task holds before it sends them to the caller, when its
+/// sources are far ahead of it (their channels full).
+const MAX_FIRED_RUN: usize = 16;
+
 /// What every keyed task of a run shares: how it applies epochs, checkpoints and folds, and
 /// the run's accounting and stop flag.
 #[derive(Clone, Copy)]
@@ -337,10 +341,14 @@ pub(super) fn keyed_task(
     };
     let mut position = 0u64;
     // The outputs of the epochs fired since the last send: sent when the next round would
-    // wait (one wake-up of the caller per run of epochs, not per epoch).
+    // wait, or once they are [`MAX_FIRED_RUN`] (one wake-up of the caller per run of epochs,
+    // not per epoch, and the changes never held back for long).
     let mut fired: Vec<WorkerOutput> = vec![];
     let result = (|| -> Result<()> {
         loop {
+            if fired.len() >= MAX_FIRED_RUN && !send_fired(&out, &mut fired, activity, &mut task) {
+                return Ok(());
+            }
             let parts = match sources.try_round() {
                 Some(parts) => parts,
                 None => {
