@@ -387,47 +387,55 @@ fn resume_at_any_parallelism(stream: &[(bool, Row)], path: &Path, short: &Path, 
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A split that fails stops the rounds at the first one it cannot complete: every checkpoint
-/// delivered covers whole rounds of chunks (a prefix of the input), none claims the rows of a
-/// round that lacks the failed split's chunk, though the other split's later chunks arrive.
+/// A split that fails stops the rounds at the first one it cannot complete: the checkpoints
+/// delivered are those of every whole round before its failed chunk (a prefix of the input),
+/// on every run, however far the other split has read (it reads on to the end of those rounds,
+/// or stops there); none claims the rows of a round that lacks the failed split's chunk.
 #[test]
 fn a_failing_split_ends_the_checkpoints_at_its_last_whole_round() {
     let mut rng = StdRng::seed_from_u64(23);
     let path = temp("changelog-failing.parquet");
     write_changelog(&path, &stream(&mut rng, 2000), 400);
     let chunk = 50;
-    for _ in 0..20 {
-        let mut agg = aggregate(config(2, true, 10, true));
-        let mut splits = table(path.clone())
-            .open_chunked_splits(chunk, 2, chunk, 0)
-            .unwrap()
-            .into_iter();
-        let first: tally::operator::pipelined::Split = Box::new(splits.next().unwrap());
-        // The second split reads its first chunk (the input's second), then fails.
-        let failing: tally::operator::pipelined::Split =
-            Box::new(splits.next().unwrap().take(1).chain(std::iter::once(Err(
-                tally::Error::invalid_input("bad input in the second split"),
-            ))));
-        let mut positions = vec![];
-        let err = agg
-            .run_splits_checkpointed(
-                vec![first, failing],
-                InputOrder::Chunks(chunk),
-                Some(1),
-                &|b| Ok(vec![b]),
-                None,
-                &mut |d| {
-                    if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
-                        positions.push(rows);
-                    }
-                    Ok(())
-                },
-            )
-            .unwrap_err();
-        assert!(err.to_string().contains("bad input"), "{err}");
-        assert!(
-            positions.iter().all(|&p| p <= 2 * chunk as u64),
-            "{positions:?}"
-        );
+    for slow in [false, true] {
+        for _ in 0..10 {
+            let mut agg = aggregate(config(2, true, 10, true));
+            let mut splits = table(path.clone())
+                .open_chunked_splits(chunk, 2, chunk, 0)
+                .unwrap()
+                .into_iter();
+            // The first split reads slowly or not; the second reads its first two chunks (the
+            // input's second and fourth), then fails in its third.
+            let first = splits.next().unwrap();
+            let first: tally::operator::pipelined::Split = Box::new(first.inspect(move |_| {
+                if slow {
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                }
+            }));
+            let failing: tally::operator::pipelined::Split =
+                Box::new(splits.next().unwrap().take(2).chain(std::iter::once(Err(
+                    tally::Error::invalid_input("bad input in the second split"),
+                ))));
+            let mut positions = vec![];
+            let err = agg
+                .run_splits_checkpointed(
+                    vec![first, failing],
+                    InputOrder::Chunks(chunk),
+                    Some(1),
+                    &|b| Ok(vec![b]),
+                    None,
+                    &mut |d| {
+                        if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
+                            positions.push(rows);
+                        }
+                        Ok(())
+                    },
+                )
+                .unwrap_err();
+            assert!(err.to_string().contains("bad input"), "{err}");
+            // Every round before the failed chunk, and none after, whatever the timing.
+            let c = chunk as u64;
+            assert_eq!(positions, vec![2 * c, 4 * c], "slow first split: {slow}");
+        }
     }
 }

@@ -54,7 +54,6 @@
 //! gives the share of the run in which at most one was (the serial fraction).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::time::{Duration, Instant};
 
@@ -69,7 +68,7 @@ use crate::runtime::Activity;
 
 mod tasks;
 
-use tasks::{EpochPart, KeyedRun, Source, SourceReport, WorkerOutput, keyed_task};
+use tasks::{EpochPart, KeyedRun, Source, SourceReport, Stop, WorkerOutput, keyed_task};
 
 /// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
 /// that take turns on a core run many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
@@ -224,7 +223,7 @@ impl ParallelAggregate {
         }
         let sources = splits.len();
         let activity = Activity::new(sources + p + 1);
-        let stop = AtomicBool::new(false);
+        let stop = Stop::new();
         let (size, latency, chunk) = match order {
             InputOrder::Any => (
                 usize::try_from(self.config.mini_batch_size).unwrap_or(usize::MAX),
@@ -275,6 +274,7 @@ impl ParallelAggregate {
                     key_groups,
                     activity,
                     stop,
+                    cut_short: false,
                     routed: (0..p).map(|_| vec![]).collect(),
                     chunk,
                     epoch_source_rows: 0,
@@ -501,7 +501,7 @@ fn collect(
     outputs: Vec<Receiver<Vec<WorkerOutput>>>,
     deliver: &mut dyn FnMut(Delivery) -> Result<()>,
     activity: &Activity,
-    stop: &AtomicBool,
+    stop: &Stop,
 ) -> Result<(TaskMetrics, u64)> {
     let started = Instant::now();
     let mut task = TaskMetrics::default();
@@ -542,7 +542,7 @@ fn collect(
         Ok(())
     })();
     if result.is_err() {
-        stop.store(true, Ordering::Relaxed);
+        stop.now();
     }
     // Dropping the receivers here stops the workers, whose senders then stop the sources.
     drop(outputs);

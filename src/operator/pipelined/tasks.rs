@@ -1,7 +1,7 @@
 //! The tasks of the pipelined runtime: a source task per split (read, Calc, local phase, and
 //! the end of each epoch) and a keyed task per worker (align, apply, fire).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,39 @@ pub(super) struct SourceReport {
     pub(super) adaptive: LocalPhaseMetrics,
 }
 
+/// When the sources stop reading: at once (a task downstream failed, or a split of any rows
+/// did), or once each has ended a number of epochs (a split of chunks failed in its epoch `k`:
+/// the others read on to the end of their epoch `k - 1`, so that the rounds before the failed
+/// chunk are whole, and the last checkpoint is at the same place on every run).
+#[derive(Debug)]
+pub(super) struct Stop(AtomicU64);
+
+impl Stop {
+    pub(super) fn new() -> Self {
+        Self(AtomicU64::new(u64::MAX))
+    }
+
+    /// Stops every source at once.
+    pub(super) fn now(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    /// Stops every source once it has ended `epochs` epochs (or earlier, if asked so before).
+    pub(super) fn after(&self, epochs: u64) {
+        self.0.fetch_min(epochs, Ordering::Relaxed);
+    }
+
+    /// Whether a source that has ended `epochs` epochs stops.
+    pub(super) fn reached(&self, epochs: u64) -> bool {
+        epochs >= self.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether every source stopped at once.
+    pub(super) fn is_now(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 0
+    }
+}
+
 /// One source task: its split, its local phase and the channels to the workers.
 pub(super) struct Source<'a> {
     pub(super) plan: &'a AggregatePlan,
@@ -70,7 +103,9 @@ pub(super) struct Source<'a> {
     pub(super) pending: Vec<Vec<EpochPart>>,
     pub(super) key_groups: &'a KeyGroups,
     pub(super) activity: &'a Activity,
-    pub(super) stop: &'a AtomicBool,
+    pub(super) stop: &'a Stop,
+    /// Whether the source stopped before the end of its split ([`Stop`]).
+    pub(super) cut_short: bool,
     /// Rows routed to each worker in the current epoch.
     pub(super) routed: Vec<Vec<Routed>>,
     /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
@@ -88,7 +123,13 @@ impl Source<'_> {
         let result = self.read(split, pre);
         match result {
             Ok(()) => self.send_end(),
-            Err(_) => self.stop.store(true, Ordering::Relaxed),
+            Err(_) if self.chunk.is_some() => {
+                // The chunks ended before the failed one are whole: they go out, and the other
+                // sources read on to the end of the same epochs.
+                self.send_pending();
+                self.stop.after(self.report.task.epochs);
+            }
+            Err(_) => self.stop.now(),
         }
         self.report.task.busy = started
             .elapsed()
@@ -130,7 +171,7 @@ impl Source<'_> {
             }
             self.send_pending();
         }
-        if in_chunk > 0 && !self.stop.load(Ordering::Relaxed) {
+        if in_chunk > 0 && !self.cut_short {
             self.end_epoch()?;
         }
         self.send_pending();
@@ -138,9 +179,10 @@ impl Source<'_> {
     }
 
     /// The split's next batch (its reading time and rows counted); `None` at its end, or when
-    /// another task failed (`stop`: then nothing more is sent).
+    /// the sources stop ([`Stop`]: then the source is cut short).
     fn next_batch(&mut self, split: &mut Split) -> Result<Option<ChangeBatch>> {
-        if self.stop.load(Ordering::Relaxed) {
+        if self.stop.reached(self.report.task.epochs) {
+            self.cut_short = true;
             return Ok(None);
         }
         let start = Instant::now();
@@ -161,7 +203,7 @@ impl Source<'_> {
             }
             self.send_pending();
         }
-        if self.epoch_folded + self.epoch_bypassed > 0 && !self.stop.load(Ordering::Relaxed) {
+        if self.epoch_folded + self.epoch_bypassed > 0 && !self.cut_short {
             self.end_epoch()?;
         }
         self.send_pending();
@@ -169,9 +211,9 @@ impl Source<'_> {
     }
 
     /// Tells every worker that the split's epochs are all sent (an empty run, see
-    /// [`Aligner`]), unless the run stopped.
+    /// [`Aligner`]), unless the source was cut short or the run stopped.
     fn send_end(&mut self) {
-        if self.stop.load(Ordering::Relaxed) {
+        if self.cut_short || self.stop.is_now() {
             return;
         }
         for tx in &self.senders {
@@ -184,14 +226,14 @@ impl Source<'_> {
     /// ended). A worker that stopped (an error downstream) stops the reading.
     fn send_pending(&mut self) {
         for w in 0..self.senders.len() {
-            if self.pending[w].is_empty() || self.stop.load(Ordering::Relaxed) {
+            if self.pending[w].is_empty() || self.stop.is_now() {
                 continue;
             }
             let run = std::mem::take(&mut self.pending[w]);
             let (sent, waited) = self.activity.wait(|| self.senders[w].send(run));
             self.report.task.waiting_output += waited;
             if sent.is_err() {
-                self.stop.store(true, Ordering::Relaxed);
+                self.stop.now();
             }
         }
     }
@@ -307,7 +349,7 @@ pub(super) struct KeyedRun<'a> {
     pub(super) checkpoint_every: Option<u64>,
     pub(super) post: Option<PostFiring<'a>>,
     pub(super) activity: &'a Activity,
-    pub(super) stop: &'a AtomicBool,
+    pub(super) stop: &'a Stop,
 }
 
 /// One keyed task: aligns the epochs of the sources, merges and fires.
@@ -335,7 +377,7 @@ pub(super) fn keyed_task(
     let mut fold = match post.map(|make| make()).transpose() {
         Ok(f) => f,
         Err(e) => {
-            stop.store(true, Ordering::Relaxed);
+            stop.now();
             return Err(e);
         }
     };
@@ -390,7 +432,7 @@ pub(super) fn keyed_task(
         Ok(())
     })();
     if result.is_err() {
-        stop.store(true, Ordering::Relaxed);
+        stop.now();
     }
     task.busy = started
         .elapsed()
