@@ -121,9 +121,10 @@ impl Job {
     /// Which runtime runs it: an aggregate with mini-batch on and `tally.exec.pipelined`,
     /// without replay or a time column, runs on the pipelined runtime
     /// (the file split across the workers, each decoding and folding its own split:
-    /// [`crate::operator::pipelined`]) over an insert-only Parquet or Arrow file, or a Parquet
-    /// changelog (dealt to the splits in chunks, applied in input order; so is any Parquet file
-    /// with checkpoints or a restore: a checkpoint is taken at the end of a round of chunks);
+    /// [`crate::operator::pipelined`]) over a file, insert-only or a changelog (then dealt to
+    /// the splits in chunks, applied in input order; so is any file with checkpoints or a
+    /// restore: a checkpoint is taken at the end of a round of chunks), except an Arrow stream
+    /// or a CSV file holding a double quote at P > 1 (one split);
     /// anything else on the ordered one (the source read in order, each batch cut into P
     /// slices). [`RunStats::runtime`] says which ran and why. Either way, only the source
     /// columns the pipeline reads are decoded.
@@ -201,8 +202,7 @@ impl Job {
                             .open_chunked_splits(batch_size, p, rows, self.resume_rows)?
                     }
                 };
-                let chunks = matches!(order, InputOrder::Chunks(_));
-                if splits.len() > 1 || p == 1 || self.source.can_split(chunks)? {
+                if splits.len() > 1 || p == 1 || self.source.can_split()? {
                     self.run_pipelined(splits, order, &mut stats, sink, on_progress)?;
                     return Ok((stats, None));
                 }
@@ -357,16 +357,12 @@ impl Job {
     /// it took in [`RunStats::runtime`].
     pub fn planned_runtime(&self) -> String {
         let p = self.pipeline.parallelism();
-        let format = self.source.format.name();
         if let Err(why) = self.pipelined(false) {
             return format!("ordered: {why}");
         }
         let order = self.input_order();
         match order {
             _ if p == 1 => "pipelined: one split, read, filtered and folded by its own task".into(),
-            InputOrder::Chunks(_) if self.source.format == Format::Arrow => format!(
-                "ordered: the {format} file cannot be dealt to the splits in chunks of rows (Parquet and CSV can)"
-            ),
             InputOrder::Chunks(rows) => format!(
                 "pipelined: the file dealt to {p} splits in chunks of {rows} rows, applied in input order{}{}",
                 if self.pipeline.input_order() == order {
@@ -374,10 +370,11 @@ impl Job {
                 } else {
                     " (checkpoints end rounds of chunks)"
                 },
-                if self.source.format == Format::Csv {
-                    " (a CSV file holding a double quote is one split and runs ordered)"
-                } else {
-                    ""
+                match self.source.format {
+                    Format::Csv =>
+                        " (a CSV file holding a double quote is one split and runs ordered)",
+                    Format::Arrow => " (an Arrow stream is one split and runs ordered)",
+                    Format::Parquet => "",
                 }
             ),
             InputOrder::Any => format!(

@@ -51,9 +51,10 @@ impl FileTable {
     /// dealt in turn: split `s` reads chunks `s`, `s + n`, … in file order (the layout of
     /// [`crate::operator::pipelined::InputOrder::Chunks`]; `start` is a restored checkpoint's
     /// position). Parquet (a row selection per row group) and CSV (the byte ranges of its
-    /// chunks of records, found by one scan; a file with a double quote is one split); Arrow,
-    /// and `n` = 1 without a `start`, are one split reading everything after `start`. Empty
-    /// splits are left out (only the last ones can be).
+    /// chunks of records, found by one scan; a file with a double quote is one split), Arrow
+    /// IPC files (the record batches that hold each split's chunks, found from the footer and
+    /// the batches' headers); an Arrow stream, and `n` = 1 without a `start`, are one split
+    /// reading everything after `start`. Empty splits are left out (only the last ones can be).
     ///
     /// # Errors
     /// As [`FileTable::open`], and a `start` past the end of the file.
@@ -90,6 +91,18 @@ impl FileTable {
                 match dealt {
                     Some(splits) => Ok(splits),
                     // A quoted file: one split.
+                    None => Ok(vec![self.open(batch_size)?.skip_rows(start, past_end)]),
+                }
+            }
+            Format::Arrow if n > 1 || start > 0 => {
+                let ctx = self.ctx();
+                let chunk = chunk.max(1);
+                let dealt = guarded(&ctx, || {
+                    self.arrow_chunked_splits(batch_size, n, chunk, start, past_end.clone())
+                })?;
+                match dealt {
+                    Some(splits) => Ok(splits),
+                    // A stream: one split.
                     None => Ok(vec![self.open(batch_size)?.skip_rows(start, past_end)]),
                 }
             }
@@ -186,14 +199,14 @@ impl FileTable {
         Ok(splits)
     }
 
-    /// Whether the file can be read in parts by several splits: dealt in chunks of rows
-    /// (`chunks`: Parquet, and CSV without a double quote) or in any parts (also Arrow IPC
-    /// files, not streams). Where it cannot, [`FileTable::open_splits`] and
+    /// Whether the file can be read in parts by several splits, dealt in chunks of rows or in
+    /// any parts: Parquet, CSV without a double quote, and Arrow IPC files
+    /// (not streams). Where it cannot, [`FileTable::open_splits`] and
     /// [`FileTable::open_chunked_splits`] make one split.
     ///
     /// # Errors
     /// The file cannot be read.
-    pub fn can_split(&self, chunks: bool) -> Result<bool> {
+    pub fn can_split(&self) -> Result<bool> {
         match self.format {
             Format::Parquet => Ok(true),
             Format::Csv => {
@@ -201,13 +214,72 @@ impl FileTable {
                 let mut file = open(&self.path)?;
                 Ok(!super::csv::has_quote(&mut file, header_len).map_err(|e| self.io_error(&e))?)
             }
-            Format::Arrow if chunks => Ok(false),
-            Format::Arrow => {
-                let mut head = [0u8; 6];
-                let mut file = open(&self.path)?;
-                Ok(std::io::Read::read_exact(&mut file, &mut head).is_ok() && &head == b"ARROW1")
-            }
+            Format::Arrow => self.is_ipc_file(),
         }
+    }
+
+    /// Whether the Arrow source is an IPC file (it starts with the magic `ARROW1`), not a
+    /// stream, which has no index of its batches.
+    fn is_ipc_file(&self) -> Result<bool> {
+        let mut head = [0u8; 6];
+        let mut file = open(&self.path)?;
+        Ok(std::io::Read::read_exact(&mut file, &mut head).is_ok() && &head == b"ARROW1")
+    }
+
+    /// The chunked splits of an Arrow IPC file (see [`FileTable::open_chunked_splits`]): the
+    /// rows of each record batch come from its header, the chunks are dealt as Parquet's are
+    /// (the batches standing for row groups), and each split decodes only the batches that
+    /// hold its chunks. `None` for a stream.
+    fn arrow_chunked_splits(
+        &self,
+        batch_size: usize,
+        n: usize,
+        chunk: usize,
+        start: u64,
+        past_end: impl Fn(u64) -> Error,
+    ) -> Result<Option<Vec<SourceReader>>> {
+        if !self.is_ipc_file()? {
+            return Ok(None);
+        }
+        let ctx = self.ctx();
+        let corrupt = |e: &dyn std::fmt::Display| {
+            Error::io(format!("{ctx}: not a readable Arrow IPC file: {e}"))
+        };
+        let mut file = open(&self.path)?;
+        check_ipc_lengths(&mut file, true).map_err(|e| corrupt(&e))?;
+        let sizes = super::ipc::batch_rows(&mut file).map_err(|e| corrupt(&e))?;
+        let total = sizes.iter().fold(0usize, |t, &r| t.saturating_add(r));
+        let start = match usize::try_from(start) {
+            Ok(start) if start <= total => start,
+            _ => return Err(past_end(total as u64)),
+        };
+        let n = n.max(1);
+        let mut splits = vec![];
+        // Split `s` is empty when its first chunk starts past the end (only the last can be).
+        for s in (0..n).take_while(|&s| start.saturating_add(s.saturating_mul(chunk)) < total) {
+            let reader = arrow::ipc::reader::FileReader::try_new(open(&self.path)?, None)
+                .map_err(|e| corrupt(&e))?;
+            if splits.is_empty() {
+                self.check_columns(&reader.schema())?;
+            }
+            let schema = reader.schema();
+            let deal = super::ipc::Deal { start, chunk, n, s };
+            let part = SliceOfBatches {
+                schema,
+                inner: Box::new(super::ipc::IpcChunks::new(reader, sizes.clone(), deal)),
+            };
+            let table = self.clone();
+            let ctx = self.ctx();
+            let rechunked = Rechunk::new(Box::new(part), batch_size);
+            splits.push(self.guard(SourceReader {
+                inner: Box::new(rechunked.map(move |b| -> Result<ChangeBatch> {
+                    let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                    table.convert(&b)
+                })),
+                total_rows: None,
+            }));
+        }
+        Ok(Some(splits))
     }
 
     fn arrow_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {

@@ -3,7 +3,8 @@
 //! chunk and split boundaries (`-U` in one chunk, `+U` in the next, a delete far after the
 //! insert) give the row-at-a-time reference's final table under every P, phase strategy, chunk
 //! and batch size; the changelog is the same on every run, and the same from a CSV file of the
-//! stream (chunks of records, cut by one scan of its lines).
+//! stream (chunks of records, cut by one scan of its lines) and from an Arrow IPC file of it
+//! (the record batches that hold each chunk, found from their headers).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,6 +128,30 @@ fn write_changelog_csv(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) {
     std::fs::write(path, out).unwrap();
 }
 
+/// Writes the stream as an Arrow IPC file (row kinds as in [`write_changelog`]) in record
+/// batches of random sizes, empty ones among them.
+fn write_changelog_arrow(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = arrow::ipc::writer::FileWriter::try_new(file, &record_schema()).unwrap();
+    let mut rest = stream;
+    while !rest.is_empty() {
+        let n = [0, 1, 37, 500, 3000][rng.random_range(0..5)].min(rest.len());
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        let rows: Vec<Row> = chunk.iter().map(|(_, r)| r.clone()).collect();
+        let ops: ArrayRef = Arc::new(Int8Array::from_iter_values(
+            chunk
+                .iter()
+                .map(|(retract, _)| if *retract { 3 } else { 0 }),
+        ));
+        let mut cols = vec![ops];
+        cols.extend(batch(&rows).columns().iter().cloned());
+        w.write(&RecordBatch::try_new(record_schema(), cols).unwrap())
+            .unwrap();
+    }
+    w.finish().unwrap();
+}
+
 fn table(path: PathBuf) -> FileTable {
     table_of(path, Format::Parquet)
 }
@@ -212,6 +237,8 @@ fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
         write_changelog(&path, &stream, rng.random_range(200..1500));
         let csv = temp(&format!("changelog-{seed}.csv"));
         write_changelog_csv(&csv, &stream, &mut rng);
+        let arrow = temp(&format!("changelog-{seed}.arrow"));
+        write_changelog_arrow(&arrow, &stream, &mut rng);
         for _ in 0..4 {
             let workers = rng.random_range(1..=4);
             let two_phase = rng.random_bool(0.6);
@@ -238,6 +265,13 @@ fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
                 lines,
                 "{what}: CSV"
             );
+            // And the Arrow file's, whatever its record batches.
+            let mut from_arrow = aggregate(config(workers, two_phase, size, true));
+            assert_eq!(
+                run_chunks(&mut from_arrow, &arrow, Format::Arrow, chunk, batch),
+                lines,
+                "{what}: Arrow"
+            );
         }
     }
 }
@@ -263,10 +297,10 @@ fn a_changelog_in_splits_of_any_order_is_refused() {
 /// A job aggregating the changelog file at `path` on `workers` workers, two-phase, mini-batches
 /// of 5 000 rows.
 fn changelog_job(path: &Path, workers: usize, pipelined: bool) -> Job {
-    let format = if path.extension().is_some_and(|e| e == "csv") {
-        Format::Csv
-    } else {
-        Format::Parquet
+    let format = match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => Format::Csv,
+        Some("arrow") => Format::Arrow,
+        _ => Format::Parquet,
     };
     let agg = aggregate(config(workers, true, 5000, pipelined));
     Job::new(
@@ -290,7 +324,7 @@ fn run_job(job: &mut Job) -> (tally::run::RunStats, Vec<String>) {
     (stats, lines)
 }
 
-/// Through a job: a changelog file of three chunks, Parquet or CSV, runs pipelined at P = 2
+/// Through a job: a changelog file of three chunks, Parquet, CSV or Arrow, runs pipelined at P = 2
 /// (the chunk is 65 536 rows there) and gives the reference; the ordered runtime gives it too.
 #[test]
 fn a_changelog_file_runs_pipelined_in_a_job() {
@@ -301,7 +335,9 @@ fn a_changelog_file_runs_pipelined_in_a_job() {
     write_changelog(&path, &stream, 50_000);
     let csv = temp("changelog-job.csv");
     write_changelog_csv(&csv, &stream, &mut rng);
-    for path in [&path, &csv] {
+    let arrow = temp("changelog-job.arrow");
+    write_changelog_arrow(&arrow, &stream, &mut rng);
+    for path in [&path, &csv, &arrow] {
         for (pipelined, runtime) in [(true, "pipelined (2 splits)"), (false, "ordered")] {
             let (stats, lines) = run_job(&mut changelog_job(path, 2, pipelined));
             assert!(stats.runtime.starts_with(runtime), "{}", stats.runtime);
@@ -330,6 +366,11 @@ fn pipelined_checkpoints_resume_at_any_parallelism() {
     let short_csv = temp("changelog-short.csv");
     write_changelog_csv(&short_csv, &stream[..100_000], &mut rng);
     resume_at_any_parallelism(&stream, &csv, &short_csv, "csv");
+    let arrow = temp("changelog-checkpoints.arrow");
+    write_changelog_arrow(&arrow, &stream, &mut rng);
+    let short_arrow = temp("changelog-short.arrow");
+    write_changelog_arrow(&short_arrow, &stream[..100_000], &mut rng);
+    resume_at_any_parallelism(&stream, &arrow, &short_arrow, "arrow");
 }
 
 /// The body of [`pipelined_checkpoints_resume_at_any_parallelism`] over the file at `path`
