@@ -6,7 +6,8 @@
 //! 1. a Calc selects the input columns the aggregate reads and adds one bucket column
 //!    `MOD(HASH_CODE(x), bucket-num)` per argument of a DISTINCT or MIN/MAX call that is not a
 //!    group key (a NULL value gets the NULL bucket); with an Expand (below), also one column per
-//!    distinct FILTER condition, evaluated once per input row;
+//!    group key that is not a column and per distinct FILTER condition, evaluated once per
+//!    input row;
 //! 2. when more than one argument is bucketed, an Expand emits each row once per group set (the
 //!    keys plus one bucket; plus the keys alone when other calls exist), with the other buckets
 //!    NULL and the set's id in `$e`; each partial call then only takes the rows of its set
@@ -52,6 +53,9 @@ pub(crate) struct Expand {
 /// A planned split: the pieces the planner turns into stages.
 #[derive(Debug)]
 pub(crate) struct Split {
+    /// With an Expand, each group key that is not a column, and its column name (`$f<n>`):
+    /// computed by the Calc once per input row, not once per group set.
+    pub(crate) keys: Vec<(Expr, String)>,
     /// Each bucketed argument and its column name (`$f<n>`).
     pub(crate) buckets: Vec<(Expr, String)>,
     /// With an Expand, each distinct FILTER condition and its column name (`$f<n>`).
@@ -172,14 +176,18 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
 
     // 1. The Calc: the input columns the aggregate reads (as Flink's, so that the source
     // decodes no others), then the buckets, named by their position (`$f<n>`).
-    // With an Expand, each FILTER condition is evaluated here once per input row (a column
-    // after the buckets, shared by the calls with the same condition) rather than once per
-    // expanded row and call, as Flink's Calc before its Expand does; the columns only the
-    // conditions read then stay behind.
-    let hoist_filters = buckets.len() > 1;
+    // With an Expand, each group key that is not a column and each FILTER condition are
+    // evaluated here once per input row (a key after the columns, a condition after the
+    // buckets, shared by the calls with the same condition) rather than once per expanded
+    // row (and call), as Flink's Calc before its Expand does (its group keys are columns of
+    // its input); the columns only they read then stay behind.
+    let hoist = buckets.len() > 1;
+    let hoist_filters = hoist;
+    let hoisted = |e: &Expr| hoist && !matches!(unalias(e), Expr::Column(_));
     let read: HashSet<&Column> = agg
         .group_expr
         .iter()
+        .filter(|e| !hoisted(e))
         .chain(calls.iter().flat_map(|c| &c.arg))
         .chain(
             calls
@@ -193,7 +201,6 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         .iter()
         .filter(|&(q, f)| read.contains(&Column::from((q, f))))
         .collect();
-    let n_in = kept.len();
     let mut pre_exprs: Vec<Expr> = kept
         .iter()
         .map(|&(q, f)| Expr::Column(Column::from((q, f))))
@@ -205,10 +212,30 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         in_df.metadata().clone(),
     )
     .map_err(df)?;
+    let mut added_fields = vec![];
+    let mut hoisted_keys: Vec<(Expr, String)> = vec![];
+    let mut partial_keys: Vec<Expr> = vec![];
+    for e in &agg.group_expr {
+        if !hoisted(e) {
+            partial_keys.push(e.clone());
+            continue;
+        }
+        let key = unalias(e).clone();
+        let name = format!("$f{}", kept.len() + hoisted_keys.len());
+        let (_, field) = key.to_field(in_df.as_ref()).map_err(df)?;
+        pre_exprs.push(key.clone().alias(&name));
+        added_fields.push(Field::new(
+            &name,
+            field.data_type().clone(),
+            field.is_nullable(),
+        ));
+        partial_keys.push(col(&name));
+        hoisted_keys.push((key, name));
+    }
+    let n_in = kept.len() + hoisted_keys.len();
     for (j, (_, name)) in buckets.iter_mut().enumerate() {
         *name = format!("$f{}", n_in + j);
     }
-    let mut added_fields = vec![];
     for (a, name) in &buckets {
         pre_exprs.push(bucket(a.clone(), bucket_num).alias(name));
         added_fields.push(Field::new(name, DataType::Int32, true));
@@ -274,7 +301,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     };
 
     // 3. The PARTIAL aggregate.
-    let mut partial_group: Vec<Expr> = agg.group_expr.clone();
+    let mut partial_group: Vec<Expr> = partial_keys;
     partial_group.extend(buckets.iter().map(|(_, n)| col(n)));
     let mut partial_aggs = vec![];
     for (i, c) in calls.iter().enumerate() {
@@ -394,6 +421,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         });
     }
     Ok(Some(Split {
+        keys: hoisted_keys,
         buckets,
         filters,
         pre_exprs,

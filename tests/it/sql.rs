@@ -1039,6 +1039,57 @@ fn split_distinct_matches_the_reference() {
     }
 }
 
+/// A group key that is not a column (`CONCAT(k, '!')`) under split with an Expand: the Calc
+/// before the Expand computes it once per input row (EXPLAIN shows it there, and the PARTIAL
+/// grouped by its column), and the final table is the reference's with the key so computed,
+/// split on and off, one and two phases, 1 and 3 workers, insert-only and changelog input.
+#[test]
+fn split_distinct_computes_an_expression_key_before_the_expand() {
+    let dir = scratch("split-key");
+    let query = SPLIT_QUERY
+        .replacen("SELECT k,", "SELECT CONCAT(k, '!') AS k,", 1)
+        .replace("GROUP BY k;", "GROUP BY CONCAT(k, '!');");
+    for changelog in [false, true] {
+        let (rows, path) = csv_file(&dir, changelog);
+        let expected: Vec<String> = split_reference(&rows)
+            .into_iter()
+            .map(|r| r.replacen(',', "!,", 1))
+            .collect();
+        let table = csv_table(&path, changelog);
+        for phase in ["ONE_PHASE", "TWO_PHASE"] {
+            for workers in [1, 3] {
+                for split in [false, true] {
+                    let script = format!(
+                        "SET 'table.exec.resource.default-parallelism' = '{workers}'; {table} \
+                         {MINI_BATCH} SET 'table.optimizer.agg-phase-strategy' = '{phase}'; \
+                         SET 'table.optimizer.distinct-agg.split.enabled' = '{split}'; \
+                         SET 'table.optimizer.distinct-agg.split.bucket-num' = '7'; {query}"
+                    );
+                    let out = ok(&script, &["--emit", "final", "--format", "csv"]);
+                    assert_eq!(
+                        csv_rows(&out),
+                        expected,
+                        "changelog {changelog}, {phase}, {workers} workers, split {split}"
+                    );
+                }
+            }
+        }
+    }
+    let out = ok(
+        &format!(
+            "{} SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; EXPLAIN {query}",
+            csv_table(&dir.join("tfalse.csv"), false)
+        ),
+        &[],
+    );
+    for want in [
+        "Calc(select=[v, u, CONCAT(k, '!') AS $f2, MOD(HASH_CODE(u), 1024) AS $f3",
+        "GroupAggregate(groupBy=[$f2, $f3, $f4], partialFinalType=[PARTIAL]",
+    ] {
+        assert!(out.contains(want), "missing {want} in\n{out}");
+    }
+}
+
 #[test]
 fn split_distinct_explain_shows_partial_and_final() {
     let dir = scratch("split-explain");

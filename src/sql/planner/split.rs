@@ -35,9 +35,12 @@ pub(super) fn build_split(
     let mode = built.mode();
     let mut select: Vec<String> = field_names(&split.pre_schema)
         .into_iter()
-        .take(split.pre_exprs.len() - split.buckets.len() - split.filters.len())
+        .take(split.pre_exprs.len() - split.keys.len() - split.buckets.len() - split.filters.len())
         .map(|n| built.names.get(&n).cloned().unwrap_or(n))
         .collect();
+    for (key, name) in &split.keys {
+        select.push(format!("{} AS {name}", show(key)));
+    }
     for (arg, name) in &split.buckets {
         select.push(format!(
             "MOD(HASH_CODE({}), {}) AS {name}",
@@ -84,12 +87,15 @@ pub(super) fn build_split(
             mode,
         ));
     }
-    let mut label_keys: Vec<String> = agg.group_expr.iter().map(show).collect();
-    let final_label = if label_keys.is_empty() {
+    let keys: Vec<String> = agg.group_expr.iter().map(show).collect();
+    let final_label = if keys.is_empty() {
         "GroupAggregate".to_string()
     } else {
-        format!("GroupAggregate(groupBy=[{}])", label_keys.join(", "))
+        format!("GroupAggregate(groupBy=[{}])", keys.join(", "))
     };
+    // The PARTIAL's keys: the hoisted ones by their column's name, then the buckets.
+    let mut label_keys: Vec<String> = split.partial.group_expr.iter().map(show).collect();
+    label_keys.truncate(keys.len());
     label_keys.extend(split.buckets.iter().map(|b| b.1.clone()));
     let sets = split.expand.as_ref().map_or(1, |e| e.sets.len());
     ctx.explain.strategy.push(format!(
