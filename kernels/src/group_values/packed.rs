@@ -302,15 +302,25 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
         }
         groups.clear();
         groups.reserve(n);
+        // A row with the key of the row before takes its group without a probe: runs of one
+        // key (a hot key, a time-ordered day, split's group set of the keys alone, whose
+        // buckets are all NULL) cost a comparison of packed words. Packed words are equal
+        // exactly when the keys are.
+        let mut last: Option<([u64; W], u32)> = None;
         for (&key, &h) in self.packed.iter().zip(hashes) {
-            groups.push(find_or_insert(
-                &mut self.map,
-                &mut self.hashes,
-                h,
-                &mut self.keys,
-                |keys, g| keys[g as usize] == key,
-                |keys| keys.push(key),
-            ));
+            let g = match last {
+                Some((k, g)) if k == key => g,
+                _ => find_or_insert(
+                    &mut self.map,
+                    &mut self.hashes,
+                    h,
+                    &mut self.keys,
+                    |keys, g| keys[g as usize] == key,
+                    |keys| keys.push(key),
+                ),
+            };
+            last = Some((key, g));
+            groups.push(g);
         }
         Ok(())
     }
