@@ -131,6 +131,32 @@ pub fn hash_columns(cols: &[ArrayRef], out: &mut Vec<u64>) -> Result<(), ArrowEr
     Ok(())
 }
 
+/// [`hash_columns`] of `first` then `rest`, where `first`'s hashes are already known
+/// (`first_hashes`, one per row, as [`hash_columns`] gives them for `first` alone): they are
+/// copied, and `rest` folded into them. The result equals `hash_columns` of all the columns.
+///
+/// # Errors
+/// As [`hash_columns`].
+pub fn hash_columns_after(
+    first_hashes: &[u64],
+    rest: &[ArrayRef],
+    out: &mut Vec<u64>,
+) -> Result<(), ArrowError> {
+    let n = first_hashes.len();
+    if rest.iter().any(|c| c.len() != n) {
+        return Err(ArrowError::InvalidArgumentError(
+            "key columns differ in length".to_string(),
+        ));
+    }
+    let rs = random_state();
+    out.clear();
+    out.extend_from_slice(first_hashes);
+    for col in rest {
+        hash_array(col.as_ref(), &rs, HashOut::Fold(out))?;
+    }
+    Ok(())
+}
+
 /// Where [`hash_array`] puts an array's hashes.
 #[derive(Debug)]
 pub enum HashOut<'a> {

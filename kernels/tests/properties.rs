@@ -949,8 +949,18 @@ fn hash_columns_shape() {
     // Column order matters for multi-column keys: (1, 2) and (2, 1) should (almost surely) differ.
     let x: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
     let y: ArrayRef = Arc::new(Int32Array::from(vec![2, 1]));
-    hash_columns(&[x, y], &mut out).unwrap();
+    hash_columns(&[x.clone(), y.clone()], &mut out).unwrap();
     assert_ne!(out[0], out[1]);
+    // The first column's hashes known beforehand: the same hashes as all columns at once.
+    let mut first = vec![];
+    hash_columns(std::slice::from_ref(&x), &mut first).unwrap();
+    let mut after = vec![];
+    tally_kernels::hash::hash_columns_after(&first, std::slice::from_ref(&y), &mut after).unwrap();
+    assert_eq!(after, out);
+    assert!(
+        tally_kernels::hash::hash_columns_after(&first, &[a], &mut after).is_err(),
+        "columns of different lengths"
+    );
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -26,6 +26,39 @@ pub(crate) fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> R
     Ok(())
 }
 
+/// The first key column of the batch hashed last and its hashes, for [`hash_keys_reusing`].
+pub(crate) type FirstKeyHashes = Option<(ArrayRef, Vec<u64>)>;
+
+/// [`hash_keys`], taking the first key column's hashes from `memo` when it holds that very
+/// array, and keeping them there otherwise: the batches of a split's group sets share their
+/// first key column (the Expand passes the same array to each), so its values, often strings
+/// (q15's day), are hashed once per input batch instead of once per set.
+pub(crate) fn hash_keys_reusing(
+    keys: &[ArrayRef],
+    n: usize,
+    memo: &mut FirstKeyHashes,
+    hashes: &mut Vec<u64>,
+) -> Result<()> {
+    let [first, rest @ ..] = keys else {
+        return hash_keys(keys, n, hashes);
+    };
+    if rest.is_empty() {
+        return hash_keys(keys, n, hashes);
+    }
+    match memo {
+        Some((array, known)) if Arc::ptr_eq(array, first) && known.len() == n => {
+            tally_kernels::hash::hash_columns_after(known, rest, hashes)?;
+        }
+        _ => {
+            let mut known = Vec::with_capacity(n);
+            hash_columns(std::slice::from_ref(first), &mut known)?;
+            tally_kernels::hash::hash_columns_after(&known, rest, hashes)?;
+            *memo = Some((Arc::clone(first), known));
+        }
+    }
+    Ok(())
+}
+
 /// Interns the rows of `keys` whose hashes are `hashes` (a global aggregate, with no keys, puts
 /// every row in group 0; `hashes` then holds one arbitrary value per row).
 pub(crate) fn intern_hashed(
@@ -293,5 +326,37 @@ impl KeyedState {
                 (key, rows)
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, StringArray};
+
+    /// Hashes reused for the very first column equal hashes computed afresh, for each of an
+    /// Expand's sets (the same first array, other columns beside it); another array of equal
+    /// length and a single key column are hashed afresh.
+    #[test]
+    fn reused_first_column_hashes_equal_fresh_ones() {
+        let day: ArrayRef = Arc::new(StringArray::from(vec!["d1", "d1", "d2", "d3"]));
+        let bucket: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(7), Some(1)]));
+        let nulls: ArrayRef = arrow::array::new_null_array(&DataType::Int32, 4);
+        let other: ArrayRef = Arc::new(StringArray::from(vec!["x", "y", "z", "w"]));
+        let mut memo: FirstKeyHashes = None;
+        for keys in [
+            vec![Arc::clone(&day), Arc::clone(&bucket), Arc::clone(&nulls)],
+            vec![Arc::clone(&day), Arc::clone(&nulls), Arc::clone(&bucket)],
+            vec![Arc::clone(&day), Arc::clone(&nulls), Arc::clone(&nulls)],
+            vec![Arc::clone(&other), Arc::clone(&bucket)],
+            vec![Arc::clone(&day)],
+        ] {
+            let (mut fresh, mut reused) = (vec![], vec![]);
+            hash_keys(&keys, 4, &mut fresh).unwrap();
+            hash_keys_reusing(&keys, 4, &mut memo, &mut reused).unwrap();
+            assert_eq!(reused, fresh);
+        }
+        // The memo held the last first column of several.
+        assert!(memo.is_some_and(|(a, _)| Arc::ptr_eq(&a, &other)));
     }
 }

@@ -275,6 +275,7 @@ impl ParallelAggregate {
                     activity,
                     stop,
                     cut_short: false,
+                    first_key: None,
                     routed: (0..p).map(|_| vec![]).collect(),
                     chunk,
                     epoch_source_rows: 0,

@@ -14,7 +14,7 @@ use crate::operator::LocalGroupAggregate;
 use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route};
 use crate::operator::key_groups::KeyGroups;
-use crate::operator::keyed::hash_keys;
+use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
 use crate::operator::local::Flushed;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
@@ -106,6 +106,8 @@ pub(super) struct Source<'a> {
     pub(super) stop: &'a Stop,
     /// Whether the source stopped before the end of its split ([`Stop`]).
     pub(super) cut_short: bool,
+    /// The first key column last hashed and its hashes (an Expand's group sets share it).
+    pub(super) first_key: FirstKeyHashes,
     /// Rows routed to each worker in the current epoch.
     pub(super) routed: Vec<Vec<Routed>>,
     /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
@@ -244,7 +246,17 @@ impl Source<'_> {
         let cb = self.plan.calc.evaluate(&batch)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
-        hash_keys(&cb.keys, n, &mut hashes)?;
+        if batch
+            .data
+            .schema()
+            .index_of(crate::plan::SET_ID_COLUMN)
+            .is_ok()
+        {
+            // A group set's batch of an Expand: the sets share their first key column.
+            hash_keys_reusing(&cb.keys, n, &mut self.first_key, &mut hashes)?;
+        } else {
+            hash_keys(&cb.keys, n, &mut hashes)?;
+        }
         let hashed = Hashed {
             cb,
             hashes: hashes.into(),
