@@ -82,27 +82,20 @@ impl FileTable {
                     })
                 })
             }
-            Format::Csv if n > 1 || start > 0 => {
+            Format::Csv | Format::Arrow if n > 1 || start > 0 => {
                 let ctx = self.ctx();
                 let chunk = chunk.max(1);
                 let dealt = guarded(&ctx, || {
-                    self.csv_chunked_splits(batch_size, n, chunk, start, past_end.clone())
+                    let past_end = past_end.clone();
+                    if self.format == Format::Csv {
+                        self.csv_chunked_splits(batch_size, n, chunk, start, past_end)
+                    } else {
+                        self.arrow_chunked_splits(batch_size, n, chunk, start, past_end)
+                    }
                 })?;
                 match dealt {
                     Some(splits) => Ok(splits),
-                    // A quoted file: one split.
-                    None => Ok(vec![self.open(batch_size)?.skip_rows(start, past_end)]),
-                }
-            }
-            Format::Arrow if n > 1 || start > 0 => {
-                let ctx = self.ctx();
-                let chunk = chunk.max(1);
-                let dealt = guarded(&ctx, || {
-                    self.arrow_chunked_splits(batch_size, n, chunk, start, past_end.clone())
-                })?;
-                match dealt {
-                    Some(splits) => Ok(splits),
-                    // A stream: one split.
+                    // A CSV file with a quote, or an Arrow stream: one split.
                     None => Ok(vec![self.open(batch_size)?.skip_rows(start, past_end)]),
                 }
             }
@@ -268,26 +261,28 @@ impl FileTable {
                 schema,
                 inner: Box::new(super::ipc::IpcChunks::new(reader, sizes.clone(), deal)),
             };
-            let table = self.clone();
-            let ctx = self.ctx();
-            let rechunked = Rechunk::new(Box::new(part), batch_size);
-            splits.push(self.guard(SourceReader {
-                inner: Box::new(rechunked.map(move |b| -> Result<ChangeBatch> {
-                    let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
-                    table.convert(&b)
-                })),
-                total_rows: None,
-            }));
+            splits.push(self.arrow_split(part, batch_size));
         }
         Ok(Some(splits))
     }
 
+    /// The split reading `part` of an Arrow IPC file, re-cut to `batch_size` rows.
+    fn arrow_split(&self, part: SliceOfBatches, batch_size: usize) -> SourceReader {
+        let table = self.clone();
+        let ctx = self.ctx();
+        let rechunked = Rechunk::new(Box::new(part), batch_size);
+        self.guard(SourceReader {
+            inner: Box::new(rechunked.map(move |b| -> Result<ChangeBatch> {
+                let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
+                table.convert(&b)
+            })),
+            total_rows: None,
+        })
+    }
+
     fn arrow_splits(&self, batch_size: usize, n: usize) -> Result<Vec<SourceReader>> {
         let ctx = self.ctx();
-        let mut file = open(&self.path)?;
-        let mut head = [0u8; 6];
-        let is_file = std::io::Read::read_exact(&mut file, &mut head).is_ok() && &head == b"ARROW1";
-        if !is_file {
+        if !self.is_ipc_file()? {
             // A stream has no index of its batches: one split.
             return Ok(vec![self.open(batch_size)?]);
         }
@@ -314,16 +309,7 @@ impl FileTable {
                 schema: reader.schema(),
                 inner: Box::new(reader.take(end - start)),
             };
-            let table = self.clone();
-            let ctx = self.ctx();
-            let rechunked = Rechunk::new(Box::new(part), batch_size);
-            splits.push(self.guard(SourceReader {
-                inner: Box::new(rechunked.map(move |b| -> Result<ChangeBatch> {
-                    let b = b.map_err(|e| Error::io(format!("{ctx}: {e}")))?;
-                    table.convert(&b)
-                })),
-                total_rows: None,
-            }));
+            splits.push(self.arrow_split(part, batch_size));
         }
         Ok(splits)
     }

@@ -69,18 +69,20 @@ fn write_changelog(path: &Path, stream: &[(bool, Row)], row_group: usize) {
     let file = std::fs::File::create(path).unwrap();
     let mut w = ArrowWriter::try_new(file, record_schema(), Some(props)).unwrap();
     for chunk in stream.chunks(777) {
-        let rows: Vec<Row> = chunk.iter().map(|(_, r)| r.clone()).collect();
-        let ops: ArrayRef = Arc::new(Int8Array::from_iter_values(
-            chunk
-                .iter()
-                .map(|(retract, _)| if *retract { 3 } else { 0 }),
-        ));
-        let mut cols = vec![ops];
-        cols.extend(batch(&rows).columns().iter().cloned());
-        w.write(&RecordBatch::try_new(record_schema(), cols).unwrap())
-            .unwrap();
+        w.write(&record_batch(chunk)).unwrap();
     }
     w.close().unwrap();
+}
+
+/// Rows of the stream as a batch of [`record_schema`], `op` 0 (`+I`) or 3 (`-D`).
+fn record_batch(rows: &[(bool, Row)]) -> RecordBatch {
+    let ops: ArrayRef = Arc::new(Int8Array::from_iter_values(
+        rows.iter().map(|(retract, _)| if *retract { 3 } else { 0 }),
+    ));
+    let data: Vec<Row> = rows.iter().map(|(_, r)| r.clone()).collect();
+    let mut cols = vec![ops];
+    cols.extend(batch(&data).columns().iter().cloned());
+    RecordBatch::try_new(record_schema(), cols).unwrap()
 }
 
 /// Writes the stream as CSV, its row kinds as `+I` / `-D` in `op`, with blank lines (which
@@ -128,8 +130,8 @@ fn write_changelog_csv(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) {
     std::fs::write(path, out).unwrap();
 }
 
-/// Writes the stream as an Arrow IPC file (row kinds as in [`write_changelog`]) in record
-/// batches of random sizes, empty ones among them.
+/// Writes the stream as an Arrow IPC file in record batches of random sizes, empty ones among
+/// them.
 fn write_changelog_arrow(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) {
     let file = std::fs::File::create(path).unwrap();
     let mut w = arrow::ipc::writer::FileWriter::try_new(file, &record_schema()).unwrap();
@@ -138,16 +140,7 @@ fn write_changelog_arrow(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) 
         let n = [0, 1, 37, 500, 3000][rng.random_range(0..5)].min(rest.len());
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
-        let rows: Vec<Row> = chunk.iter().map(|(_, r)| r.clone()).collect();
-        let ops: ArrayRef = Arc::new(Int8Array::from_iter_values(
-            chunk
-                .iter()
-                .map(|(retract, _)| if *retract { 3 } else { 0 }),
-        ));
-        let mut cols = vec![ops];
-        cols.extend(batch(&rows).columns().iter().cloned());
-        w.write(&RecordBatch::try_new(record_schema(), cols).unwrap())
-            .unwrap();
+        w.write(&record_batch(chunk)).unwrap();
     }
     w.finish().unwrap();
 }
