@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
@@ -13,6 +14,53 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 
 use crate::error::{Error, Result};
+
+/// The buffers a split's column chunks were read into, handed back once the decoder has let go
+/// of every slice of a chunk, for the next row group's chunks: memory already faulted in,
+/// where a fresh allocation of megabytes would have the kernel zero its pages again (with
+/// transparent huge pages, 2 MB at a time).
+#[derive(Debug, Clone, Default)]
+pub(super) struct ChunkBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
+
+/// The most buffers kept (a row group's projected columns, and the next's).
+const KEPT_BUFFERS: usize = 16;
+
+impl ChunkBuffers {
+    /// An empty buffer of at least `n` bytes of capacity: a kept one if one is large enough.
+    fn take(&self, n: usize) -> Vec<u8> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.iter().position(|b| b.capacity() >= n) {
+            Some(i) => kept.swap_remove(i),
+            None => Vec::with_capacity(n),
+        }
+    }
+
+    fn give_back(&self, mut buf: Vec<u8>) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < KEPT_BUFFERS {
+            buf.clear();
+            kept.push(buf);
+        }
+    }
+}
+
+/// A chunk's bytes, back to its [`ChunkBuffers`] when the last slice of them is dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    buffers: ChunkBuffers,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.buffers.give_back(std::mem::take(&mut self.buf));
+    }
+}
 
 /// The projected column chunks of one row group, by their position in the file.
 #[derive(Debug)]
@@ -24,7 +72,8 @@ pub(super) struct RowGroupChunks {
 }
 
 impl RowGroupChunks {
-    /// Reads the chunks of row group `rg` that `mask` projects from `file` (one read each).
+    /// Reads the chunks of row group `rg` that `mask` projects from `file` (one read each),
+    /// into buffers from `buffers`.
     ///
     /// # Errors
     /// A chunk the metadata places outside the file (a corrupt footer), and read errors;
@@ -34,6 +83,7 @@ impl RowGroupChunks {
         metadata: &ParquetMetaData,
         rg: usize,
         mask: &ProjectionMask,
+        buffers: &ChunkBuffers,
         ctx: &str,
     ) -> Result<Self> {
         let file_len = file
@@ -55,7 +105,7 @@ impl RowGroupChunks {
                 )));
             };
             // Read into spare capacity: no zero-filling of a buffer the read overwrites.
-            let mut buf = Vec::with_capacity(n);
+            let mut buf = buffers.take(n);
             file.seek(SeekFrom::Start(start))
                 .and_then(|_| (&mut file).take(len).read_to_end(&mut buf))
                 .map_err(|e| Error::io(format!("{ctx}: {e}")))?;
@@ -64,7 +114,8 @@ impl RowGroupChunks {
                     "{ctx}: row group {rg}: the file ended inside a column chunk"
                 )));
             }
-            chunks.push((start, Bytes::from(buf)));
+            let buffers = buffers.clone();
+            chunks.push((start, Bytes::from_owner(Pooled { buf, buffers })));
         }
         Ok(Self { file_len, chunks })
     }
@@ -139,6 +190,37 @@ mod tests {
         c.get_read(13).unwrap().read_to_end(&mut rest).unwrap();
         assert_eq!(rest, b"def");
         assert_eq!(c.len(), 100);
+    }
+
+    /// A chunk's buffer comes back once its last slice is dropped, and serves a later chunk
+    /// it is large enough for; a smaller one is not handed out for a larger chunk.
+    #[test]
+    fn buffers_come_back_when_the_last_slice_goes() {
+        let buffers = ChunkBuffers::default();
+        let mut buf = buffers.take(100);
+        buf.extend_from_slice(&[7; 100]);
+        let at = buf.as_ptr();
+        let bytes = Bytes::from_owner(Pooled {
+            buf,
+            buffers: buffers.clone(),
+        });
+        let slice = bytes.slice(10..20);
+        drop(bytes);
+        assert!(
+            buffers.0.lock().unwrap().is_empty(),
+            "a slice still holds it"
+        );
+        assert_eq!(&slice[..], &[7; 10]);
+        drop(slice);
+        let again = buffers.take(64);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0));
+        buffers.give_back(again);
+        assert!(buffers.take(1000).capacity() >= 1000);
+        assert_eq!(
+            buffers.0.lock().unwrap().len(),
+            1,
+            "the small one stays kept"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::basic::Encoding;
 use parquet::file::metadata::ParquetMetaData;
 
-use super::parquet_chunks::RowGroupChunks;
+use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
 use super::{FileTable, NullColumns, SourceReader, open};
 use crate::changelog::ChangeBatch;
 use crate::decode::guarded;
@@ -190,11 +190,18 @@ impl FileTable {
                 .name(format!("tally-parquet-{k}"))
                 .spawn(move || {
                     let ctx = table.ctx();
+                    let buffers = ChunkBuffers::default();
                     for rg in (k..row_groups).step_by(decoders) {
                         let reader = guarded(&ctx, || {
                             open(&table.path).and_then(|f| {
-                                let chunks =
-                                    RowGroupChunks::read(f, metadata.metadata(), rg, &mask, &ctx)?;
+                                let chunks = RowGroupChunks::read(
+                                    f,
+                                    metadata.metadata(),
+                                    rg,
+                                    &mask,
+                                    &buffers,
+                                    &ctx,
+                                )?;
                                 ParquetRecordBatchReaderBuilder::new_with_metadata(
                                     chunks,
                                     metadata.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
-use super::parquet_chunks::RowGroupChunks;
+use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
 use super::parquet_reader::ParquetScan;
 use super::{FileTable, Format, NullColumns, Rechunk, SourceReader, open};
 use crate::changelog::ChangeBatch;
@@ -144,6 +144,7 @@ impl FileTable {
             let sizes = sizes.clone();
             let ctx = self.ctx();
             let mut groups = share.into_iter();
+            let buffers = ChunkBuffers::default();
             let mut current: Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader> = None;
             let inner = std::iter::from_fn(move || {
                 loop {
@@ -160,7 +161,14 @@ impl FileTable {
                     }
                     let (rg, ranges) = groups.next()?;
                     let built = open(&table.path).and_then(|f| {
-                        let chunks = RowGroupChunks::read(f, metadata.metadata(), rg, &mask, &ctx)?;
+                        let chunks = RowGroupChunks::read(
+                            f,
+                            metadata.metadata(),
+                            rg,
+                            &mask,
+                            &buffers,
+                            &ctx,
+                        )?;
                         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
                             chunks,
                             metadata.clone(),
