@@ -1,7 +1,8 @@
 //! One Parquet row group's column chunks held in memory: each projected column's chunk read
 //! whole, in one read, and served to the Parquet decoder as zero-copy slices. Read from a
 //! `File`, the decoder would duplicate the handle, seek and read into a new buffer for every
-//! page (and decompress from that copy); here a page costs a slice of the chunk.
+//! page (and decompress from that copy); here a page costs a slice of the chunk. The chunks'
+//! buffers come back to their split once the decoder drops them ([`ChunkBuffers`]).
 
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
