@@ -2,7 +2,7 @@
 //! aggregation, its stages, its workers, skew, state, hot keys and the adaptive local phase
 //! ([`AggregateMetrics`], printed by `--metrics` and EXPLAIN ANALYZE); on the pipelined runtime,
 //! each task's busy and waiting times ([`TaskMetrics`]) and how many tasks are busy at once
-//! ([`Activity`], which gives the serial fraction).
+//! ([`Activity`](crate::runtime::Activity), which gives the serial fraction).
 
 use std::fmt;
 use std::time::Duration;

@@ -19,7 +19,7 @@
 //! and flushed accumulator rows). A worker aligns the epochs: it takes epoch `e` from every
 //! source still running, in source order, merges it and fires, and hands its changes to the
 //! caller, who takes each epoch from the workers in worker order. Epochs travel in runs (an
-//! [`Aligner`] takes them apart): a source sends each worker, in one message, the parts of the
+//! `Aligner` takes them apart): a source sends each worker, in one message, the parts of the
 //! epochs that one input batch ended (a batch of 65,536 rows ends 13 mini-batches of 5,000), and
 //! a worker sends the caller the changes of the epochs it fired before it would wait, so a task
 //! wakes once per run rather than once per mini-batch. Channels are bounded ([`CHANNEL_DEPTH`]
@@ -50,7 +50,7 @@
 //! # Where the time goes
 //!
 //! Each task measures its busy time, and the time it waited on input (an empty channel) and on
-//! output (a full one); an [`Activity`](crate::runtime::Activity) counts how many tasks are busy at each moment, which
+//! output (a full one); an [`crate::runtime::Activity`] counts how many tasks are busy at each moment, which
 //! gives the share of the run in which at most one was (the serial fraction).
 
 use std::collections::VecDeque;
