@@ -431,45 +431,81 @@ fn a_failing_split_ends_the_checkpoints_at_its_last_whole_round() {
     let path = temp("changelog-failing.parquet");
     write_changelog(&path, &stream(&mut rng, 2000), 400);
     let chunk = 50;
-    for slow in [false, true] {
-        for _ in 0..10 {
-            let mut agg = aggregate(config(2, true, 10, true));
-            let mut splits = table(path.clone())
-                .open_chunked_splits(chunk, 2, chunk, 0)
-                .unwrap()
-                .into_iter();
-            // The first split reads slowly or not; the second reads its first two chunks (the
-            // input's second and fourth), then fails in its third.
-            let first = splits.next().unwrap();
-            let first: tally::operator::pipelined::Split = Box::new(first.inspect(move |_| {
-                if slow {
-                    std::thread::sleep(std::time::Duration::from_millis(3));
+    // Batches of one chunk or of up to three (a batch then ends several epochs, sent
+    // together); the second split reads two batches, then fails.
+    for batch in [chunk, 3 * chunk] {
+        for workers in [2, 3] {
+            for slow in [false, true] {
+                for _ in 0..5 {
+                    let (positions, read) =
+                        checkpoints_before_a_failure(&path, workers, chunk, batch, slow);
+                    // Every round before the failed chunk (one per chunk the failing split
+                    // read), and none after, whatever the timing.
+                    let rounds = (read / chunk) as u64;
+                    assert!(rounds >= 2, "{read} rows");
+                    let want: Vec<u64> = (1..=rounds).map(|r| r * 2 * chunk as u64).collect();
+                    assert_eq!(
+                        positions, want,
+                        "batch {batch}, {workers} workers, slow first split: {slow}"
+                    );
                 }
-            }));
-            let failing: tally::operator::pipelined::Split =
-                Box::new(splits.next().unwrap().take(2).chain(std::iter::once(Err(
-                    tally::Error::invalid_input("bad input in the second split"),
-                ))));
-            let mut positions = vec![];
-            let err = agg
-                .run_splits_checkpointed(
-                    vec![first, failing],
-                    InputOrder::Chunks(chunk),
-                    Some(1),
-                    &|b| Ok(vec![b]),
-                    None,
-                    &mut |d| {
-                        if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
-                            positions.push(rows);
-                        }
-                        Ok(())
-                    },
-                )
-                .unwrap_err();
-            assert!(err.to_string().contains("bad input"), "{err}");
-            // Every round before the failed chunk, and none after, whatever the timing.
-            let c = chunk as u64;
-            assert_eq!(positions, vec![2 * c, 4 * c], "slow first split: {slow}");
+            }
         }
     }
+}
+
+/// The checkpoints (rows applied) of a run over two splits of `path` on `workers` workers,
+/// checkpointing every round, where the first split reads slowly or not and the second reads
+/// two batches of up to `batch` rows, then fails; and the rows those two batches held.
+fn checkpoints_before_a_failure(
+    path: &Path,
+    workers: usize,
+    chunk: usize,
+    batch: usize,
+    slow: bool,
+) -> (Vec<u64>, usize) {
+    let mut agg = aggregate(config(workers, true, 10, true));
+    let mut splits = table(path.to_path_buf())
+        .open_chunked_splits(batch, 2, chunk, 0)
+        .unwrap()
+        .into_iter();
+    let first = splits.next().unwrap();
+    let first: tally::operator::pipelined::Split = Box::new(first.inspect(move |_| {
+        if slow {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
+    }));
+    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&read);
+    let failing: tally::operator::pipelined::Split = Box::new(
+        splits
+            .next()
+            .unwrap()
+            .take(2)
+            .inspect(move |b| {
+                let rows = b.as_ref().map_or(0, |b| b.num_rows());
+                counted.fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
+            })
+            .chain(std::iter::once(Err(tally::Error::invalid_input(
+                "bad input in the second split",
+            )))),
+    );
+    let mut positions = vec![];
+    let err = agg
+        .run_splits_checkpointed(
+            vec![first, failing],
+            InputOrder::Chunks(chunk),
+            Some(1),
+            &|b| Ok(vec![b]),
+            None,
+            &mut |d| {
+                if let tally::operator::pipelined::Delivery::Checkpoint { rows, .. } = d {
+                    positions.push(rows);
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("bad input"), "{err}");
+    (positions, read.load(std::sync::atomic::Ordering::Relaxed))
 }

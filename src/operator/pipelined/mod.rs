@@ -270,6 +270,7 @@ impl ParallelAggregate {
                     trigger: Trigger::new(size, latency),
                     clock,
                     senders,
+                    gone: vec![false; p],
                     pending: (0..p).map(|_| vec![]).collect(),
                     key_groups,
                     activity,

@@ -98,6 +98,8 @@ pub(super) struct Source<'a> {
     pub(super) trigger: Trigger,
     pub(super) clock: &'a dyn crate::clock::Clock,
     pub(super) senders: Vec<SyncSender<Vec<EpochPart>>>,
+    /// Per worker: its channel closed (the worker ended), so nothing more goes to it.
+    pub(super) gone: Vec<bool>,
     /// Each worker's parts of the epochs ended since the last send: sent together at the end
     /// of each input batch (one wake-up of a worker per batch, not per mini-batch).
     pub(super) pending: Vec<Vec<EpochPart>>,
@@ -225,18 +227,18 @@ impl Source<'_> {
     }
 
     /// Sends each worker the parts of the epochs ended since the last send (none when none
-    /// ended). A worker that stopped (an error downstream) stops the reading.
+    /// ended). A worker that has ended gets nothing more, and the others still get theirs: it
+    /// ended because the rounds did (a split failed: the others need the epochs before that
+    /// split's last, [`Stop`]) or because a task failed, which stops the sources itself.
     fn send_pending(&mut self) {
         for w in 0..self.senders.len() {
-            if self.pending[w].is_empty() || self.stop.is_now() {
+            if self.pending[w].is_empty() || self.gone[w] || self.stop.is_now() {
                 continue;
             }
             let run = std::mem::take(&mut self.pending[w]);
             let (sent, waited) = self.activity.wait(|| self.senders[w].send(run));
             self.report.task.waiting_output += waited;
-            if sent.is_err() {
-                self.stop.now();
-            }
+            self.gone[w] = sent.is_err();
         }
     }
 
