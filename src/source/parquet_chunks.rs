@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
@@ -119,6 +122,37 @@ impl RowGroupChunks {
             chunks.push((start, Bytes::from_owner(Pooled { buf, buffers })));
         }
         Ok(Self { file_len, chunks })
+    }
+
+    /// A reader of row group `rg` of `table`'s file (its projected chunks read whole into
+    /// `buffers`), in batches of `batch_size` rows, reading the rows `selection` selects (all
+    /// when None).
+    ///
+    /// # Errors
+    /// As [`RowGroupChunks::read`], and a reader the decoder refuses.
+    pub(super) fn reader(
+        table: &super::FileTable,
+        metadata: &ArrowReaderMetadata,
+        rg: usize,
+        mask: &ProjectionMask,
+        buffers: &ChunkBuffers,
+        batch_size: usize,
+        selection: Option<RowSelection>,
+    ) -> Result<ParquetRecordBatchReader> {
+        let ctx = table.ctx();
+        let file = super::open(&table.path)?;
+        let chunks = Self::read(file, metadata.metadata(), rg, mask, buffers, &ctx)?;
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata.clone())
+                .with_row_groups(vec![rg])
+                .with_projection(mask.clone())
+                .with_batch_size(batch_size);
+        if let Some(selection) = selection {
+            builder = builder.with_row_selection(selection);
+        }
+        builder
+            .build()
+            .map_err(|e| Error::io(format!("{ctx}: {e}")))
     }
 
     /// The bytes from `start` to the end of the chunk that holds it.

@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
-};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::basic::Encoding;
 use parquet::file::metadata::ParquetMetaData;
 
@@ -193,25 +191,9 @@ impl FileTable {
                     let buffers = ChunkBuffers::default();
                     for rg in (k..row_groups).step_by(decoders) {
                         let reader = guarded(&ctx, || {
-                            open(&table.path).and_then(|f| {
-                                let chunks = RowGroupChunks::read(
-                                    f,
-                                    metadata.metadata(),
-                                    rg,
-                                    &mask,
-                                    &buffers,
-                                    &ctx,
-                                )?;
-                                ParquetRecordBatchReaderBuilder::new_with_metadata(
-                                    chunks,
-                                    metadata.clone(),
-                                )
-                                .with_row_groups(vec![rg])
-                                .with_projection(mask.clone())
-                                .with_batch_size(batch_size)
-                                .build()
-                                .map_err(|e| Error::io(format!("{ctx}: {e}")))
-                            })
+                            RowGroupChunks::reader(
+                                &table, &metadata, rg, &mask, &buffers, batch_size, None,
+                            )
                         });
                         let reader = match reader {
                             Ok(r) => r,

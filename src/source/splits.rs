@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 
 use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
 use super::parquet_reader::ParquetScan;
@@ -160,29 +160,10 @@ impl FileTable {
                         }
                     }
                     let (rg, ranges) = groups.next()?;
-                    let built = open(&table.path).and_then(|f| {
-                        let chunks = RowGroupChunks::read(
-                            f,
-                            metadata.metadata(),
-                            rg,
-                            &mask,
-                            &buffers,
-                            &ctx,
-                        )?;
-                        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
-                            chunks,
-                            metadata.clone(),
-                        )
-                        .with_row_groups(vec![rg])
-                        .with_projection(mask.clone())
-                        .with_batch_size(batch_size);
-                        if ranges != [(0, sizes[rg])] {
-                            builder = builder.with_row_selection(selection(&ranges));
-                        }
-                        builder
-                            .build()
-                            .map_err(|e| Error::io(format!("{ctx}: {e}")))
-                    });
+                    let selection = (ranges != [(0, sizes[rg])]).then(|| selection(&ranges));
+                    let built = RowGroupChunks::reader(
+                        &table, &metadata, rg, &mask, &buffers, batch_size, selection,
+                    );
                     match built {
                         Ok(r) => current = Some(r),
                         Err(e) => {
