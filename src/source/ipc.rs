@@ -191,22 +191,25 @@ impl Iterator for IpcChunks {
             if rows == 0 || end <= self.deal.start || self.chunk_rows(j).0 >= end {
                 continue;
             }
-            let batch = match self.reader.set_index(index).map(|()| self.reader.next()) {
-                Ok(Some(Ok(batch))) => batch,
-                Ok(Some(Err(e))) | Err(e) => return Some(Err(e)),
-                Ok(None) => {
-                    return Some(Err(arrow::error::ArrowError::IpcError(format!(
-                        "record batch {index} is missing"
-                    ))));
-                }
-            };
-            if batch.num_rows() != rows {
-                return Some(Err(arrow::error::ArrowError::IpcError(format!(
+            let decoded = match self.reader.set_index(index).map(|()| self.reader.next()) {
+                Ok(Some(Ok(batch))) if batch.num_rows() == rows => Ok(batch),
+                Ok(Some(Ok(batch))) => Err(arrow::error::ArrowError::IpcError(format!(
                     "record batch {index} holds {} rows where its header says {rows}",
                     batch.num_rows()
-                ))));
+                ))),
+                Ok(Some(Err(e))) | Err(e) => Err(e),
+                Ok(None) => Err(arrow::error::ArrowError::IpcError(format!(
+                    "record batch {index} is missing"
+                ))),
+            };
+            match decoded {
+                Ok(batch) => self.current = Some((batch, first, j)),
+                Err(e) => {
+                    // Nothing after an error.
+                    self.next = self.rows.len();
+                    return Some(Err(e));
+                }
             }
-            self.current = Some((batch, first, j));
         }
     }
 }
