@@ -82,11 +82,22 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) {
         let nulls = nulls.filter(|n| n.null_count() > 0);
+        // A row with the hash and bytes of the last non-NULL row takes its group without a
+        // probe: runs of one key (a hot key, a time-ordered day) cost a comparison.
+        let mut last: Option<(u64, &[u8], u32)> = None;
         for (i, &h) in hashes.iter().enumerate().take(len) {
             let g = if nulls.is_some_and(|n| n.is_null(i)) {
                 self.null_group()
             } else {
-                self.intern_one(value(i), h)
+                let v = value(i);
+                match last {
+                    Some((lh, lv, g)) if lh == h && lv == v => g,
+                    _ => {
+                        let g = self.intern_one(v, h);
+                        last = Some((h, v, g));
+                        g
+                    }
+                }
             };
             groups.push(g);
         }
