@@ -112,19 +112,22 @@ impl<T: Copy> Lanes<T> {
     }
 }
 
-/// `counts[g] += delta` for the group `g` of every row, in lanes (`lanes`) when there are few
-/// groups ([`in_lanes`]); `counts` covers every group.
-pub fn count_rows(groups: &[u32], counts: &mut [i64], delta: i64, lanes: &mut Lanes<i64>) {
+/// `counts[g] += delta` for the group `g` of every row [`for_each_selected`] visits, in lanes
+/// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group.
+pub fn count_rows(
+    groups: &[u32],
+    nulls: Option<&NullBuffer>,
+    filter: Option<&BooleanBuffer>,
+    counts: &mut [i64],
+    delta: i64,
+    lanes: &mut Lanes<i64>,
+) {
     if in_lanes(groups.len(), counts.len()) {
         let cells = lanes.cells(counts.len(), 0);
-        for (r, &g) in groups.iter().enumerate() {
-            cells[lane(r, g)] += delta;
-        }
+        for_each_selected(groups, nulls, filter, |r, g| cells[lane(r, g)] += delta);
         lanes.fold_into(counts, 0, |a, b| a + b);
     } else {
-        for &g in groups {
-            counts[g as usize] += delta;
-        }
+        for_each_selected(groups, nulls, filter, |_, g| counts[g as usize] += delta);
     }
 }
 
@@ -158,9 +161,9 @@ mod tests {
                 want[g as usize] += 2;
             }
             let mut got = vec![0i64; groups];
-            count_rows(&ids, &mut got, 2, &mut lanes);
-            count_rows(&ids, &mut got, -1, &mut lanes);
-            count_rows(&ids, &mut got, 1, &mut lanes);
+            count_rows(&ids, None, None, &mut got, 2, &mut lanes);
+            count_rows(&ids, None, None, &mut got, -1, &mut lanes);
+            count_rows(&ids, None, None, &mut got, 1, &mut lanes);
             assert_eq!(got, want, "{groups} groups, {rows} rows");
         }
     }

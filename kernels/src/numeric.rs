@@ -66,21 +66,14 @@ impl CountAccumulator {
             }
             v.logical_nulls()
         };
-        let counts = &mut self.counts;
-        if nulls.as_ref().is_none_or(|n| n.null_count() == 0) && filter.is_none() {
-            count_rows(groups, &mut counts[..total_groups], delta, &mut self.lanes);
-        } else if in_lanes(groups.len(), total_groups) {
-            let cells = self.lanes.cells(total_groups, 0);
-            for_each_selected(groups, nulls.as_ref(), filter, |r, g| {
-                cells[lane(r, g)] += delta;
-            });
-            self.lanes
-                .fold_into(&mut counts[..total_groups], 0, |a, b| a + b);
-        } else {
-            for_each_selected(groups, nulls.as_ref(), filter, |_, g| {
-                counts[g as usize] += delta;
-            });
-        }
+        count_rows(
+            groups,
+            nulls.as_ref(),
+            filter,
+            &mut self.counts[..total_groups],
+            delta,
+            &mut self.lanes,
+        );
         Ok(())
     }
 }
@@ -246,41 +239,60 @@ impl<K: SumKind> SumAccumulator<K> {
         grow(&mut self.counts, total_groups, 0);
         let vals = arr.values();
         let zero = <K::Acc as ArrowPrimitiveType>::Native::ZERO;
+        let rows = SelectedRows {
+            groups,
+            nulls: arr.nulls(),
+            filter,
+        };
         if K::Acc::DATA_TYPE.is_integer() && in_lanes(groups.len(), total_groups) {
-            let sums = self.lane_sums.cells(total_groups, zero);
-            let counts = self.lane_counts.cells(total_groups, 0);
-            for_each_selected(groups, arr.nulls(), filter, |i, g| {
-                let c = lane(i, g);
-                let x = K::summand(vals[i]);
-                if RETRACT {
-                    sums[c] = K::sub(sums[c], x);
-                    counts[c] -= 1;
-                } else {
-                    sums[c] = K::add(sums[c], x);
-                    counts[c] += 1;
-                }
-            });
+            add_rows::<K, RETRACT>(
+                &rows,
+                vals,
+                self.lane_sums.cells(total_groups, zero),
+                self.lane_counts.cells(total_groups, 0),
+                lane,
+            );
             self.lane_sums
                 .fold_into(&mut self.sums[..total_groups], zero, K::add);
             self.lane_counts
                 .fold_into(&mut self.counts[..total_groups], 0, |a, b| a + b);
-            return Ok(());
+        } else {
+            add_rows::<K, RETRACT>(&rows, vals, &mut self.sums, &mut self.counts, |_, g| {
+                g as usize
+            });
         }
-        let sums = &mut self.sums;
-        let counts = &mut self.counts;
-        for_each_selected(groups, arr.nulls(), filter, |i, g| {
-            let g = g as usize;
-            let x = K::summand(vals[i]);
-            if RETRACT {
-                sums[g] = K::sub(sums[g], x);
-                counts[g] -= 1;
-            } else {
-                sums[g] = K::add(sums[g], x);
-                counts[g] += 1;
-            }
-        });
         Ok(())
     }
+}
+
+/// The rows a pass visits ([`for_each_selected`]).
+struct SelectedRows<'a> {
+    groups: &'a [u32],
+    nulls: Option<&'a NullBuffer>,
+    filter: Option<&'a BooleanBuffer>,
+}
+
+/// Adds (or with `RETRACT` takes) each selected row's summand of `vals` to its cell
+/// `cell(row, group)` of `sums`, and counts it in `counts` (a group's cell, or its lane).
+#[inline(always)]
+fn add_rows<K: SumKind, const RETRACT: bool>(
+    rows: &SelectedRows<'_>,
+    vals: &[<K::Arg as ArrowPrimitiveType>::Native],
+    sums: &mut [<K::Acc as ArrowPrimitiveType>::Native],
+    counts: &mut [i64],
+    cell: impl Fn(usize, u32) -> usize,
+) {
+    for_each_selected(rows.groups, rows.nulls, rows.filter, |i, g| {
+        let c = cell(i, g);
+        let x = K::summand(vals[i]);
+        if RETRACT {
+            sums[c] = K::sub(sums[c], x);
+            counts[c] -= 1;
+        } else {
+            sums[c] = K::add(sums[c], x);
+            counts[c] += 1;
+        }
+    });
 }
 
 impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {

@@ -44,7 +44,7 @@ pub struct IncrementalAggregate {
 
 /// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
 /// accumulators per FINAL key it touched. Stateless between firings, so any worker of the
-/// PARTIAL can fold its own firings ([`IncrementalAggregate::new_fold`]), as Flink's
+/// PARTIAL can fold its own firings ([`IncrementalAggregate::fold_factory`]), as Flink's
 /// `IncrementalGroupAggregate` does in the PARTIAL's tasks; their counters add up in one place.
 #[derive(Debug)]
 pub struct DeltaFold {
@@ -103,18 +103,9 @@ impl IncrementalAggregate {
         })
     }
 
-    /// A fold for one worker of the PARTIAL (its firings folded where they are fired); what it
-    /// makes goes to [`IncrementalAggregate::push`] as it is, and its counters to this
-    /// aggregate's.
-    ///
-    /// # Errors
-    /// When an accumulator cannot be built (a bug: this aggregate's were).
-    pub fn new_fold(&self) -> Result<DeltaFold> {
-        (self.fold_factory())()
-    }
-
-    /// What makes [`IncrementalAggregate::new_fold`]'s folds, apart from the aggregate (to
-    /// hand to the PARTIAL's workers).
+    /// What makes a fold for each worker of the PARTIAL (its firings folded where they are
+    /// fired), apart from the aggregate; what a fold makes goes to
+    /// [`IncrementalAggregate::push`] as it is, and its counters to this aggregate's.
     pub fn fold_factory(&self) -> impl Fn() -> Result<DeltaFold> + Send + Sync + 'static {
         let (plan, metrics) = (Arc::clone(&self.plan), Arc::clone(&self.fold.metrics));
         move || {
@@ -133,7 +124,7 @@ impl IncrementalAggregate {
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
     /// each becomes one delta row per FINAL key it touched, merged into the global phase. A
     /// batch of delta rows (of [`DeltaFold::delta_schema`], a firing folded by its worker with
-    /// [`IncrementalAggregate::new_fold`]) is merged as it is. Returns the changes of the global
+    /// [`IncrementalAggregate::fold_factory`]) is merged as it is. Returns the changes of the global
     /// phase's mini-batches that became due.
     ///
     /// # Errors

@@ -50,7 +50,8 @@ pub(crate) fn hash_keys_reusing(
             tally_kernels::hash::hash_columns_after(known, rest, hashes)?;
         }
         _ => {
-            let mut known = Vec::with_capacity(n);
+            // The memo's buffer is reused for the new column's hashes.
+            let mut known = memo.take().map(|(_, known)| known).unwrap_or_default();
             hash_columns(std::slice::from_ref(first), &mut known)?;
             tally_kernels::hash::hash_columns_after(&known, rest, hashes)?;
             *memo = Some((Arc::clone(first), known));

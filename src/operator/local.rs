@@ -153,7 +153,14 @@ impl LocalGroupAggregate {
                     .apply(cb, &self.gids, Some(&acc), Some(retract), total)?;
             }
             _ => {
-                count_rows(&self.gids, &mut self.count1, 1, &mut self.count_lanes);
+                count_rows(
+                    &self.gids,
+                    None,
+                    None,
+                    &mut self.count1,
+                    1,
+                    &mut self.count_lanes,
+                );
                 if self.retracted {
                     self.group_rows.resize(total, 0);
                     for &g in &self.gids {

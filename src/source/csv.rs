@@ -103,14 +103,7 @@ impl FileTable {
             if start >= end {
                 continue;
             }
-            let mut part = open(&self.path)?;
-            part.seek(SeekFrom::Start(start))
-                .map_err(|e| self.io_error(&e))?;
-            let reader = arrow::csv::ReaderBuilder::new(Arc::clone(&file_schema))
-                .with_header(false)
-                .with_batch_size(batch_size)
-                .build(part.take(end - start))
-                .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))?;
+            let reader = self.csv_range(&file_schema, start, end, batch_size)?;
             let (table, ctx, path) = (self.clone(), self.ctx(), self.path.clone());
             splits.push(self.guard(SourceReader {
                 inner: Box::new(reader.map(move |b| {
@@ -133,6 +126,25 @@ impl FileTable {
             }));
         }
         Ok(splits)
+    }
+
+    /// A reader of the records in bytes `start..end` of the file (whole lines, after the
+    /// header), in batches of `batch_size`.
+    fn csv_range(
+        &self,
+        schema: &SchemaRef,
+        start: u64,
+        end: u64,
+        batch_size: usize,
+    ) -> Result<arrow::csv::Reader<std::io::Take<File>>> {
+        let mut part = open(&self.path)?;
+        part.seek(SeekFrom::Start(start))
+            .map_err(|e| self.io_error(&e))?;
+        arrow::csv::ReaderBuilder::new(Arc::clone(schema))
+            .with_header(false)
+            .with_batch_size(batch_size)
+            .build(part.take(end - start))
+            .map_err(|e| Error::io(format!("{}: {e}", self.ctx())))
     }
 
     /// The records after the first `start` as up to `n` splits of chunks of `chunk` records
@@ -172,7 +184,7 @@ impl FileTable {
         let mut splits = vec![];
         for s in 0..n.min(scan.chunks.len()) {
             let chunks: Vec<Chunk> = scan.chunks.iter().skip(s).step_by(n).copied().collect();
-            let (table, ctx, path) = (self.clone(), self.ctx(), self.path.clone());
+            let (table, ctx) = (self.clone(), self.ctx());
             let schema = Arc::clone(&file_schema);
             let mut chunks = chunks.into_iter();
             let mut current: Option<(Chunk, arrow::csv::Reader<std::io::Take<File>>)> = None;
@@ -196,16 +208,7 @@ impl FileTable {
                         }
                     }
                     let c = chunks.next()?;
-                    let opened = open(&path).and_then(|mut f| {
-                        f.seek(SeekFrom::Start(c.start))
-                            .map_err(|e| Error::io(format!("{ctx}: {e}")))?;
-                        arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
-                            .with_header(false)
-                            .with_batch_size(batch_size)
-                            .build(f.take(c.end - c.start))
-                            .map_err(|e| Error::io(format!("{ctx}: {e}")))
-                    });
-                    match opened {
+                    match table.csv_range(&schema, c.start, c.end, batch_size) {
                         Ok(r) => current = Some((c, r)),
                         Err(e) => {
                             chunks = Vec::new().into_iter();

@@ -400,7 +400,6 @@ pub(super) struct Aligner<T> {
     ended: Vec<bool>,
     /// Per channel: closed (after its end, or without it).
     closed: Vec<bool>,
-    broken: bool,
 }
 
 /// What an [`Aligner`] found on one channel.
@@ -419,13 +418,15 @@ impl<T> Aligner<T> {
             queues: (0..n).map(|_| VecDeque::new()).collect(),
             ended: vec![false; n],
             closed: vec![false; n],
-            broken: false,
         }
     }
 
     /// Whether a channel closed without the end of its epochs: its sender failed or stopped.
     pub(super) fn broken(&self) -> bool {
-        self.broken
+        self.closed
+            .iter()
+            .zip(&self.ended)
+            .any(|(&closed, &ended)| closed && !ended)
     }
 
     /// Takes what channel `c` delivered: a run of epochs, its end, or its closing.
@@ -433,10 +434,7 @@ impl<T> Aligner<T> {
         match msg {
             Ok(run) if run.is_empty() => self.ended[c] = true,
             Ok(run) => self.queues[c].extend(run),
-            Err(()) => {
-                self.closed[c] = true;
-                self.broken |= !self.ended[c];
-            }
+            Err(()) => self.closed[c] = true,
         }
     }
 
@@ -478,7 +476,7 @@ impl<T> Aligner<T> {
 
     /// Takes the front epoch of every channel that has one (each open channel has one here).
     fn pop_round(&mut self) -> Option<Vec<T>> {
-        if self.broken {
+        if self.broken() {
             return None;
         }
         let round: Vec<T> = self
@@ -578,16 +576,34 @@ fn merge_local_metrics(
 mod tests {
     use super::*;
 
+    type Channels = (
+        SyncSender<Vec<&'static str>>,
+        SyncSender<Vec<&'static str>>,
+        Aligner<&'static str>,
+        Activity,
+        TaskMetrics,
+    );
+
+    /// Two senders, an aligner over their channels, and what waiting is counted in.
+    fn two_channels() -> Channels {
+        let (a_tx, a) = sync_channel(4);
+        let (b_tx, b) = sync_channel(4);
+        let aligner = Aligner::new(vec![a, b]);
+        (
+            a_tx,
+            b_tx,
+            aligner,
+            Activity::new(1),
+            TaskMetrics::default(),
+        )
+    }
+
     /// Runs of any length align as single epochs would: a round is the next epoch of every
     /// channel still open, in channel order; a finished channel (its end sent, then closed)
     /// drops out once its epochs are taken; `try_round` never takes a round that would wait.
     #[test]
     fn runs_of_epochs_align_epoch_by_epoch() {
-        let (a_tx, a) = sync_channel(4);
-        let (b_tx, b) = sync_channel(4);
-        let mut aligner = Aligner::new(vec![a, b]);
-        let activity = Activity::new(1);
-        let mut task = TaskMetrics::default();
+        let (a_tx, b_tx, mut aligner, activity, mut task) = two_channels();
         a_tx.send(vec!["a0", "a1", "a2"]).unwrap();
         // Channel b has nothing yet: no round without waiting.
         assert_eq!(aligner.try_round(), None);
@@ -615,11 +631,7 @@ mod tests {
     /// there would claim rows that were never applied).
     #[test]
     fn a_sender_that_fails_ends_the_rounds() {
-        let (a_tx, a) = sync_channel(4);
-        let (b_tx, b) = sync_channel(4);
-        let mut aligner = Aligner::new(vec![a, b]);
-        let activity = Activity::new(1);
-        let mut task = TaskMetrics::default();
+        let (a_tx, b_tx, mut aligner, activity, mut task) = two_channels();
         a_tx.send(vec!["a0", "a1", "a2"]).unwrap();
         b_tx.send(vec!["b0"]).unwrap();
         assert_eq!(aligner.round(&activity, &mut task), Some(vec!["a0", "b0"]));
