@@ -182,19 +182,13 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     // row (and call), as Flink's Calc before its Expand does (its group keys are columns of
     // its input); the columns only they read then stay behind.
     let hoist = buckets.len() > 1;
-    let hoist_filters = hoist;
     let hoisted = |e: &Expr| hoist && !matches!(unalias(e), Expr::Column(_));
     let read: HashSet<&Column> = agg
         .group_expr
         .iter()
         .filter(|e| !hoisted(e))
         .chain(calls.iter().flat_map(|c| &c.arg))
-        .chain(
-            calls
-                .iter()
-                .filter(|_| !hoist_filters)
-                .flat_map(|c| &c.filter),
-        )
+        .chain(calls.iter().filter(|_| !hoist).flat_map(|c| &c.filter))
         .flat_map(Expr::column_refs)
         .collect();
     let kept: Vec<(Option<&TableReference>, &Arc<Field>)> = in_df
@@ -241,7 +235,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         added_fields.push(Field::new(name, DataType::Int32, true));
     }
     let mut filters: Vec<(Expr, String)> = vec![];
-    if hoist_filters {
+    if hoist {
         for c in &mut calls {
             let Some(f) = c.filter.take() else { continue };
             let name = match filters.iter().find(|(e, _)| *e == f) {
