@@ -1,0 +1,46 @@
+package org.tally.flink;
+
+import java.io.Serializable;
+
+/** A planned Tally query as the operators of a job carry it: what each phase opens with. */
+final class Spec implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final String sql;
+    final String table;
+    /** Name, Flink SQL type, {@code NULL} or {@code NOT NULL}, per input column. */
+    final String[] columns;
+    final boolean changelog;
+    /** Keys and values in turn. */
+    final String[] options;
+    /** Rows a local phase gathers before it crosses into Rust. */
+    final int batchRows;
+    /** Milliseconds rows may wait in a phase before it flushes (the mini-batch latency). */
+    final long latencyMs;
+
+    Spec(String sql, String table, String[] columns, boolean changelog, String[] options, int batchRows, long latencyMs) {
+        this.sql = sql;
+        this.table = table;
+        this.columns = columns;
+        this.changelog = changelog;
+        this.options = options;
+        this.batchRows = batchRows;
+        this.latencyMs = latencyMs;
+    }
+
+    String[] names() {
+        String[] n = new String[columns.length / 3];
+        for (int i = 0; i < n.length; i++) n[i] = columns[3 * i];
+        return n;
+    }
+
+    String[] types() {
+        String[] t = new String[columns.length / 3];
+        for (int i = 0; i < t.length; i++) t[i] = columns[3 * i + 1];
+        return t;
+    }
+
+    long open(boolean global) {
+        return Native.open(sql, table, columns, changelog, options, global);
+    }
+}

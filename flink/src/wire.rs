@@ -1,0 +1,495 @@
+//! The column batch format between the Java operator and Rust: rows cross JNI as one byte array
+//! per batch, column by column, never row by row.
+//!
+//! Little-endian throughout:
+//!
+//! ```text
+//! "TLY1"                      magic
+//! u32 rows, u32 columns
+//! u8 kinds                    0: all inserts; 1: followed by `rows` bytes, Flink's RowKind
+//!                             byte values (0 +I, 1 -U, 2 +U, 3 -D)
+//! per column:
+//!   u8 type                   see `Type`
+//!   u8 nulls                  0: no NULL; 1: followed by `rows` bytes, 1 valid, 0 NULL
+//!   values                    BOOLEAN, TINYINT: 1 byte a row; SMALLINT: 2; INT, FLOAT: 4;
+//!                             BIGINT, DOUBLE: 8 (a NULL's bytes are ignored); STRING: `rows + 1`
+//!                             u32 offsets from 0, then the UTF-8 bytes they index
+//! ```
+//!
+//! `org.tally.flink.ColumnBatch` writes and reads the same bytes on the Java side.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float32Array, Float64Array, Int8Array, Int16Array,
+    Int32Array, Int64Array, RecordBatch, StringArray,
+};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{
+    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef,
+};
+use tally::changelog::{ChangeBatch, RowKind, op_array};
+use tally::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"TLY1";
+
+/// The column types that cross JNI, with their Flink SQL names and wire tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    /// `BOOLEAN`.
+    Boolean = 1,
+    /// `TINYINT`.
+    TinyInt = 2,
+    /// `SMALLINT`.
+    SmallInt = 3,
+    /// `INT`.
+    Int = 4,
+    /// `BIGINT`.
+    BigInt = 5,
+    /// `FLOAT`.
+    Float = 6,
+    /// `DOUBLE`.
+    Double = 7,
+    /// `STRING`.
+    String = 8,
+}
+
+impl Type {
+    const ALL: [Type; 8] = [
+        Type::Boolean,
+        Type::TinyInt,
+        Type::SmallInt,
+        Type::Int,
+        Type::BigInt,
+        Type::Float,
+        Type::Double,
+        Type::String,
+    ];
+
+    /// Flink SQL's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::Boolean => "BOOLEAN",
+            Type::TinyInt => "TINYINT",
+            Type::SmallInt => "SMALLINT",
+            Type::Int => "INT",
+            Type::BigInt => "BIGINT",
+            Type::Float => "FLOAT",
+            Type::Double => "DOUBLE",
+            Type::String => "STRING",
+        }
+    }
+
+    /// The type Flink SQL calls `name` (case-insensitive; `VARCHAR` is `STRING`).
+    ///
+    /// # Errors
+    /// A type the operator does not carry, named with the ones it does.
+    pub fn parse(name: &str) -> Result<Type> {
+        let upper = name.trim().to_ascii_uppercase();
+        let upper = match upper.as_str() {
+            "VARCHAR" | "VARCHAR(2147483647)" => "STRING",
+            "INTEGER" => "INT",
+            other => other,
+        };
+        Type::ALL
+            .into_iter()
+            .find(|t| t.name() == upper)
+            .ok_or_else(|| {
+                Error::plan(format!(
+                    "type '{name}' cannot cross into the Tally operator ({})",
+                    Self::names()
+                ))
+            })
+    }
+
+    fn names() -> String {
+        Type::ALL.map(Type::name).join(", ")
+    }
+
+    fn from_tag(tag: u8) -> Option<Type> {
+        Type::ALL.into_iter().find(|t| *t as u8 == tag)
+    }
+
+    /// The type of an Arrow column, if it crosses (strings of any Arrow layout cross as
+    /// `STRING`).
+    pub fn of(dt: &DataType) -> Option<Type> {
+        Some(match dt {
+            DataType::Boolean => Type::Boolean,
+            DataType::Int8 => Type::TinyInt,
+            DataType::Int16 => Type::SmallInt,
+            DataType::Int32 => Type::Int,
+            DataType::Int64 => Type::BigInt,
+            DataType::Float32 => Type::Float,
+            DataType::Float64 => Type::Double,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::String,
+            DataType::Dictionary(_, v) if Type::of(v) == Some(Type::String) => Type::String,
+            _ => return None,
+        })
+    }
+
+    /// The Arrow type a column of this type is decoded as.
+    pub fn arrow(self) -> DataType {
+        match self {
+            Type::Boolean => DataType::Boolean,
+            Type::TinyInt => DataType::Int8,
+            Type::SmallInt => DataType::Int16,
+            Type::Int => DataType::Int32,
+            Type::BigInt => DataType::Int64,
+            Type::Float => DataType::Float32,
+            Type::Double => DataType::Float64,
+            Type::String => DataType::Utf8,
+        }
+    }
+}
+
+fn bad(what: impl std::fmt::Display) -> Error {
+    Error::invalid_input(format!(
+        "malformed column batch from the Java operator: {what}"
+    ))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(bad(format_args!(
+                "{what} needs {n} bytes, {} are left",
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+fn sized(rows: usize, width: usize, what: &str) -> Result<usize> {
+    rows.checked_mul(width)
+        .ok_or_else(|| bad(format_args!("{what}: {rows} rows overflow")))
+}
+
+fn scalars<T: arrow::datatypes::ArrowNativeType, const W: usize>(
+    bytes: &[u8],
+    from: impl Fn([u8; W]) -> T,
+) -> ScalarBuffer<T> {
+    bytes
+        .chunks_exact(W)
+        .map(|c| from(c.try_into().unwrap_or([0; W])))
+        .collect::<Vec<T>>()
+        .into()
+}
+
+/// Decodes one column batch of `schema` (names and types as declared; a column's type must
+/// match). Returns the rows and, where the batch carries them, their row kinds.
+///
+/// # Errors
+/// Bytes that do not form a batch of `schema`: a clear message naming what is wrong.
+pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<ChangeBatch> {
+    let mut r = Reader { bytes };
+    if r.take(4, "the magic")? != MAGIC {
+        return Err(bad("it does not start with TLY1"));
+    }
+    let rows = r.u32("the row count")? as usize;
+    let columns = r.u32("the column count")? as usize;
+    if columns != schema.fields().len() {
+        return Err(bad(format_args!(
+            "{columns} columns where the input declares {}",
+            schema.fields().len()
+        )));
+    }
+    let op = match r.u8("the kinds flag")? {
+        0 => None,
+        1 => {
+            let codes = r.take(rows, "the row kinds")?;
+            let kinds = codes
+                .iter()
+                .map(|&c| {
+                    RowKind::from_code(i64::from(c))
+                        .ok_or_else(|| bad(format_args!("row kind {c} (0 to 3 are Flink's)")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(op_array(&kinds))
+        }
+        f => return Err(bad(format_args!("kinds flag {f}"))),
+    };
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns);
+    for field in schema.fields() {
+        let name = field.name();
+        let tag = r.u8("a column type")?;
+        let ty = Type::from_tag(tag)
+            .ok_or_else(|| bad(format_args!("column '{name}' has type tag {tag}")))?;
+        let want = Type::of(field.data_type());
+        if want != Some(ty) {
+            return Err(bad(format_args!(
+                "column '{name}' arrives as {} where the input declares {}",
+                ty.name(),
+                field.data_type()
+            )));
+        }
+        let nulls = match r.u8("a nulls flag")? {
+            0 => None,
+            1 => {
+                let valid = r.take(rows, "a validity")?;
+                Some(NullBuffer::from(
+                    valid.iter().map(|&v| v != 0).collect::<Vec<_>>(),
+                ))
+            }
+            f => return Err(bad(format_args!("column '{name}' has nulls flag {f}"))),
+        };
+        if nulls.as_ref().is_some_and(|n| n.null_count() > 0) && !field.is_nullable() {
+            return Err(Error::invalid_input(format!(
+                "column '{name}' is declared NOT NULL but a row holds NULL"
+            )));
+        }
+        let array: ArrayRef = match ty {
+            Type::Boolean => {
+                let v = r.take(rows, name)?;
+                let values: arrow::buffer::BooleanBuffer = v.iter().map(|&b| b != 0).collect();
+                Arc::new(BooleanArray::new(values, nulls))
+            }
+            Type::TinyInt => {
+                let v = r.take(rows, name)?;
+                Arc::new(Int8Array::new(scalars(v, i8::from_le_bytes), nulls))
+            }
+            Type::SmallInt => {
+                let v = r.take(sized(rows, 2, name)?, name)?;
+                Arc::new(Int16Array::new(scalars(v, i16::from_le_bytes), nulls))
+            }
+            Type::Int => {
+                let v = r.take(sized(rows, 4, name)?, name)?;
+                Arc::new(Int32Array::new(scalars(v, i32::from_le_bytes), nulls))
+            }
+            Type::BigInt => {
+                let v = r.take(sized(rows, 8, name)?, name)?;
+                Arc::new(Int64Array::new(scalars(v, i64::from_le_bytes), nulls))
+            }
+            Type::Float => {
+                let v = r.take(sized(rows, 4, name)?, name)?;
+                Arc::new(Float32Array::new(scalars(v, f32::from_le_bytes), nulls))
+            }
+            Type::Double => {
+                let v = r.take(sized(rows, 8, name)?, name)?;
+                Arc::new(Float64Array::new(scalars(v, f64::from_le_bytes), nulls))
+            }
+            Type::String => {
+                let raw = r.take(sized(rows + 1, 4, name)?, name)?;
+                let offsets: ScalarBuffer<i32> = scalars(raw, u32::from_le_bytes)
+                    .iter()
+                    .map(|&o| i32::try_from(o).unwrap_or(-1))
+                    .collect::<Vec<_>>()
+                    .into();
+                if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
+                    return Err(bad(format_args!(
+                        "column '{name}' has string offsets that do not grow from 0"
+                    )));
+                }
+                let len = offsets[rows] as usize;
+                let data = r.take(len, name)?;
+                let array = StringArray::try_new(
+                    OffsetBuffer::new(offsets),
+                    Buffer::from(data.to_vec()),
+                    nulls,
+                )
+                .map_err(|e| bad(format_args!("column '{name}': {e}")))?;
+                Arc::new(array)
+            }
+        };
+        arrays.push(array);
+    }
+    if !r.bytes.is_empty() {
+        return Err(bad(format_args!(
+            "{} bytes after the last column",
+            r.bytes.len()
+        )));
+    }
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    let data =
+        RecordBatch::try_new_with_options(Arc::clone(schema), arrays, &options).map_err(bad)?;
+    ChangeBatch::try_new(op, data)
+}
+
+fn put_values<T: arrow::datatypes::ArrowPrimitiveType, const W: usize>(
+    out: &mut Vec<u8>,
+    a: &dyn Array,
+    to: impl Fn(T::Native) -> [u8; W],
+) {
+    for v in a.as_primitive::<T>().values() {
+        out.extend_from_slice(&to(*v));
+    }
+}
+
+/// Encodes changes for the Java operator: the rows' columns and their kinds.
+///
+/// # Errors
+/// A column of a type that does not cross (the plan checks the output's types up front).
+pub fn encode(changes: &ChangeBatch) -> Result<Vec<u8>> {
+    let data = &changes.data;
+    let rows = data.num_rows();
+    let mut out = Vec::with_capacity(16 + rows * 8 * data.num_columns().max(1));
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(rows as u32).to_le_bytes());
+    out.extend_from_slice(&(data.num_columns() as u32).to_le_bytes());
+    if changes.op.is_some() {
+        out.push(1);
+        out.extend(changes.row_kinds()?.iter().map(|k| k.code() as u8));
+    } else {
+        out.push(0);
+    }
+    for (field, column) in data.schema().fields().iter().zip(data.columns()) {
+        let ty = Type::of(column.data_type()).ok_or_else(|| {
+            Error::plan(format!(
+                "result column '{}' of type {} cannot cross into Flink ({})",
+                field.name(),
+                column.data_type(),
+                Type::names()
+            ))
+        })?;
+        let column = if ty == Type::String && column.data_type() != &DataType::Utf8 {
+            arrow::compute::cast(column, &DataType::Utf8).map_err(Error::from)?
+        } else {
+            Arc::clone(column)
+        };
+        out.push(ty as u8);
+        match column.logical_nulls() {
+            Some(n) if n.null_count() > 0 => {
+                out.push(1);
+                out.extend(n.iter().map(u8::from));
+            }
+            _ => out.push(0),
+        }
+        let a = column.as_ref();
+        match ty {
+            Type::Boolean => out.extend(a.as_boolean().values().iter().map(u8::from)),
+            Type::TinyInt => put_values::<Int8Type, 1>(&mut out, a, i8::to_le_bytes),
+            Type::SmallInt => put_values::<Int16Type, 2>(&mut out, a, i16::to_le_bytes),
+            Type::Int => put_values::<Int32Type, 4>(&mut out, a, i32::to_le_bytes),
+            Type::BigInt => put_values::<Int64Type, 8>(&mut out, a, i64::to_le_bytes),
+            Type::Float => put_values::<Float32Type, 4>(&mut out, a, f32::to_le_bytes),
+            Type::Double => put_values::<Float64Type, 8>(&mut out, a, f64::to_le_bytes),
+            Type::String => {
+                let s = a.as_string::<i32>();
+                let offsets = s.value_offsets();
+                let base = offsets[0];
+                for o in offsets {
+                    out.extend_from_slice(&((o - base) as u32).to_le_bytes());
+                }
+                let end = offsets[rows] as usize;
+                out.extend_from_slice(&s.value_data()[base as usize..end]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{Field, Schema};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("shop", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("x", DataType::Float64, false),
+            Field::new("ok", DataType::Boolean, false),
+            Field::new("i", DataType::Int32, false),
+        ]))
+    }
+
+    fn changes() -> ChangeBatch {
+        let data = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(StringArray::from(vec![Some("a"), None, Some("çé")])),
+                Arc::new(Int64Array::from(vec![Some(1), Some(-2), None])),
+                Arc::new(Float64Array::from(vec![0.5, -1.0, 3.25])),
+                Arc::new(BooleanArray::from(vec![true, false, true])),
+                Arc::new(Int32Array::from(vec![7, 8, 9])),
+            ],
+        )
+        .unwrap();
+        ChangeBatch::try_new(
+            Some(op_array(&[
+                RowKind::Insert,
+                RowKind::UpdateBefore,
+                RowKind::Delete,
+            ])),
+            data,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_batch_survives_the_round_trip() {
+        let c = changes();
+        let back = decode(&encode(&c).unwrap(), &schema()).unwrap();
+        assert_eq!(back.data, c.data);
+        assert_eq!(back.row_kinds().unwrap(), c.row_kinds().unwrap());
+        let sliced = c.slice(1, 2);
+        let back = decode(&encode(&sliced).unwrap(), &schema()).unwrap();
+        assert_eq!(back.data, sliced.data);
+        let inserts = ChangeBatch::inserts(c.data.clone());
+        let back = decode(&encode(&inserts).unwrap(), &schema()).unwrap();
+        assert!(back.op.is_none());
+    }
+
+    #[test]
+    fn malformed_bytes_are_errors_not_panics() {
+        let good = encode(&changes()).unwrap();
+        for cut in 0..good.len() {
+            let e = decode(&good[..cut], &schema()).unwrap_err().to_string();
+            assert!(e.contains("malformed column batch"), "{e}");
+        }
+        let mut bad_kind = good.clone();
+        bad_kind[13] = 9;
+        assert!(
+            decode(&bad_kind, &schema())
+                .unwrap_err()
+                .to_string()
+                .contains("row kind 9")
+        );
+        let mut long = good;
+        long.push(0);
+        assert!(
+            decode(&long, &schema())
+                .unwrap_err()
+                .to_string()
+                .contains("after the last column")
+        );
+    }
+
+    #[test]
+    fn a_null_in_a_not_null_column_is_named() {
+        let strict = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let loose = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+        let data =
+            RecordBatch::try_new(loose, vec![Arc::new(Int64Array::from(vec![Some(1), None]))])
+                .unwrap();
+        let bytes = encode(&ChangeBatch::inserts(data)).unwrap();
+        let e = decode(&bytes, &strict).unwrap_err().to_string();
+        assert!(e.contains("'n' is declared NOT NULL"), "{e}");
+    }
+
+    #[test]
+    fn types_parse_by_flink_names() {
+        assert_eq!(Type::parse("bigint").unwrap(), Type::BigInt);
+        assert_eq!(Type::parse("VARCHAR").unwrap(), Type::String);
+        let e = Type::parse("DECIMAL(10, 2)").unwrap_err().to_string();
+        assert!(
+            e.contains("'DECIMAL(10, 2)'") && e.contains("BIGINT"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,462 @@
+package org.tally.flink;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.TreeMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+import org.apache.flink.api.common.functions.MapFunction;
+import org.apache.flink.api.common.state.CheckpointListener;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.typeutils.RowTypeInfo;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.table.api.Table;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.types.Row;
+import org.apache.flink.types.RowKind;
+import org.apache.flink.util.CloseableIterator;
+
+/**
+ * The Flink operator's tests: each runs a job in a local MiniCluster and checks the Tally
+ * operator's result against Flink's own SQL over the same input in the same cluster (the final
+ * table, and where Flink's changelog is deterministic, the changelog row by row). Ends with a
+ * plain {@code N passed, M failed} line and a non-zero exit status on any failure.
+ */
+public final class FlinkTests {
+    private static final RowTypeInfo ORDERS = new RowTypeInfo(
+            new TypeInformation<?>[] {Types.LONG, Types.STRING, Types.LONG, Types.LONG, Types.STRING},
+            new String[] {"id", "shop", "user_id", "amount", "status"});
+
+    private static final String[] MINI_BATCH = {
+        "table.exec.mini-batch.enabled", "true",
+        "table.exec.mini-batch.allow-latency", "1 s",
+        "table.exec.mini-batch.size", "100",
+    };
+
+    private static int passed;
+    private static int failed;
+
+    private FlinkTests() {}
+
+    public static void main(String[] args) throws Exception {
+        String only = args.length > 0 ? args[0] : "";
+        run(only, "insert-only orders, two phases, P = 2", () -> insertOnly(2, MINI_BATCH));
+        run(only, "insert-only orders, one phase, P = 2", () -> insertOnly(2, new String[0]));
+        run(only, "a changelog with updates and deletes, two phases, P = 2", () -> changelog(2, MINI_BATCH));
+        run(only, "a changelog, one phase, P = 3", () -> changelog(3, new String[0]));
+        run(only, "WHERE and HAVING around the GROUP BY, P = 2", FlinkTests::whereAndHaving);
+        run(only, "each key's changelog equals Flink's at P = 1 (mini-batch off)", FlinkTests::changelogAtOne);
+        run(only, "an injected failure after a checkpoint restores exactly, P = 2", FlinkTests::restoresAfterFailure);
+        run(only, "a checkpoint at P = 2 restores at P = 3 and at P = 1", FlinkTests::rescales);
+        run(only, "an unsupported query is a one-line error at job construction", FlinkTests::badQuery);
+        System.out.println(passed + " passed, " + failed + " failed");
+        System.exit(failed == 0 ? 0 : 1);
+    }
+
+    interface Case {
+        void run() throws Exception;
+    }
+
+    private static void run(String only, String name, Case c) {
+        if (!name.contains(only)) {
+            return;
+        }
+        long start = System.nanoTime();
+        try {
+            c.run();
+            passed++;
+            System.out.printf("ok   %s (%.1f s)%n", name, (System.nanoTime() - start) / 1e9);
+        } catch (Throwable t) {
+            failed++;
+            System.out.printf("FAIL %s: %s%n", name, t);
+            t.printStackTrace(System.out);
+        }
+    }
+
+    static void check(boolean ok, String what) {
+        if (!ok) {
+            throw new AssertionError(what);
+        }
+    }
+
+    // ---- inputs ---------------------------------------------------------------------------
+
+    /** Seeded orders: a hot shop with a third of the rows, NULL amounts, two statuses. */
+    static List<Row> orders(long seed, int n) {
+        Random r = new Random(seed);
+        List<Row> rows = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            rows.add(order(r, i));
+        }
+        return rows;
+    }
+
+    static Row order(Random r, long id) {
+        String shop = r.nextInt(3) == 0 ? "hot" : "s" + r.nextInt(20);
+        Long amount = r.nextInt(10) == 0 ? null : (long) r.nextInt(1000);
+        return Row.ofKind(RowKind.INSERT, id, shop, (long) r.nextInt(200), amount, r.nextInt(5) < 3 ? "PAID" : "NEW");
+    }
+
+    /** A seeded changelog over orders: inserts, updates (-U then +U) and deletes of earlier rows. */
+    static List<Row> changes(long seed, int n) {
+        Random r = new Random(seed);
+        List<Row> out = new ArrayList<>();
+        List<Row> live = new ArrayList<>();
+        long next = 0;
+        while (out.size() < n) {
+            int op = r.nextInt(20);
+            if (live.isEmpty() || op < 11) {
+                Row row = order(r, next++);
+                live.add(row);
+                out.add(row);
+            } else if (op < 17) {
+                int i = r.nextInt(live.size());
+                Row old = live.get(i);
+                Row now = order(r, (Long) old.getField(0));
+                if (r.nextBoolean()) {
+                    now.setField(1, old.getField(1)); // most updates keep the key
+                }
+                out.add(withKind(old, RowKind.UPDATE_BEFORE));
+                out.add(withKind(now, RowKind.UPDATE_AFTER));
+                live.set(i, now);
+            } else {
+                int i = r.nextInt(live.size());
+                out.add(withKind(live.remove(i), RowKind.DELETE));
+            }
+        }
+        return out;
+    }
+
+    static Row withKind(Row row, RowKind kind) {
+        Row copy = Row.copy(row);
+        copy.setKind(kind);
+        return copy;
+    }
+
+    // ---- running both sides ----------------------------------------------------------------
+
+    static StreamExecutionEnvironment env(int parallelism) {
+        Configuration conf = new Configuration();
+        conf.setString("rest.bind-port", "0");
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+        env.setParallelism(parallelism);
+        return env;
+    }
+
+    static TallyAggregate tally(String sql, String[] options) {
+        TallyAggregate t = TallyAggregate.sql(sql).table("orders");
+        for (int i = 0; i < options.length; i += 2) {
+            t.option(options[i], options[i + 1]);
+        }
+        return t;
+    }
+
+    static List<Row> collect(DataStream<Row> stream) throws Exception {
+        List<Row> out = new ArrayList<>();
+        try (CloseableIterator<Row> it = stream.executeAndCollect()) {
+            it.forEachRemaining(out::add);
+        }
+        return out;
+    }
+
+    /** The Tally operator's changelog over {@code input}. */
+    static List<Row> runTally(List<Row> input, int p, String sql, String[] options, boolean changelog) throws Exception {
+        StreamExecutionEnvironment env = env(p);
+        DataStream<Row> in = env.fromData(input, ORDERS);
+        TallyAggregate t = tally(sql, options);
+        if (changelog) {
+            t.changelog();
+        }
+        return collect(t.apply(in));
+    }
+
+    /** Flink SQL's changelog of the same query over the same input. */
+    static List<Row> runFlink(List<Row> input, int p, String sql, boolean changelog) throws Exception {
+        StreamExecutionEnvironment env = env(p);
+        StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+        DataStream<Row> in = env.fromData(input, ORDERS);
+        Table t = changelog ? tEnv.fromChangelogStream(in) : tEnv.fromDataStream(in);
+        tEnv.createTemporaryView("orders", t);
+        List<Row> out = new ArrayList<>();
+        try (CloseableIterator<Row> it = tEnv.executeSql(sql).collect()) {
+            it.forEachRemaining(out::add);
+        }
+        return out;
+    }
+
+    static String fields(Row r) {
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < r.getArity(); i++) {
+            b.append(i == 0 ? "" : ", ").append(r.getField(i));
+        }
+        return b.toString();
+    }
+
+    /** The final table of a changelog, as a sorted multiset of rows; fails on a retraction of a row that is not there. */
+    static Map<String, Integer> finalTable(List<Row> changelog) {
+        Map<String, Integer> table = new TreeMap<>();
+        for (Row r : changelog) {
+            String f = fields(r);
+            if (r.getKind() == RowKind.INSERT || r.getKind() == RowKind.UPDATE_AFTER) {
+                table.merge(f, 1, Integer::sum);
+            } else {
+                Integer had = table.get(f);
+                check(had != null, "a " + r.getKind().shortString() + " of a row not in the table: " + f);
+                if (had == 1) {
+                    table.remove(f);
+                } else {
+                    table.put(f, had - 1);
+                }
+            }
+        }
+        return table;
+    }
+
+    static void sameFinalTable(List<Row> tally, List<Row> flink) {
+        Map<String, Integer> a = finalTable(tally);
+        Map<String, Integer> b = finalTable(flink);
+        check(!b.isEmpty(), "Flink's result is empty: the case checks nothing");
+        check(a.equals(b), "final tables differ:\n tally " + a + "\n flink " + b);
+    }
+
+    // ---- cases -----------------------------------------------------------------------------
+
+    static final String ORDERS_QUERY = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total, MAX(amount) AS top, "
+            + "COUNT(DISTINCT user_id) AS buyers, SUM(amount) FILTER (WHERE status = 'PAID') AS paid "
+            + "FROM orders GROUP BY shop";
+
+    static void insertOnly(int p, String[] options) throws Exception {
+        List<Row> input = orders(7, 20_000);
+        sameFinalTable(runTally(input, p, ORDERS_QUERY, options, false), runFlink(input, p, ORDERS_QUERY, false));
+    }
+
+    static final String CHANGELOG_QUERY = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total, MIN(amount) AS low, "
+            + "COUNT(DISTINCT user_id) AS buyers, COUNT(*) FILTER (WHERE status = 'NEW') AS fresh "
+            + "FROM orders GROUP BY shop";
+
+    static void changelog(int p, String[] options) throws Exception {
+        List<Row> input = changes(11, 20_000);
+        sameFinalTable(runTally(input, p, CHANGELOG_QUERY, options, true), runFlink(input, p, CHANGELOG_QUERY, true));
+    }
+
+    static void whereAndHaving() throws Exception {
+        String sql = "SELECT shop, COUNT(*) AS big, SUM(amount) AS total FROM orders "
+                + "WHERE amount > 500 GROUP BY shop HAVING COUNT(*) > 150";
+        List<Row> input = changes(5, 10_000);
+        sameFinalTable(runTally(input, 2, sql, MINI_BATCH, true), runFlink(input, 2, sql, true));
+    }
+
+    /**
+     * Each key's changes in order, as Flink guarantees them: one subtask sees a key's rows in
+     * input order, while across keys the rows of one column batch come key group by key group.
+     */
+    static Map<Object, List<String>> perKey(List<Row> changelog) {
+        Map<Object, List<String>> out = new TreeMap<>();
+        for (Row r : changelog) {
+            out.computeIfAbsent(r.getField(0), k -> new ArrayList<>()).add(r.getKind().shortString() + " " + fields(r));
+        }
+        return out;
+    }
+
+    static void changelogAtOne() throws Exception {
+        String sql = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+        List<Row> input = changes(3, 3_000);
+        List<Row> tally = runTally(input, 1, sql, new String[0], true);
+        List<Row> flink = runFlink(input, 1, sql, true);
+        check(flink.size() > 1000, "Flink's changelog has only " + flink.size() + " rows");
+        check(tally.size() == flink.size(), "changelogs of " + tally.size() + " and " + flink.size() + " rows");
+        Map<Object, List<String>> a = perKey(tally);
+        Map<Object, List<String>> b = perKey(flink);
+        check(a.keySet().equals(b.keySet()), "keys " + a.keySet() + " and " + b.keySet());
+        for (Object k : b.keySet()) {
+            List<String> x = a.get(k);
+            List<String> y = b.get(k);
+            for (int i = 0; i < y.size(); i++) {
+                check(i < x.size() && x.get(i).equals(y.get(i)),
+                        "key " + k + ", change " + i + ": tally " + (i < x.size() ? x.get(i) : "none") + ", flink " + y.get(i));
+            }
+        }
+    }
+
+    /** Throws once, after the job's first completed checkpoint. */
+    static final class FailOnce implements MapFunction<Long, Row>, CheckpointListener {
+        private static final long serialVersionUID = 1L;
+        static final AtomicBoolean CHECKPOINTED = new AtomicBoolean();
+        static final AtomicBoolean FAILED = new AtomicBoolean();
+
+        @Override
+        public Row map(Long i) throws Exception {
+            if (i % 50 == 0) {
+                Thread.sleep(1);
+            }
+            if (CHECKPOINTED.get() && i % 97 == 0 && FAILED.compareAndSet(false, true)) {
+                throw new RuntimeException("injected failure");
+            }
+            return order(new Random(i), i);
+        }
+
+        @Override
+        public void notifyCheckpointComplete(long checkpointId) {
+            CHECKPOINTED.set(true);
+        }
+    }
+
+    static void restoresAfterFailure() throws Exception {
+        int n = 30_000;
+        Configuration conf = new Configuration();
+        conf.setString("restart-strategy.type", "fixed-delay");
+        conf.setString("restart-strategy.fixed-delay.attempts", "3");
+        conf.setString("restart-strategy.fixed-delay.delay", "200 ms");
+        conf.setString("rest.bind-port", "0");
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+        env.setParallelism(2);
+        env.enableCheckpointing(100);
+        DataStream<Row> in = env.fromSequence(0, n - 1).map(new FailOnce()).returns(ORDERS);
+        String sql = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+        List<Row> tally = collect(tally(sql, MINI_BATCH).apply(in));
+        check(FailOnce.FAILED.get(), "the failure was never injected: no checkpoint completed in time");
+        List<Row> input = new ArrayList<>(n);
+        for (long i = 0; i < n; i++) {
+            input.add(order(new Random(i), i));
+        }
+        sameFinalTable(tally, runFlink(input, 2, sql, false));
+    }
+
+    /** Stops job A for good once a checkpoint has completed and a third of the rows passed. */
+    static final class StopOnce implements MapFunction<Long, Row>, CheckpointListener {
+        private static final long serialVersionUID = 1L;
+        static volatile boolean armed;
+        static final AtomicBoolean CHECKPOINTED = new AtomicBoolean();
+        private final long after;
+
+        StopOnce(long after) {
+            this.after = after;
+        }
+
+        @Override
+        public Row map(Long i) throws Exception {
+            if (i % 50 == 0) {
+                Thread.sleep(1);
+            }
+            if (armed && CHECKPOINTED.get() && i > after) {
+                throw new RuntimeException("job A stops here");
+            }
+            return order(new Random(i), i);
+        }
+
+        @Override
+        public void notifyCheckpointComplete(long checkpointId) {
+            CHECKPOINTED.set(true);
+        }
+    }
+
+    static DataStream<Row> stoppable(StreamExecutionEnvironment env, int n, String sql) {
+        DataStream<Row> in = env.fromSequence(0, n - 1).uid("numbers")
+                .map(new StopOnce(n / 3)).uid("orders").returns(ORDERS);
+        return tally(sql, MINI_BATCH).uid("tally").apply(in);
+    }
+
+    /** The newest retained checkpoint under {@code dir}. */
+    static java.io.File newestCheckpoint(java.io.File dir) {
+        java.io.File best = null;
+        long id = -1;
+        java.io.File[] jobs = dir.listFiles();
+        for (java.io.File job : jobs == null ? new java.io.File[0] : jobs) {
+            java.io.File[] chks = job.listFiles();
+            for (java.io.File chk : chks == null ? new java.io.File[0] : chks) {
+                if (chk.getName().startsWith("chk-") && new java.io.File(chk, "_metadata").exists()) {
+                    long n = Long.parseLong(chk.getName().substring(4));
+                    if (n > id) {
+                        id = n;
+                        best = chk;
+                    }
+                }
+            }
+        }
+        check(best != null, "job A left no checkpoint under " + dir);
+        return best;
+    }
+
+    /** The final table of a changelog read as upserts by the first column (the group key). */
+    static Map<String, Integer> upserted(List<Row> changelog) {
+        Map<Object, String> byKey = new HashMap<>();
+        for (Row r : changelog) {
+            if (r.getKind() == RowKind.INSERT || r.getKind() == RowKind.UPDATE_AFTER) {
+                byKey.put(r.getField(0), fields(r));
+            } else if (r.getKind() == RowKind.DELETE) {
+                byKey.remove(r.getField(0));
+            }
+        }
+        Map<String, Integer> table = new TreeMap<>();
+        for (String f : byKey.values()) {
+            table.merge(f, 1, Integer::sum);
+        }
+        return table;
+    }
+
+    static void rescales() throws Exception {
+        int n = 30_000;
+        String sql = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total, MAX(amount) AS top FROM orders GROUP BY shop";
+        java.io.File dir = java.nio.file.Files.createTempDirectory("tally-flink-chk").toFile();
+        Configuration a = new Configuration();
+        a.setString("restart-strategy.type", "none");
+        a.setString("execution.checkpointing.dir", dir.toURI().toString());
+        a.setString("execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION");
+        a.setString("rest.bind-port", "0");
+        StreamExecutionEnvironment envA = StreamExecutionEnvironment.getExecutionEnvironment(a);
+        envA.setParallelism(2);
+        envA.enableCheckpointing(100);
+        StopOnce.armed = true;
+        try {
+            collect(stoppable(envA, n, sql));
+            throw new AssertionError("job A did not stop");
+        } catch (Exception expected) {
+            // job A failed for good after its checkpoints
+        }
+        StopOnce.armed = false;
+        java.io.File chk = newestCheckpoint(dir);
+        List<Row> input = new ArrayList<>(n);
+        for (long i = 0; i < n; i++) {
+            input.add(order(new Random(i), i));
+        }
+        Map<String, Integer> expected = finalTable(runFlink(input, 2, sql, false));
+        for (int p : new int[] {3, 1}) {
+            Configuration b = new Configuration();
+            b.setString("execution.state-recovery.path", chk.toURI().toString());
+            b.setString("execution.state-recovery.ignore-unclaimed-state", "true");
+            b.setString("rest.bind-port", "0");
+            StreamExecutionEnvironment envB = StreamExecutionEnvironment.getExecutionEnvironment(b);
+            envB.setParallelism(p);
+            List<Row> out = collect(stoppable(envB, n, sql));
+            long restoredKeys = perKey(out).values().stream().filter(c -> c.get(0).startsWith("-U")).count();
+            check(restoredKeys > 0, "job B at P = " + p + " began every key with +I: it restored no state");
+            Map<String, Integer> got = upserted(out);
+            check(got.equals(expected), "restored at P = " + p + " from " + chk.getName() + ":\n tally " + got + "\n flink " + expected);
+        }
+    }
+
+    static void badQuery() {
+        StreamExecutionEnvironment env = env(1);
+        DataStream<Row> in = env.fromData(orders(1, 10), ORDERS);
+        String[][] cases = {
+            {"SELECT shop, COUNT(*) FROM orders GROUP BY nope", "nope"},
+            {"SELECT shop, COUNT(*) AS n FROM (SELECT shop, COUNT(*) AS c FROM orders GROUP BY shop) GROUP BY shop", "one GROUP BY"},
+            {"SELEC shop FROM orders", "SELEC"},
+        };
+        for (String[] c : cases) {
+            try {
+                tally(c[0], new String[0]).apply(in);
+                throw new AssertionError("no error for " + c[0]);
+            } catch (TallyException e) {
+                check(e.getMessage().contains(c[1]) && !e.getMessage().contains("\n"),
+                        "the error for " + c[0] + " is " + e.getMessage());
+            }
+        }
+    }
+}
