@@ -20,19 +20,12 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use jni::JNIEnv;
 use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
-use jni::sys::{jboolean, jlong, jobjectArray};
+use jni::sys::{jboolean, jint, jlong, jobjectArray};
 
-use crate::phases::{Column, GlobalPhase, LocalPhase, Part, Query};
+use crate::phases::{Column, Output, Part, Phase, Query};
 use crate::wire::Type;
 
 const EXCEPTION: &str = "org/tally/flink/TallyException";
-
-/// One operator's half of the query.
-#[derive(Debug)]
-enum Phase {
-    Local(Box<LocalPhase>),
-    Global(Box<GlobalPhase>),
-}
 
 type Table = HashMap<i64, Arc<Mutex<Phase>>>;
 
@@ -127,6 +120,15 @@ fn framed(parts: Vec<Part>) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// What a phase hands on, for Java: framed parts, or column batches from the last phase.
+fn handed_on(out: Output) -> Vec<Vec<u8>> {
+    if out.parts.is_empty() {
+        out.rows
+    } else {
+        framed(out.parts)
+    }
+}
+
 fn unframed(bytes: &[u8]) -> Outcome<&[u8]> {
     bytes
         .get(4..)
@@ -134,7 +136,7 @@ fn unframed(bytes: &[u8]) -> Outcome<&[u8]> {
 }
 
 /// `long open(String sql, String table, String[] columns, boolean changelog, String[] options,
-/// boolean global)`: plans the query and opens one phase of it. `columns` holds a name, a Flink
+/// int phase)`: plans the query and opens one phase of its chain (0 before the first exchange). `columns` holds a name, a Flink
 /// type and `NULL`/`NOT NULL` per column; `options` holds keys and values in turn.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_open<'l>(
@@ -145,15 +147,12 @@ pub extern "system" fn Java_org_tally_flink_Native_open<'l>(
     columns: JObjectArray<'l>,
     changelog: jboolean,
     options: JObjectArray<'l>,
-    global: jboolean,
+    phase: jint,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let query = plan(env, &sql, &table, &columns, changelog != 0, &options)?;
-        let phase = if global != 0 {
-            Phase::Global(Box::new(query.into_global().map_err(msg)?))
-        } else {
-            Phase::Local(Box::new(query.into_local().map_err(msg)?))
-        };
+        let k = usize::try_from(phase).map_err(|_| format!("phase {phase}"))?;
+        let phase = query.into_phase(k).map_err(msg)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         PHASES
             .lock()
@@ -200,7 +199,7 @@ fn plan(
 
 /// `String[] describe(String sql, String table, String[] columns, boolean changelog, String[]
 /// options)`: plans the query without opening a phase, for the job graph: the key groups, `TWO_PHASE`
-/// or `ONE_PHASE`, the rows of a column batch, the latency in milliseconds, then a name, type and nullability per result column.
+/// or `ONE_PHASE` per aggregate (comma-separated: one keyed phase each), the rows of a column batch, the latency in milliseconds, then a name, type and nullability per result column.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_describe<'l>(
     mut env: JNIEnv<'l>,
@@ -213,14 +212,14 @@ pub extern "system" fn Java_org_tally_flink_Native_describe<'l>(
 ) -> jobjectArray {
     guard(&mut env, std::ptr::null_mut(), |env| {
         let query = plan(env, &sql, &table, &columns, changelog != 0, &options)?;
+        let strategies: Vec<&str> = query
+            .two_phase()
+            .iter()
+            .map(|&t| if t { "TWO_PHASE" } else { "ONE_PHASE" })
+            .collect();
         let mut out = vec![
             query.key_groups().to_string(),
-            if query.two_phase() {
-                "TWO_PHASE"
-            } else {
-                "ONE_PHASE"
-            }
-            .to_string(),
+            strategies.join(","),
             query.batch_rows().to_string(),
             query.latency_ms().to_string(),
         ];
@@ -242,9 +241,9 @@ pub extern "system" fn Java_org_tally_flink_Native_describe<'l>(
     })
 }
 
-/// `byte[][] push(long handle, byte[] bytes)`: a local phase takes a column batch and returns
-/// the parts that became due; a global phase takes a part and returns column batches of
-/// changes.
+/// `byte[][] push(long handle, byte[] bytes)`: phase 0 takes a column batch, a later phase a
+/// part from its exchange; returns what became due: parts for the next exchange, or from the
+/// last phase column batches of changes.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_push<'l>(
     mut env: JNIEnv<'l>,
@@ -254,16 +253,19 @@ pub extern "system" fn Java_org_tally_flink_Native_push<'l>(
 ) -> jobjectArray {
     guard(&mut env, std::ptr::null_mut(), |env| {
         let input = env.convert_byte_array(&bytes).map_err(msg)?;
-        let out = with_phase(handle, |p| match p {
-            Phase::Local(l) => l.push(&input).map(framed).map_err(msg),
-            Phase::Global(g) => g.push(unframed(&input)?).map_err(msg),
+        let out = with_phase(handle, |p| {
+            let bytes = if p.is_keyed() {
+                unframed(&input)?
+            } else {
+                &input[..]
+            };
+            p.push(bytes).map_err(msg)
         })?;
-        byte_arrays(env, &out)
+        byte_arrays(env, &handed_on(out))
     })
 }
 
-/// `byte[][] flush(long handle)`: a local phase flushes its parts; a global phase fires its
-/// pending mini-batch and returns the changes.
+/// `byte[][] flush(long handle)`: fires everything pending in the phase, as [`Phase::flush`].
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_flush<'l>(
     mut env: JNIEnv<'l>,
@@ -271,31 +273,12 @@ pub extern "system" fn Java_org_tally_flink_Native_flush<'l>(
     handle: jlong,
 ) -> jobjectArray {
     guard(&mut env, std::ptr::null_mut(), |env| {
-        let out = with_phase(handle, |p| match p {
-            Phase::Local(l) => l.flush().map(framed).map_err(msg),
-            Phase::Global(g) => g.fire().map_err(msg),
-        })?;
-        byte_arrays(env, &out)
+        let out = with_phase(handle, |p| p.flush().map_err(msg))?;
+        byte_arrays(env, &handed_on(out))
     })
 }
 
-/// `byte[][] poll(long handle)`: a global phase fires its mini-batch if the latency has passed.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_org_tally_flink_Native_poll<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jobjectArray {
-    guard(&mut env, std::ptr::null_mut(), |env| {
-        let out = with_phase(handle, |p| match p {
-            Phase::Local(_) => Err("poll is for a global phase".to_string()),
-            Phase::Global(g) => g.poll().map_err(msg),
-        })?;
-        byte_arrays(env, &out)
-    })
-}
-
-/// `byte[][] snapshot(long handle)`: a global phase's state, one part per key group.
+/// `byte[][] snapshot(long handle)`: a keyed phase's state, one part per key group.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_snapshot<'l>(
     mut env: JNIEnv<'l>,
@@ -303,16 +286,13 @@ pub extern "system" fn Java_org_tally_flink_Native_snapshot<'l>(
     handle: jlong,
 ) -> jobjectArray {
     guard(&mut env, std::ptr::null_mut(), |env| {
-        let out = with_phase(handle, |p| match p {
-            Phase::Local(_) => Err("a local phase keeps no state".to_string()),
-            Phase::Global(g) => g.snapshot().map(framed).map_err(msg),
-        })?;
+        let out = with_phase(handle, |p| p.snapshot().map(framed).map_err(msg))?;
         byte_arrays(env, &out)
     })
 }
 
 /// `void restore(long handle, byte[][] parts)`: loads the parts of the key groups Flink
-/// assigned to this subtask into a fresh global phase.
+/// assigned to this subtask into a fresh keyed phase.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_restore<'l>(
     mut env: JNIEnv<'l>,
@@ -332,14 +312,11 @@ pub extern "system" fn Java_org_tally_flink_Native_restore<'l>(
             .iter()
             .map(|b| unframed(b))
             .collect::<Outcome<Vec<_>>>()?;
-        with_phase(handle, |p| match p {
-            Phase::Local(_) => Err("a local phase keeps no state".to_string()),
-            Phase::Global(g) => g.restore(&slices).map_err(msg),
-        })
+        with_phase(handle, |p| p.restore(&slices).map_err(msg))
     })
 }
 
-/// `long stateBytes(long handle)`: a global phase's keyed state in bytes (0 for a local phase).
+/// `long stateBytes(long handle)`: a phase's keyed state in bytes (0 for phase 0).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_stateBytes<'l>(
     mut env: JNIEnv<'l>,
@@ -347,10 +324,7 @@ pub extern "system" fn Java_org_tally_flink_Native_stateBytes<'l>(
     handle: jlong,
 ) -> jlong {
     guard(&mut env, 0, |_| {
-        with_phase(handle, |p| match p {
-            Phase::Local(_) => Ok(0),
-            Phase::Global(g) => Ok(g.state_bytes() as jlong),
-        })
+        with_phase(handle, |p| Ok(p.state_bytes() as jlong))
     })
 }
 

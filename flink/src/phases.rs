@@ -1,20 +1,22 @@
-//! A GROUP BY query planned for Flink's tasks, and its two halves: the phase before Flink's
-//! keyed exchange ([`LocalPhase`], chained to the upstream task) and the one after it
-//! ([`GlobalPhase`], one per subtask of the keyed operator, its state in Flink's raw keyed state
-//! per key group).
+//! A query of GROUP BYs planned for Flink's tasks, cut at Flink's keyed exchanges into a chain
+//! of [`Phase`]s: phase 0 chained to the upstream task, then one per aggregate, each a keyed
+//! operator whose state Flink keeps per key group.
 //!
-//! Two phases (mini-batch on, the strategy not `ONE_PHASE`): the local phase folds each
-//! mini-batch of input rows into one accumulator row per key and hands them over per key group;
-//! the global phase merges them and fires its own mini-batches, as Flink's
-//! `MiniBatchLocalGroupAggFunction` and `MiniBatchGlobalGroupAggFunction` do. One phase: the
-//! local phase only cuts the input rows by key group, and the global phase is the whole keyed
-//! aggregate. Either way a part crosses Flink's exchange as one record: a key group and the
-//! Arrow IPC bytes of its rows.
+//! Phase 0 runs the per-row stages before the first aggregate (WHERE, projections) and that
+//! aggregate's local side; phase k (k >= 1) runs aggregate k's keyed side, the per-row stages
+//! after it, and the next aggregate's local side, if any. An aggregate's local side with two
+//! phases (mini-batch on, the strategy not `ONE_PHASE`) folds each mini-batch of rows into one
+//! accumulator row per key and hands them over per key group, as Flink's
+//! `MiniBatchLocalGroupAggFunction`; its keyed side merges them and fires its own mini-batches,
+//! as `MiniBatchGlobalGroupAggFunction`. With one phase the local side only cuts the rows by key
+//! group and the keyed side is the whole aggregate. A part crosses Flink's exchange as one
+//! record: a key group and the Arrow IPC bytes of its rows. A nested aggregate (over another's
+//! changelog) is one more phase after one more exchange, keyed by its own keys.
 //!
-//! The key group of a row is Tally's ([`tally::operator::KeyGroups::of_hash`] of the key hash),
-//! over `pipeline.max-parallelism` key groups: the Java side keys the exchange so that Flink's
-//! key group of each part is this one, so Flink routes, snapshots and rescales Tally's state
-//! per key group.
+//! The key group of a row is Tally's ([`KeyGroups::of_hash`] of the key hash), over
+//! `pipeline.max-parallelism` key groups: the Java side keys each exchange so that Flink's key
+//! group of a part is this one, so Flink routes, snapshots and rescales Tally's state per key
+//! group.
 
 use std::sync::Arc;
 
@@ -25,6 +27,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use tally::changelog::ChangeBatch;
 use tally::clock::SystemClock;
+use tally::config::INCREMENTAL_AGG;
 use tally::operator::LocalGroupAggregate;
 use tally::operator::key_groups::{KeyGroups, default_key_groups};
 use tally::pipeline::map_through;
@@ -64,16 +67,22 @@ pub const UNBATCHED_LATENCY_MS: u64 = 100;
 /// The name of the row kind column of a one-phase part (Int8 codes, Flink's byte values).
 const KIND_COLUMN: &str = "$kind";
 
-/// A GROUP BY query planned over the operator's input columns.
+/// One aggregate of the query: where it sits among the stages and how it runs.
+#[derive(Debug)]
+struct Aggregate {
+    /// Its position among the pipeline's stages.
+    stage: usize,
+    plan: Arc<AggregatePlan>,
+    config: Config,
+    two_phase: bool,
+}
+
+/// A query of GROUP BYs planned over the operator's input columns.
 #[derive(Debug)]
 pub struct Query {
     planned: PlannedQuery,
-    /// The position of the aggregate among the pipeline's stages.
-    aggregate: usize,
-    plan: Arc<AggregatePlan>,
-    config: Config,
+    aggregates: Vec<Aggregate>,
     input: SchemaRef,
-    two_phase: bool,
     key_groups: usize,
     output: Vec<Column>,
 }
@@ -114,6 +123,11 @@ impl Query {
             session.set(k, v)?;
         }
         session.set(tally::config::DEFAULT_PARALLELISM, "1")?;
+        // Split-distinct's FINAL runs as an aggregate of its own after its own exchange, not as
+        // Flink's incremental aggregate (results are the same; see the README).
+        if !options.iter().any(|(k, _)| k == INCREMENTAL_AGG) {
+            session.set(INCREMENTAL_AGG, "false")?;
+        }
         if columns.is_empty() {
             return Err(Error::plan("the Tally operator's input has no columns"));
         }
@@ -144,28 +158,41 @@ impl Query {
             .ok_or_else(|| Error::internal("the operator's input table was not created"))?;
         let mut planned = session.plan_query(sql)?;
         let stages = planned.job().pipeline().stages();
-        let aggregates: Vec<usize> = (0..stages.len())
-            .filter(|&i| stages[i].as_aggregate().is_some())
-            .collect();
-        let [aggregate] = aggregates[..] else {
+        if let Some(i) = (0..stages.len())
+            .find(|&i| stages[i].as_aggregate().is_none() && !stages[i].per_batch())
+        {
+            let what = if stages[i].keeps_state() {
+                format!(
+                    "Flink's incremental aggregate (split-distinct's FINAL fused with its PARTIAL) runs in `tally sql`, not yet inside Flink: leave '{INCREMENTAL_AGG}' unset or 'false' (the FINAL then runs after an exchange of its own)"
+                )
+            } else {
+                format!(
+                    "stage {i} ({:?}) is neither a GROUP BY nor a per-row stage",
+                    stages[i]
+                )
+            };
             return Err(Error::plan(format!(
-                "the Tally operator in Flink runs one GROUP BY; this query has {} aggregates (nested aggregates and split-distinct run in `tally sql`, not yet inside Flink)",
-                aggregates.len()
-            )));
-        };
-        if let Some(i) = (0..stages.len()).find(|&i| i != aggregate && !stages[i].per_batch()) {
-            return Err(Error::plan(format!(
-                "the Tally operator in Flink runs per-row stages around its GROUP BY; stage {i} ({:?}) is not one",
-                stages[i]
+                "the Tally operator in Flink cannot run this query: {what}"
             )));
         }
-        let agg = stages[aggregate]
-            .as_aggregate()
-            .ok_or_else(|| Error::internal("the aggregate stage lost its aggregate"))?;
-        let plan = agg.shared_plan();
-        let config = agg.config().clone();
-        let two_phase = agg.is_two_phase();
-        let key_groups = match config.max_parallelism {
+        let aggregates: Vec<Aggregate> = stages
+            .iter()
+            .enumerate()
+            .filter_map(|(stage, s)| {
+                s.as_aggregate().map(|a| Aggregate {
+                    stage,
+                    plan: a.shared_plan(),
+                    config: a.config().clone(),
+                    two_phase: a.is_two_phase(),
+                })
+            })
+            .collect();
+        let Some(first) = aggregates.first() else {
+            return Err(Error::plan(
+                "the Tally operator in Flink runs GROUP BY queries; this query has no aggregate",
+            ));
+        };
+        let key_groups = match first.config.max_parallelism {
             n if n > 0 => n as usize,
             _ => default_key_groups(1),
         };
@@ -191,11 +218,8 @@ impl Query {
             .collect::<Result<Vec<_>>>()?;
         Ok(Query {
             planned,
-            aggregate,
-            plan,
-            config,
+            aggregates,
             input,
-            two_phase,
             key_groups,
             output,
         })
@@ -211,16 +235,23 @@ impl Query {
         self.key_groups
     }
 
-    /// Whether the aggregate runs in two phases (a local phase before the exchange).
-    pub fn two_phase(&self) -> bool {
-        self.two_phase
+    /// The phases of the chain: one before the first exchange, one per aggregate.
+    pub fn phases(&self) -> usize {
+        self.aggregates.len() + 1
     }
 
-    /// Rows the Java side gathers into one column batch before crossing into Rust: the
-    /// mini-batch size (at most [`MAX_BATCH_ROWS`]), or [`MAX_BATCH_ROWS`] with mini-batch off.
+    /// Whether each aggregate runs in two phases (a local side before its exchange).
+    pub fn two_phase(&self) -> Vec<bool> {
+        self.aggregates.iter().map(|a| a.two_phase).collect()
+    }
+
+    /// Rows the Java side gathers into one column batch before crossing into Rust: the first
+    /// aggregate's mini-batch size (at most [`MAX_BATCH_ROWS`]), or [`MAX_BATCH_ROWS`] with
+    /// mini-batch off.
     pub fn batch_rows(&self) -> usize {
-        if self.config.mini_batch_enabled {
-            usize::try_from(self.config.mini_batch_size)
+        let config = &self.aggregates[0].config;
+        if config.mini_batch_enabled {
+            usize::try_from(config.mini_batch_size)
                 .unwrap_or(1)
                 .clamp(1, MAX_BATCH_ROWS)
         } else {
@@ -232,55 +263,68 @@ impl Query {
     /// latency (`table.exec.mini-batch.allow-latency`), or with mini-batch off Flink's default
     /// network buffer timeout ([`UNBATCHED_LATENCY_MS`]).
     pub fn latency_ms(&self) -> u64 {
-        if self.config.mini_batch_enabled {
-            (self.config.mini_batch_allow_latency.as_millis() as u64).max(1)
+        let config = &self.aggregates[0].config;
+        if config.mini_batch_enabled {
+            (config.mini_batch_allow_latency.as_millis() as u64).max(1)
         } else {
             UNBATCHED_LATENCY_MS
         }
     }
 
-    /// The phase before Flink's exchange.
+    /// Phase `k` of the chain (0 before the first exchange; k >= 1 after exchange k).
     ///
     /// # Errors
-    /// When the local phase cannot be built.
-    pub fn into_local(self) -> Result<LocalPhase> {
-        let local = if self.two_phase {
-            Some(LocalGroupAggregate::try_new(Arc::clone(&self.plan))?)
-        } else {
-            None
-        };
-        let size = u64::try_from(self.config.mini_batch_size)
-            .unwrap_or(1)
-            .max(1);
+    /// No such phase, or an operator that cannot be built.
+    pub fn into_phase(mut self, k: usize) -> Result<Phase> {
+        if k >= self.phases() {
+            return Err(Error::invalid_input(format!(
+                "this query has phases 0 to {}, not {k}",
+                self.phases() - 1
+            )));
+        }
         let groups = KeyGroups::new(self.key_groups, 1)?;
-        Ok(LocalPhase {
+        let clock = Arc::new(SystemClock);
+        let keyed = match k.checked_sub(1).map(|i| &self.aggregates[i]) {
+            None => None,
+            Some(a) if a.two_phase => Some(Keyed::Merge(GroupAggregate::try_new_global(
+                Arc::clone(&a.plan),
+                a.config.clone(),
+                clock,
+            )?)),
+            Some(a) => Some(Keyed::Rows(GroupAggregate::try_new(
+                Arc::clone(&a.plan),
+                a.config.clone(),
+                clock,
+            )?)),
+        };
+        let from = k.checked_sub(1).map_or(0, |i| self.aggregates[i].stage + 1);
+        let stages_len = self.planned_stages_len();
+        let next = match self.aggregates.get(k) {
+            None => Next::Rows,
+            Some(a) => Next::Parts(Box::new(LocalSide {
+                local: if a.two_phase {
+                    Some(LocalGroupAggregate::try_new(Arc::clone(&a.plan))?)
+                } else {
+                    None
+                },
+                plan: Arc::clone(&a.plan),
+                pending: 0,
+                size: u64::try_from(a.config.mini_batch_size).unwrap_or(1).max(1),
+            })),
+        };
+        let to = self.aggregates.get(k).map_or(stages_len, |a| a.stage);
+        Ok(Phase {
             query: self,
-            local,
+            keyed,
+            stages: from..to,
+            next,
             groups,
-            pending: 0,
-            size,
             hashes: vec![],
         })
     }
 
-    /// The phase after Flink's exchange, one per subtask.
-    ///
-    /// # Errors
-    /// When the aggregate cannot be built.
-    pub fn into_global(self) -> Result<GlobalPhase> {
-        let clock = Arc::new(SystemClock);
-        let agg = if self.two_phase {
-            GroupAggregate::try_new_global(Arc::clone(&self.plan), self.config.clone(), clock)?
-        } else {
-            GroupAggregate::try_new(Arc::clone(&self.plan), self.config.clone(), clock)?
-        };
-        let groups = KeyGroups::new(self.key_groups, 1)?;
-        Ok(GlobalPhase {
-            query: self,
-            agg,
-            groups,
-            hashes: vec![],
-        })
+    fn planned_stages_len(&mut self) -> usize {
+        self.stages().len()
     }
 
     fn stages(&mut self) -> &[Box<dyn tally::pipeline::Stage>] {
@@ -408,141 +452,209 @@ fn without_kinds(batch: RecordBatch, input: &SchemaRef) -> Result<ChangeBatch> {
     ChangeBatch::try_new(op, data)
 }
 
-/// The phase before Flink's keyed exchange: the per-row stages, then the local phase (or, with
-/// one phase, the rows cut by key group).
+/// What a phase's keyed side takes from its exchange.
 #[derive(Debug)]
-pub struct LocalPhase {
-    query: Query,
+enum Keyed {
+    /// Accumulator rows of a two-phase aggregate's local sides.
+    Merge(GroupAggregate),
+    /// Rows (with their kinds) of a one-phase aggregate.
+    Rows(GroupAggregate),
+}
+
+impl Keyed {
+    fn agg(&self) -> &GroupAggregate {
+        match self {
+            Keyed::Merge(a) | Keyed::Rows(a) => a,
+        }
+    }
+
+    fn agg_mut(&mut self) -> &mut GroupAggregate {
+        match self {
+            Keyed::Merge(a) | Keyed::Rows(a) => a,
+        }
+    }
+}
+
+/// The local side of the next aggregate: a local phase, or with one phase the rows themselves,
+/// cut by key group.
+#[derive(Debug)]
+struct LocalSide {
     local: Option<LocalGroupAggregate>,
-    groups: KeyGroups,
+    plan: Arc<AggregatePlan>,
     /// Rows folded since the last flush, against the mini-batch size.
     pending: u64,
     size: u64,
-    hashes: Vec<u64>,
 }
 
-impl LocalPhase {
-    /// Takes one column batch from Java; returns the parts that became due (a full mini-batch
-    /// flushes the local phase; with one phase every batch is cut at once).
-    ///
-    /// # Errors
-    /// A malformed batch, and evaluation errors.
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Part>> {
-        let batch = wire::decode(bytes, &self.query.input)?;
-        let aggregate = self.query.aggregate;
-        let inputs = map_through(&self.query.stages()[..aggregate], batch)?;
-        let mut parts = vec![];
-        for b in inputs {
-            match &mut self.local {
-                Some(local) => {
-                    local.push_changes(&b)?;
-                    self.pending += b.num_rows() as u64;
-                }
-                None => {
-                    let keys = self.query.plan.calc.evaluate(&b)?.keys;
-                    parts.extend(cut_by_key_group(
-                        &with_kinds(&b)?,
-                        &keys,
-                        &self.groups,
-                        &mut self.hashes,
-                    )?);
-                }
-            }
-        }
-        if self.pending >= self.size {
-            parts.extend(self.flush()?);
-        }
-        Ok(parts)
-    }
-
-    /// Flushes the local phase (before a checkpoint barrier, at the end of input, on the latency
-    /// trigger): one accumulator row per key folded since the last flush, by key group.
-    ///
-    /// # Errors
-    /// When the accumulators cannot be exported (a bug).
-    pub fn flush(&mut self) -> Result<Vec<Part>> {
-        self.pending = 0;
-        let Some(local) = &mut self.local else {
-            return Ok(vec![]);
-        };
-        let Some(batch) = local.flush()? else {
-            return Ok(vec![]);
-        };
-        let k = self.query.plan.key_types.len();
-        let keys = batch.columns()[..k].to_vec();
-        cut_by_key_group(&batch, &keys, &self.groups, &mut self.hashes)
-    }
-}
-
-/// The phase after Flink's keyed exchange: the keyed aggregate of one subtask's key groups, then
-/// the per-row stages after it.
+/// Where a phase's output goes.
 #[derive(Debug)]
-pub struct GlobalPhase {
+enum Next {
+    /// Into the next exchange, as parts.
+    Parts(Box<LocalSide>),
+    /// Out of the chain, as column batches of changes for Java.
+    Rows,
+}
+
+/// What a phase hands on: parts for the next exchange, or column batches of the result's
+/// changes (the last phase).
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Parts for the next exchange.
+    pub parts: Vec<Part>,
+    /// Column batches of changes ([`crate::wire`]).
+    pub rows: Vec<Vec<u8>>,
+}
+
+/// One link of the chain: phase 0 takes column batches from Java; a later phase takes parts
+/// from its exchange into its keyed aggregate. Each runs the per-row stages up to the next
+/// aggregate and that aggregate's local side, or, the last, emits the result's changes.
+#[derive(Debug)]
+pub struct Phase {
     query: Query,
-    agg: GroupAggregate,
+    keyed: Option<Keyed>,
+    stages: std::ops::Range<usize>,
+    next: Next,
     groups: KeyGroups,
     hashes: Vec<u64>,
 }
 
-impl GlobalPhase {
-    /// Takes one part from Flink's exchange; returns the changes that became due, each as a
-    /// column batch for Java.
-    ///
-    /// # Errors
-    /// A corrupt part, and evaluation errors.
-    pub fn push(&mut self, part: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut out = vec![];
-        for batch in from_ipc(part)? {
-            let changes = if self.query.two_phase {
-                self.agg.push_accumulators(&batch)?
-            } else {
-                let input = Arc::clone(&self.agg.plan().input_schema);
-                self.agg.push_changes(&without_kinds(batch, &input)?)?
-            };
-            out.extend(changes);
-        }
-        self.emit(out)
+impl Phase {
+    /// Whether it is a keyed phase (after an exchange), which takes parts and keeps state.
+    pub fn is_keyed(&self) -> bool {
+        self.keyed.is_some()
     }
 
-    /// Fires the pending mini-batch if its latency has passed.
+    /// Takes one column batch from Java (phase 0) or one part from the exchange (a later
+    /// phase); returns what became due.
     ///
     /// # Errors
-    /// As [`GlobalPhase::push`].
-    pub fn poll(&mut self) -> Result<Vec<Vec<u8>>> {
-        let changes = self.agg.poll()?;
-        self.emit(changes)
-    }
-
-    /// Fires the pending mini-batch (before a checkpoint barrier, at the end of input).
-    ///
-    /// # Errors
-    /// As [`GlobalPhase::push`].
-    pub fn fire(&mut self) -> Result<Vec<Vec<u8>>> {
-        let changes = self.agg.finish()?;
-        self.emit(changes)
-    }
-
-    fn emit(&mut self, changes: Vec<ChangeBatch>) -> Result<Vec<Vec<u8>>> {
-        let after = self.query.aggregate + 1;
-        let mut out = vec![];
-        for c in changes {
-            for c in map_through(&self.query.stages()[after..], c)? {
-                if c.num_rows() > 0 {
-                    out.push(wire::encode(&c)?);
+    /// A malformed batch or corrupt part, and evaluation errors.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Output> {
+        let changes = match &mut self.keyed {
+            None => vec![wire::decode(bytes, &self.query.input)?],
+            Some(keyed) => {
+                let mut out = vec![];
+                for batch in from_ipc(bytes)? {
+                    out.extend(match keyed {
+                        Keyed::Merge(agg) => agg.push_accumulators(&batch)?,
+                        Keyed::Rows(agg) => {
+                            let input = Arc::clone(&agg.plan().input_schema);
+                            agg.push_changes(&without_kinds(batch, &input)?)?
+                        }
+                    });
                 }
+                out
             }
+        };
+        let mut out = Output::default();
+        self.forward(changes, &mut out)?;
+        self.flush_if_due(&mut out)?;
+        Ok(out)
+    }
+
+    /// Fires the keyed side's pending mini-batch if its latency has passed.
+    ///
+    /// # Errors
+    /// As [`Phase::push`].
+    pub fn poll(&mut self) -> Result<Output> {
+        let mut out = Output::default();
+        if let Some(keyed) = &mut self.keyed {
+            let changes = keyed.agg_mut().poll()?;
+            self.forward(changes, &mut out)?;
+            self.flush_if_due(&mut out)?;
         }
         Ok(out)
     }
 
-    /// The state, one part per key group that holds keys (taken after [`GlobalPhase::fire`]).
+    /// Fires everything pending (before a checkpoint barrier, at the end of input, on the
+    /// latency trigger): the keyed side's mini-batch, then the next local side's accumulators.
+    ///
+    /// # Errors
+    /// As [`Phase::push`].
+    pub fn flush(&mut self) -> Result<Output> {
+        let mut out = Output::default();
+        if let Some(keyed) = &mut self.keyed {
+            let changes = keyed.agg_mut().finish()?;
+            self.forward(changes, &mut out)?;
+        }
+        self.flush_local(&mut out)?;
+        Ok(out)
+    }
+
+    /// Changes through the per-row stages, into the next local side or out as rows.
+    fn forward(&mut self, changes: Vec<ChangeBatch>, out: &mut Output) -> Result<()> {
+        let range = self.stages.clone();
+        for c in changes {
+            for b in map_through(&self.query.stages()[range.clone()], c)? {
+                match &mut self.next {
+                    Next::Rows => {
+                        if b.num_rows() > 0 {
+                            out.rows.push(wire::encode(&b)?);
+                        }
+                    }
+                    Next::Parts(side) => match &mut side.local {
+                        Some(local) => {
+                            local.push_changes(&b)?;
+                            side.pending += b.num_rows() as u64;
+                        }
+                        None => {
+                            let keys = side.plan.calc.evaluate(&b)?.keys;
+                            out.parts.extend(cut_by_key_group(
+                                &with_kinds(&b)?,
+                                &keys,
+                                &self.groups,
+                                &mut self.hashes,
+                            )?);
+                        }
+                    },
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_if_due(&mut self, out: &mut Output) -> Result<()> {
+        if matches!(&self.next, Next::Parts(side) if side.pending >= side.size) {
+            self.flush_local(out)?;
+        }
+        Ok(())
+    }
+
+    fn flush_local(&mut self, out: &mut Output) -> Result<()> {
+        let Next::Parts(side) = &mut self.next else {
+            return Ok(());
+        };
+        side.pending = 0;
+        let Some(local) = &mut side.local else {
+            return Ok(());
+        };
+        let Some(batch) = local.flush()? else {
+            return Ok(());
+        };
+        let k = side.plan.key_types.len();
+        let keys = batch.columns()[..k].to_vec();
+        out.parts.extend(cut_by_key_group(
+            &batch,
+            &keys,
+            &self.groups,
+            &mut self.hashes,
+        )?);
+        Ok(())
+    }
+
+    /// The keyed state, one part per key group that holds keys (taken after
+    /// [`Phase::flush`]); nothing for phase 0, which keeps none.
     ///
     /// # Errors
     /// A mini-batch still pending.
     pub fn snapshot(&mut self) -> Result<Vec<Part>> {
-        let k = self.query.plan.key_types.len();
+        let Some(keyed) = &self.keyed else {
+            return Ok(vec![]);
+        };
+        let agg = keyed.agg();
+        let k = agg.plan().key_types.len();
         let mut by_group: Vec<Vec<RecordBatch>> = vec![];
-        for batch in self.agg.snapshot()? {
+        for batch in agg.snapshot()? {
             let keys = batch.columns()[..k].to_vec();
             for part in cut_by_key_group(&batch, &keys, &self.groups, &mut self.hashes)? {
                 let g = part.key_group as usize;
@@ -567,20 +679,32 @@ impl GlobalPhase {
     }
 
     /// Loads the parts of the key groups Flink assigned to this subtask (from
-    /// [`GlobalPhase::snapshot`] of the same query, at any parallelism).
+    /// [`Phase::snapshot`] of the same phase of the same query, at any parallelism).
     ///
     /// # Errors
-    /// State of another query, a corrupt part, or an aggregate that already holds state.
+    /// Phase 0 (it keeps no state), state of another query, a corrupt part, or an aggregate
+    /// that already holds state.
     pub fn restore(&mut self, parts: &[&[u8]]) -> Result<()> {
+        let Some(keyed) = &mut self.keyed else {
+            return if parts.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::invalid_input(
+                    "the phase before the first exchange keeps no state to restore",
+                ))
+            };
+        };
         let mut batches = vec![];
         for p in parts {
             batches.extend(from_ipc(p)?);
         }
-        self.agg.restore_snapshot(&batches)
+        keyed.agg_mut().restore_snapshot(&batches)
     }
 
     /// Bytes of keyed state.
     pub fn state_bytes(&self) -> u64 {
-        self.agg.metrics().state_bytes
+        self.keyed
+            .as_ref()
+            .map_or(0, |k| k.agg().metrics().state_bytes)
     }
 }

@@ -13,7 +13,8 @@
 //!   u8 nulls                  0: no NULL; 1: followed by `rows` bytes, 1 valid, 0 NULL
 //!   values                    BOOLEAN, TINYINT: 1 byte a row; SMALLINT: 2; INT, FLOAT: 4;
 //!                             BIGINT, DOUBLE: 8 (a NULL's bytes are ignored); STRING: `rows + 1`
-//!                             u32 offsets from 0, then the UTF-8 bytes they index
+//!                             u32 offsets from 0, then the UTF-8 bytes they index;
+//!                             TIMESTAMP(3): 8, milliseconds since 1970-01-01 00:00 (no zone)
 //! ```
 //!
 //! `org.tally.flink.ColumnBatch` writes and reads the same bytes on the Java side.
@@ -22,11 +23,12 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Float32Array, Float64Array, Int8Array, Int16Array,
-    Int32Array, Int64Array, RecordBatch, StringArray,
+    Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
 use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
     DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef,
+    TimeUnit, TimestampMillisecondType,
 };
 use tally::changelog::{ChangeBatch, RowKind, op_array};
 use tally::{Error, Result};
@@ -52,10 +54,12 @@ pub enum Type {
     Double = 7,
     /// `STRING`.
     String = 8,
+    /// `TIMESTAMP(3)`: milliseconds, without a time zone.
+    Timestamp = 9,
 }
 
 impl Type {
-    const ALL: [Type; 8] = [
+    const ALL: [Type; 9] = [
         Type::Boolean,
         Type::TinyInt,
         Type::SmallInt,
@@ -64,6 +68,7 @@ impl Type {
         Type::Float,
         Type::Double,
         Type::String,
+        Type::Timestamp,
     ];
 
     /// Flink SQL's name of the type.
@@ -77,6 +82,7 @@ impl Type {
             Type::Float => "FLOAT",
             Type::Double => "DOUBLE",
             Type::String => "STRING",
+            Type::Timestamp => "TIMESTAMP(3)",
         }
     }
 
@@ -89,6 +95,7 @@ impl Type {
         let upper = match upper.as_str() {
             "VARCHAR" | "VARCHAR(2147483647)" => "STRING",
             "INTEGER" => "INT",
+            "TIMESTAMP" => "TIMESTAMP(3)",
             other => other,
         };
         Type::ALL
@@ -123,6 +130,7 @@ impl Type {
             DataType::Float64 => Type::Double,
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::String,
             DataType::Dictionary(_, v) if Type::of(v) == Some(Type::String) => Type::String,
+            DataType::Timestamp(TimeUnit::Millisecond, None) => Type::Timestamp,
             _ => return None,
         })
     }
@@ -138,6 +146,7 @@ impl Type {
             Type::Float => DataType::Float32,
             Type::Double => DataType::Float64,
             Type::String => DataType::Utf8,
+            Type::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
         }
     }
 }
@@ -283,6 +292,13 @@ pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<ChangeBatch> {
                 let v = r.take(sized(rows, 8, name)?, name)?;
                 Arc::new(Float64Array::new(scalars(v, f64::from_le_bytes), nulls))
             }
+            Type::Timestamp => {
+                let v = r.take(sized(rows, 8, name)?, name)?;
+                Arc::new(TimestampMillisecondArray::new(
+                    scalars(v, i64::from_le_bytes),
+                    nulls,
+                ))
+            }
             Type::String => {
                 let raw = r.take(sized(rows + 1, 4, name)?, name)?;
                 let offsets: ScalarBuffer<i32> = scalars(raw, u32::from_le_bytes)
@@ -378,6 +394,9 @@ pub fn encode(changes: &ChangeBatch) -> Result<Vec<u8>> {
             Type::BigInt => put_values::<Int64Type, 8>(&mut out, a, i64::to_le_bytes),
             Type::Float => put_values::<Float32Type, 4>(&mut out, a, f32::to_le_bytes),
             Type::Double => put_values::<Float64Type, 8>(&mut out, a, f64::to_le_bytes),
+            Type::Timestamp => {
+                put_values::<TimestampMillisecondType, 8>(&mut out, a, i64::to_le_bytes)
+            }
             Type::String => {
                 let s = a.as_string::<i32>();
                 let offsets = s.value_offsets();
@@ -405,6 +424,7 @@ mod tests {
             Field::new("x", DataType::Float64, false),
             Field::new("ok", DataType::Boolean, false),
             Field::new("i", DataType::Int32, false),
+            Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), true),
         ]))
     }
 
@@ -417,6 +437,11 @@ mod tests {
                 Arc::new(Float64Array::from(vec![0.5, -1.0, 3.25])),
                 Arc::new(BooleanArray::from(vec![true, false, true])),
                 Arc::new(Int32Array::from(vec![7, 8, 9])),
+                Arc::new(TimestampMillisecondArray::from(vec![
+                    Some(-1),
+                    None,
+                    Some(1_700_000_000_123),
+                ])),
             ],
         )
         .unwrap();

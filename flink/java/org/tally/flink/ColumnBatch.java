@@ -3,6 +3,8 @@ package org.tally.flink;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -32,6 +34,7 @@ final class ColumnBatch {
             case "FLOAT": return 6;
             case "DOUBLE": return 7;
             case "STRING": return 8;
+            case "TIMESTAMP(3)": return 9;
             default: throw new TallyException("type '" + type + "' cannot cross into the Tally operator");
         }
     }
@@ -120,7 +123,7 @@ final class ColumnBatch {
                 case 1: case 2: return rows;
                 case 3: return 2 * rows;
                 case 4: case 6: return 4 * rows;
-                case 5: case 7: return 8 * rows;
+                case 5: case 7: case 9: return 8 * rows;
                 default:
                     int len = 4 * (rows + 1);
                     for (int r = 0; r < rows; r++) {
@@ -152,6 +155,17 @@ final class ColumnBatch {
             return (Number) v;
         }
 
+        private long millis(int c, Object v) {
+            if (v == null) {
+                return 0;
+            }
+            if (!(v instanceof LocalDateTime)) {
+                throw new TallyException("column '" + names[c] + "' holds a " + v.getClass().getSimpleName() + " where TIMESTAMP(3) (a LocalDateTime) is declared");
+            }
+            LocalDateTime t = (LocalDateTime) v;
+            return t.toEpochSecond(ZoneOffset.UTC) * 1000 + t.getNano() / 1_000_000;
+        }
+
         private void write(int c, ByteBuffer out) {
             Object[] col = values[c];
             switch (tags[c]) {
@@ -177,6 +191,9 @@ final class ColumnBatch {
                     break;
                 case 7:
                     for (int r = 0; r < rows; r++) out.putDouble(number(c, col[r]).doubleValue());
+                    break;
+                case 9:
+                    for (int r = 0; r < rows; r++) out.putLong(millis(c, col[r]));
                     break;
                 default:
                     int offset = 0;
@@ -247,6 +264,12 @@ final class ColumnBatch {
                     break;
                 case 7:
                     for (int r = 0; r < rows; r++) col[r] = in.getDouble();
+                    break;
+                case 9:
+                    for (int r = 0; r < rows; r++) {
+                        long ms = in.getLong();
+                        col[r] = LocalDateTime.ofEpochSecond(Math.floorDiv(ms, 1000), (int) Math.floorMod(ms, 1000) * 1_000_000, ZoneOffset.UTC);
+                    }
                     break;
                 case 8:
                     int[] offsets = new int[rows + 1];

@@ -29,7 +29,7 @@ final class LocalOperator extends AbstractStreamOperator<byte[]>
     @Override
     public void open() throws Exception {
         super.open();
-        handle = spec.open(false);
+        handle = spec.open(0);
         writer = new ColumnBatch.Writer(spec.names(), spec.types(), spec.changelog, spec.batchRows);
         reuse = new StreamRecord<>(null);
         scheduleFlush();

@@ -19,31 +19,31 @@ final class Native {
 
     private Native() {}
 
-    /** Plans the query and opens its local ({@code global = false}) or global phase. */
+    /** Plans the query and opens phase {@code phase} of its chain (0 before the first exchange). */
     static native long open(
             String sql, String table, String[] columns, boolean changelog, String[] options,
-            boolean global);
+            int phase);
 
-    /** Plans the query: key groups, phase strategy, then name, type, nullability per result column. */
+    /**
+     * Plans the query: key groups, the strategy of each aggregate (comma-separated), the rows of a
+     * column batch, the latency in milliseconds, then name, type, nullability per result column.
+     */
     static native String[] describe(
             String sql, String table, String[] columns, boolean changelog, String[] options);
 
-    /** Local: a column batch in, due parts out. Global: a part in, column batches of changes out. */
+    /** Phase 0: a column batch in; a keyed phase: a part in. Out: parts, or the last phase's column batches. */
     static native byte[][] push(long handle, byte[] bytes);
 
-    /** Local: flushes its parts. Global: fires its pending mini-batch. */
+    /** Fires everything the phase holds: its mini-batch, then the next aggregate's local side. */
     static native byte[][] flush(long handle);
 
-    /** Global: fires the pending mini-batch if its latency has passed. */
-    static native byte[][] poll(long handle);
-
-    /** Global: its state, one part per key group. */
+    /** A keyed phase's state, one part per key group. */
     static native byte[][] snapshot(long handle);
 
-    /** Global: loads parts of a snapshot into a fresh phase. */
+    /** Loads parts of a snapshot into a fresh keyed phase. */
     static native void restore(long handle, byte[][] parts);
 
-    /** Global: bytes of keyed state. */
+    /** A phase's bytes of keyed state. */
     static native long stateBytes(long handle);
 
     /** Frees the phase. */

@@ -40,7 +40,8 @@ final class Spec implements Serializable {
         return t;
     }
 
-    long open(boolean global) {
-        return Native.open(sql, table, columns, changelog, options, global);
+    /** Opens phase {@code phase} of the query's chain (0 before the first exchange). */
+    long open(int phase) {
+        return Native.open(sql, table, columns, changelog, options, phase);
     }
 }

@@ -14,6 +14,10 @@ import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
+import org.apache.flink.table.api.Table;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.table.catalog.Column;
+import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.types.Row;
 
 /**
@@ -32,7 +36,8 @@ import org.apache.flink.types.Row;
  *
  * <p>With mini-batch on (and {@code table.optimizer.agg-phase-strategy} not {@code ONE_PHASE})
  * the aggregate runs in two phases the Flink way: a local phase chained to the input's task, then
- * Flink's keyed exchange by key group, then a global phase per subtask. Tally's key groups are
+ * Flink's keyed exchange by key group, then a global phase per subtask. An aggregate over another
+ * aggregate's result is one more keyed operator after one more exchange. Tally's key groups are
  * Flink's: {@code pipeline.max-parallelism} of them (Flink's default rule when unset), the global
  * operator's max parallelism, so Flink snapshots, restores and rescales Tally's state by key group.
  * Options take Flink's and Tally's {@code SET} keys.
@@ -78,7 +83,8 @@ public final class TallyAggregate {
     }
 
     /**
-     * The operators' uid prefix ({@code <uid>-local}, {@code <uid>-global}), so a job's state
+     * The operators' uid prefix ({@code <uid>-local}, {@code <uid>-aggregate<k>} between two
+     * aggregates, {@code <uid>-global}), so a job's state
      * restores into a changed job graph.
      */
     public TallyAggregate uid(String uid) {
@@ -96,8 +102,9 @@ public final class TallyAggregate {
         if (t.equals(BasicTypeInfo.SHORT_TYPE_INFO)) return "SMALLINT";
         if (t.equals(BasicTypeInfo.BYTE_TYPE_INFO)) return "TINYINT";
         if (t.equals(BasicTypeInfo.BOOLEAN_TYPE_INFO)) return "BOOLEAN";
+        if (t.equals(Types.LOCAL_DATE_TIME)) return "TIMESTAMP(3)";
         throw new TallyException("column '" + column + "' is of type " + t
-                + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN)");
+                + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, LocalDateTime as TIMESTAMP(3))");
     }
 
     private static TypeInformation<?> typeInfo(String name) {
@@ -110,6 +117,7 @@ public final class TallyAggregate {
             case "SMALLINT": return Types.SHORT;
             case "TINYINT": return Types.BYTE;
             case "BOOLEAN": return Types.BOOLEAN;
+            case "TIMESTAMP(3)": return Types.LOCAL_DATE_TIME;
             default: throw new TallyException("result type " + name + " has no Flink type here");
         }
     }
@@ -117,14 +125,17 @@ public final class TallyAggregate {
     /** The planned query's result: the plan's facts and the result rows' type. */
     static final class Described {
         final int keyGroups;
-        final boolean twoPhase;
+        /** Per aggregate, two phases or one: one keyed phase each. */
+        final boolean[] twoPhase;
         final int batchRows;
         final long latencyMs;
         final RowTypeInfo output;
 
         Described(String[] d) {
             keyGroups = Integer.parseInt(d[0]);
-            twoPhase = d[1].equals("TWO_PHASE");
+            String[] strategies = d[1].split(",");
+            twoPhase = new boolean[strategies.length];
+            for (int i = 0; i < strategies.length; i++) twoPhase[i] = strategies[i].equals("TWO_PHASE");
             batchRows = Integer.parseInt(d[2]);
             latencyMs = Long.parseLong(d[3]);
             int n = (d.length - 4) / 3;
@@ -146,14 +157,59 @@ public final class TallyAggregate {
      */
     public DataStream<Row> apply(DataStream<Row> input) {
         if (!(input.getType() instanceof RowTypeInfo)) {
-            throw new TallyException("the Tally operator's input must be rows with a RowTypeInfo, not " + input.getType());
+            throw new TallyException("the Tally operator's input must be rows with a RowTypeInfo, not " + input.getType()
+                    + " (a Table goes through apply(tableEnv, table))");
         }
         RowTypeInfo in = (RowTypeInfo) input.getType();
         String[] names = in.getFieldNames();
+        String[] types = new String[names.length];
+        for (int i = 0; i < names.length; i++) {
+            types[i] = typeName(names[i], in.getTypeAt(i));
+        }
+        return applyTo(input, names, types);
+    }
+
+    /**
+     * Applies the aggregate to a {@link Table} (through {@code toChangelogStream}); its columns
+     * are the table's. Returns the changelog of the result, which {@code fromChangelogStream}
+     * turns back into a table. An updating table needs {@link #changelog()}.
+     *
+     * @throws TallyException as {@link #apply(DataStream)}
+     */
+    public DataStream<Row> apply(StreamTableEnvironment tableEnv, Table table) {
+        List<Column> cols = table.getResolvedSchema().getColumns();
+        String[] names = new String[cols.size()];
+        String[] types = new String[cols.size()];
+        for (int i = 0; i < names.length; i++) {
+            names[i] = cols.get(i).getName();
+            types[i] = typeName(names[i], cols.get(i).getDataType().getLogicalType());
+        }
+        return applyTo(tableEnv.toChangelogStream(table), names, types);
+    }
+
+    /** The type name Tally's SQL gives a table column's type, or an error naming the column. */
+    private static String typeName(String column, LogicalType t) {
+        switch (t.getTypeRoot()) {
+            case CHAR: case VARCHAR: return "STRING";
+            case BIGINT: return "BIGINT";
+            case INTEGER: return "INT";
+            case DOUBLE: return "DOUBLE";
+            case FLOAT: return "FLOAT";
+            case SMALLINT: return "SMALLINT";
+            case TINYINT: return "TINYINT";
+            case BOOLEAN: return "BOOLEAN";
+            case TIMESTAMP_WITHOUT_TIME_ZONE: return "TIMESTAMP(3)";
+            default:
+                throw new TallyException("column '" + column + "' is of type " + t
+                        + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, TIMESTAMP)");
+        }
+    }
+
+    private DataStream<Row> applyTo(DataStream<Row> input, String[] names, String[] types) {
         List<String> columns = new ArrayList<>();
         for (int i = 0; i < names.length; i++) {
             columns.add(names[i]);
-            columns.add(typeName(names[i], in.getTypeAt(i)));
+            columns.add(types[i]);
             columns.add("NULL");
         }
         List<String> opts = new ArrayList<>();
@@ -166,15 +222,26 @@ public final class TallyAggregate {
         Described d = new Described(Native.describe(sql, table, cols, changelog, optArray));
         Spec spec = new Spec(sql, table, cols, changelog, optArray, d.batchRows, d.latencyMs);
 
-        SingleOutputStreamOperator<byte[]> local = input.transform(
+        SingleOutputStreamOperator<byte[]> parts = input.transform(
                 "TallyLocal", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, new LocalOperator(spec))
                 .setParallelism(input.getParallelism());
-        SingleOutputStreamOperator<Row> global = local
+        if (uid != null) {
+            parts.uid(uid + "-local");
+        }
+        int keyed = d.twoPhase.length;
+        for (int k = 1; k < keyed; k++) {
+            parts = parts.keyBy(new KeyGroupSelector(d.keyGroups), Types.INT)
+                    .transform("TallyAggregate" + k, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, new MiddleOperator(spec, k))
+                    .setMaxParallelism(d.keyGroups);
+            if (uid != null) {
+                parts.uid(uid + "-aggregate" + k);
+            }
+        }
+        SingleOutputStreamOperator<Row> global = parts
                 .keyBy(new KeyGroupSelector(d.keyGroups), Types.INT)
-                .transform("TallyGlobal", d.output, new GlobalOperator(spec))
+                .transform("TallyGlobal", d.output, new GlobalOperator(spec, keyed))
                 .setMaxParallelism(d.keyGroups);
         if (uid != null) {
-            local.uid(uid + "-local");
             global.uid(uid + "-global");
         }
         return global;

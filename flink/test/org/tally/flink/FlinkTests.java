@@ -54,6 +54,11 @@ public final class FlinkTests {
         run(only, "each key's changelog equals Flink's at P = 1 (mini-batch off)", FlinkTests::changelogAtOne);
         run(only, "an injected failure after a checkpoint restores exactly, P = 2", FlinkTests::restoresAfterFailure);
         run(only, "a checkpoint at P = 2 restores at P = 3 and at P = 1", FlinkTests::rescales);
+        run(only, "a nested aggregate over a changelog, two phases, P = 2", () -> nested(2, MINI_BATCH));
+        run(only, "a nested aggregate, one phase, P = 3", () -> nested(3, new String[0]));
+        run(only, "split-distinct with FILTER over a changelog, two phases, P = 2", () -> splitDistinct(2, MINI_BATCH));
+        run(only, "split-distinct, one phase, P = 3", () -> splitDistinct(3, new String[0]));
+        run(only, "a Table in, the changelog back as a Table under Flink SQL, P = 2", FlinkTests::tableInAndOut);
         run(only, "an unsupported query is a one-line error at job construction", FlinkTests::badQuery);
         System.out.println(passed + " passed, " + failed + " failed");
         System.exit(failed == 0 ? 0 : 1);
@@ -441,17 +446,66 @@ public final class FlinkTests {
         }
     }
 
+    /** A Table in, Tally's changelog back into a Table, and Flink SQL over it. */
+    static void tableInAndOut() throws Exception {
+        List<Row> input = changes(21, 10_000);
+        String sql = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+        String top = "SELECT COUNT(*) AS shops, SUM(orders) AS orders, MAX(total) AS best FROM totals";
+        StreamExecutionEnvironment env = env(2);
+        StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+        Table orders = tEnv.fromChangelogStream(env.fromData(input, ORDERS));
+        DataStream<Row> totals = tally(sql, MINI_BATCH).changelog().apply(tEnv, orders);
+        tEnv.createTemporaryView("totals", tEnv.fromChangelogStream(totals));
+        List<Row> tally = new ArrayList<>();
+        try (CloseableIterator<Row> it = tEnv.executeSql(top).collect()) {
+            it.forEachRemaining(tally::add);
+        }
+        StreamExecutionEnvironment env2 = env(2);
+        StreamTableEnvironment tEnv2 = StreamTableEnvironment.create(env2);
+        tEnv2.createTemporaryView("orders", tEnv2.fromChangelogStream(env2.fromData(input, ORDERS)));
+        tEnv2.createTemporaryView("totals", tEnv2.sqlQuery(sql));
+        List<Row> flink = new ArrayList<>();
+        try (CloseableIterator<Row> it = tEnv2.executeSql(top).collect()) {
+            it.forEachRemaining(flink::add);
+        }
+        sameFinalTable(tally, flink);
+    }
+
+    /** Split-distinct: a PARTIAL aggregate by key and bucket, then the FINAL after a second exchange. */
+    static void splitDistinct(int p, String[] options) throws Exception {
+        String sql = "SELECT shop, COUNT(DISTINCT user_id) AS buyers, "
+                + "COUNT(DISTINCT user_id) FILTER (WHERE status = 'PAID') AS paying, SUM(amount) AS total FROM orders GROUP BY shop";
+        String[] split = java.util.Arrays.copyOf(options, options.length + 4);
+        split[options.length] = "table.optimizer.distinct-agg.split.enabled";
+        split[options.length + 1] = "true";
+        split[options.length + 2] = "table.optimizer.distinct-agg.split.bucket-num";
+        split[options.length + 3] = "16";
+        List<Row> input = changes(17, 20_000);
+        sameFinalTable(runTally(input, p, sql, split, true), runFlink(input, p, sql, true));
+    }
+
+    /** An aggregate over another's changelog: a second exchange, keyed by the outer keys. */
+    static void nested(int p, String[] options) throws Exception {
+        String sql = "SELECT orders, COUNT(*) AS shops, MAX(total) AS best FROM "
+                + "(SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop) GROUP BY orders";
+        List<Row> input = changes(13, 20_000);
+        sameFinalTable(runTally(input, p, sql, options, true), runFlink(input, p, sql, true));
+    }
+
     static void badQuery() {
         StreamExecutionEnvironment env = env(1);
         DataStream<Row> in = env.fromData(orders(1, 10), ORDERS);
         String[][] cases = {
             {"SELECT shop, COUNT(*) FROM orders GROUP BY nope", "nope"},
-            {"SELECT shop, COUNT(*) AS n FROM (SELECT shop, COUNT(*) AS c FROM orders GROUP BY shop) GROUP BY shop", "one GROUP BY"},
+            {"SELECT shop, COUNT(*) FILTER (WHERE user_id < 5 AND amount) FROM orders GROUP BY shop", "amount"},
+            {"SELECT shop, COUNT(DISTINCT user_id) FROM orders GROUP BY shop", "incremental aggregate",
+                "table.optimizer.distinct-agg.split.enabled", "true", "table.optimizer.incremental-agg-enabled", "true",
+                "table.exec.mini-batch.enabled", "true", "table.exec.mini-batch.allow-latency", "1 s", "table.exec.mini-batch.size", "100"},
             {"SELEC shop FROM orders", "SELEC"},
         };
         for (String[] c : cases) {
             try {
-                tally(c[0], new String[0]).apply(in);
+                tally(c[0], java.util.Arrays.copyOfRange(c, 2, c.length)).apply(in);
                 throw new AssertionError("no error for " + c[0]);
             } catch (TallyException e) {
                 check(e.getMessage().contains(c[1]) && !e.getMessage().contains("\n"),

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The Tally operator against Flink's own SQL in one MiniCluster (flink/bench/FlinkBench.java):
+# release build, the same generated input for both, medians of REPEAT runs each.
+#
+#   scripts/flink-bench.sh WORKLOAD ROWS PARALLELISM REPEAT    # orders-count | q15 | q17
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TALLY_FLINK_PROFILE=release
+source scripts/flink-env.sh
+
+java "${opens[@]}" -Xmx4g \
+  -Dtally.flink.library="$native" \
+  -Dlog4j.configurationFile="$PWD/flink/log4j2.properties" \
+  -cp "$out/tally-flink.jar:$out/test-classes:$lib/*" \
+  org.tally.flink.FlinkBench "$@"
