@@ -8,8 +8,4 @@ cd "$(dirname "$0")/.."
 export TALLY_FLINK_PROFILE=release
 source scripts/flink-env.sh
 
-java "${opens[@]}" -Xmx4g \
-  -Dtally.flink.library="$native" \
-  -Dlog4j.configurationFile="$PWD/flink/log4j2.properties" \
-  -cp "$out/tally-flink.jar:$out/test-classes:$lib/*" \
-  org.tally.flink.FlinkBench "$@"
+run_java 4g org.tally.flink.FlinkBench "$@"

@@ -12,8 +12,4 @@ cd "$(dirname "$0")/.."
 
 source scripts/flink-env.sh
 
-java "${opens[@]}" -Xmx1g \
-  -Dtally.flink.library="$native" \
-  -Dlog4j.configurationFile="$PWD/flink/log4j2.properties" \
-  -cp "$out/tally-flink.jar:$out/test-classes:$cp" \
-  org.tally.flink.FlinkTests "$@"
+run_java 1g org.tally.flink.FlinkTests "$@"

@@ -107,6 +107,18 @@ fn byte_arrays(env: &mut JNIEnv, rows: &[Vec<u8>]) -> Outcome<jobjectArray> {
     Ok(out.into_raw())
 }
 
+/// A call on a phase that returns byte arrays to Java.
+fn arrays_from(
+    env: &mut JNIEnv,
+    handle: jlong,
+    f: impl FnOnce(&mut Phase) -> tally::Result<Vec<Vec<u8>>>,
+) -> jobjectArray {
+    guard(env, std::ptr::null_mut(), |env| {
+        let out = with_phase(handle, |p| f(p).map_err(msg))?;
+        byte_arrays(env, &out)
+    })
+}
+
 /// A part as it crosses to Java: its key group, then its bytes.
 fn framed(parts: Vec<Part>) -> Vec<Vec<u8>> {
     parts
@@ -272,10 +284,7 @@ pub extern "system" fn Java_org_tally_flink_Native_flush<'l>(
     _class: JClass<'l>,
     handle: jlong,
 ) -> jobjectArray {
-    guard(&mut env, std::ptr::null_mut(), |env| {
-        let out = with_phase(handle, |p| p.flush().map_err(msg))?;
-        byte_arrays(env, &handed_on(out))
-    })
+    arrays_from(&mut env, handle, |p| p.flush().map(handed_on))
 }
 
 /// `byte[][] snapshot(long handle)`: a keyed phase's state, one part per key group.
@@ -285,10 +294,7 @@ pub extern "system" fn Java_org_tally_flink_Native_snapshot<'l>(
     _class: JClass<'l>,
     handle: jlong,
 ) -> jobjectArray {
-    guard(&mut env, std::ptr::null_mut(), |env| {
-        let out = with_phase(handle, |p| p.snapshot().map(framed).map_err(msg))?;
-        byte_arrays(env, &out)
-    })
+    arrays_from(&mut env, handle, |p| p.snapshot().map(framed))
 }
 
 /// `void restore(long handle, byte[][] parts)`: loads the parts of the key groups Flink
