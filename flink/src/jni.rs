@@ -211,7 +211,8 @@ fn plan(
 
 /// `String[] describe(String sql, String table, String[] columns, boolean changelog, String[]
 /// options)`: plans the query without opening a phase, for the job graph: the key groups, `TWO_PHASE`
-/// or `ONE_PHASE` per aggregate (comma-separated: one keyed phase each), the rows of a column batch, the latency in milliseconds, then a name, type and nullability per result column.
+/// or `ONE_PHASE` per aggregate (comma-separated: one keyed phase each), the rows of a column batch, the latency in milliseconds, the input columns the
+/// query reads (comma-separated positions), then a name, type and nullability per result column.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_describe<'l>(
     mut env: JNIEnv<'l>,
@@ -234,6 +235,12 @@ pub extern "system" fn Java_org_tally_flink_Native_describe<'l>(
             strategies.join(","),
             query.batch_rows().to_string(),
             query.latency_ms().to_string(),
+            query
+                .columns_read()
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
         ];
         for c in query.output() {
             out.push(c.name.clone());

@@ -83,6 +83,8 @@ pub struct Query {
     planned: PlannedQuery,
     aggregates: Vec<Aggregate>,
     input: SchemaRef,
+    /// The input columns the query reads.
+    read: Vec<usize>,
     key_groups: usize,
     output: Vec<Column>,
 }
@@ -216,10 +218,15 @@ impl Query {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let read = match planned.job().pipeline().columns_read() {
+            Some(set) => set.into_iter().collect(),
+            None => (0..input.fields().len()).collect(),
+        };
         Ok(Query {
             planned,
             aggregates,
             input,
+            read,
             key_groups,
             output,
         })
@@ -233,6 +240,12 @@ impl Query {
     /// The key groups (Flink's max parallelism of the keyed operator).
     pub fn key_groups(&self) -> usize {
         self.key_groups
+    }
+
+    /// The input columns (by position) the query reads: the Java side sends only these (the
+    /// others arrive as NULLs, which nothing looks at).
+    pub fn columns_read(&self) -> &[usize] {
+        &self.read
     }
 
     /// The phases of the chain: one before the first exchange, one per aggregate.

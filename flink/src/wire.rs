@@ -10,7 +10,9 @@
 //!                             byte values (0 +I, 1 -U, 2 +U, 3 -D)
 //! per column:
 //!   u8 type                   see `Type`
-//!   u8 nulls                  0: no NULL; 1: followed by `rows` bytes, 1 valid, 0 NULL
+//!   u8 nulls                  0: no NULL; 1: followed by `rows` bytes, 1 valid, 0 NULL;
+//!                             2: a column the query never reads, not sent (all NULL, no
+//!                             values follow)
 //!   values                    BOOLEAN, TINYINT: 1 byte a row; SMALLINT: 2; INT, FLOAT: 4;
 //!                             BIGINT, DOUBLE: 8 (a NULL's bytes are ignored); STRING: `rows + 1`
 //!                             u32 offsets from 0, then the UTF-8 bytes they index;
@@ -248,6 +250,10 @@ pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<ChangeBatch> {
             )));
         }
         let nulls = match r.u8("a nulls flag")? {
+            2 if field.is_nullable() => {
+                arrays.push(arrow::array::new_null_array(field.data_type(), rows));
+                continue;
+            }
             0 => None,
             1 => {
                 let valid = r.take(rows, "a validity")?;
@@ -492,6 +498,28 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("after the last column")
+        );
+    }
+
+    #[test]
+    fn a_column_not_sent_arrives_as_nulls() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Utf8, true),
+        ]));
+        let mut bytes = b"TLY1".to_vec();
+        bytes.extend(2u32.to_le_bytes());
+        bytes.extend(2u32.to_le_bytes());
+        bytes.push(0);
+        bytes.extend([Type::BigInt as u8, 0]);
+        bytes.extend(5i64.to_le_bytes());
+        bytes.extend(6i64.to_le_bytes());
+        bytes.extend([Type::String as u8, 2]);
+        let c = decode(&bytes, &schema).unwrap();
+        assert_eq!(c.data.column(1).null_count(), 2);
+        assert_eq!(
+            c.data.column(0).as_primitive::<Int64Type>().values(),
+            &[5, 6]
         );
     }
 

@@ -39,17 +39,19 @@ final class ColumnBatch {
         }
     }
 
-    /** Gathers rows of the given column types into batches. */
+    /** Gathers rows of the given column types into batches; only the columns sent cross. */
     static final class Writer {
         private final byte[] tags;
         private final String[] names;
+        private final boolean[] sent;
         private final boolean changelog;
         private final Object[][] values;
         private byte[] kinds;
         private int rows;
 
-        Writer(String[] names, String[] types, boolean changelog, int capacity) {
+        Writer(String[] names, String[] types, boolean[] sent, boolean changelog, int capacity) {
             this.names = names;
+            this.sent = sent;
             this.tags = new byte[types.length];
             for (int i = 0; i < types.length; i++) {
                 tags[i] = tag(types[i]);
@@ -83,7 +85,9 @@ final class ColumnBatch {
             }
             kinds[rows] = kind.toByteValue();
             for (int c = 0; c < tags.length; c++) {
-                values[c][rows] = row.getField(c);
+                if (sent[c]) {
+                    values[c][rows] = row.getField(c);
+                }
             }
             rows++;
         }
@@ -92,8 +96,10 @@ final class ColumnBatch {
         byte[] finish() {
             int size = 13 + (changelog ? rows : 0);
             for (int c = 0; c < tags.length; c++) {
-                size += 2 + rows;
-                size += valueBytes(c);
+                size += 2;
+                if (sent[c]) {
+                    size += rows + valueBytes(c);
+                }
             }
             ByteBuffer out = ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
             out.put(MAGIC).putInt(rows).putInt(tags.length);
@@ -105,6 +111,10 @@ final class ColumnBatch {
             for (int c = 0; c < tags.length; c++) {
                 Object[] col = values[c];
                 out.put(tags[c]);
+                if (!sent[c]) {
+                    out.put((byte) 2);
+                    continue;
+                }
                 out.put((byte) 1);
                 for (int r = 0; r < rows; r++) {
                     out.put(col[r] == null ? (byte) 0 : (byte) 1);

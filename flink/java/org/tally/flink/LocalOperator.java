@@ -30,7 +30,7 @@ final class LocalOperator extends AbstractStreamOperator<byte[]>
     public void open() throws Exception {
         super.open();
         handle = spec.open(0);
-        writer = new ColumnBatch.Writer(spec.names(), spec.types(), spec.changelog, spec.batchRows);
+        writer = new ColumnBatch.Writer(spec.names(), spec.types(), spec.sent, spec.changelog, spec.batchRows);
         reuse = new StreamRecord<>(null);
         scheduleFlush();
     }

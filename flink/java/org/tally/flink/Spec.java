@@ -17,8 +17,11 @@ final class Spec implements Serializable {
     final int batchRows;
     /** Milliseconds rows may wait in a phase before it flushes (the mini-batch latency). */
     final long latencyMs;
+    /** Per input column, whether the query reads it (the others do not cross). */
+    final boolean[] sent;
 
-    Spec(String sql, String table, String[] columns, boolean changelog, String[] options, int batchRows, long latencyMs) {
+    Spec(String sql, String table, String[] columns, boolean changelog, String[] options, int batchRows, long latencyMs,
+            boolean[] sent) {
         this.sql = sql;
         this.table = table;
         this.columns = columns;
@@ -26,6 +29,7 @@ final class Spec implements Serializable {
         this.options = options;
         this.batchRows = batchRows;
         this.latencyMs = latencyMs;
+        this.sent = sent;
     }
 
     String[] names() {

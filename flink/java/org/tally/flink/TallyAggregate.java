@@ -129,6 +129,8 @@ public final class TallyAggregate {
         final boolean[] twoPhase;
         final int batchRows;
         final long latencyMs;
+        /** The input columns the query reads: only these cross. */
+        final String read;
         final RowTypeInfo output;
 
         Described(String[] d) {
@@ -138,12 +140,13 @@ public final class TallyAggregate {
             for (int i = 0; i < strategies.length; i++) twoPhase[i] = strategies[i].equals("TWO_PHASE");
             batchRows = Integer.parseInt(d[2]);
             latencyMs = Long.parseLong(d[3]);
-            int n = (d.length - 4) / 3;
+            read = d[4];
+            int n = (d.length - 5) / 3;
             TypeInformation<?>[] types = new TypeInformation<?>[n];
             String[] names = new String[n];
             for (int i = 0; i < n; i++) {
-                names[i] = d[4 + 3 * i];
-                types[i] = typeInfo(d[5 + 3 * i]);
+                names[i] = d[5 + 3 * i];
+                types[i] = typeInfo(d[6 + 3 * i]);
             }
             output = new RowTypeInfo(types, names);
         }
@@ -220,7 +223,11 @@ public final class TallyAggregate {
         String[] cols = columns.toArray(new String[0]);
         String[] optArray = opts.toArray(new String[0]);
         Described d = new Described(Native.describe(sql, table, cols, changelog, optArray));
-        Spec spec = new Spec(sql, table, cols, changelog, optArray, d.batchRows, d.latencyMs);
+        boolean[] sent = new boolean[names.length];
+        for (String c : d.read.split(",")) {
+            if (!c.isEmpty()) sent[Integer.parseInt(c)] = true;
+        }
+        Spec spec = new Spec(sql, table, cols, changelog, optArray, d.batchRows, d.latencyMs, sent);
 
         SingleOutputStreamOperator<byte[]> parts = input.transform(
                 "TallyLocal", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, new LocalOperator(spec))
