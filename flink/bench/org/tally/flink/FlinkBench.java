@@ -100,14 +100,14 @@ public final class FlinkBench {
     static {
         SQL.put("orders-count", "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total, "
                 + "SUM(amount) FILTER (WHERE status = 'PAID') AS paid FROM orders GROUP BY shop");
-        SQL.put("q15", "SELECT DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`, " + RANKS
-                + " FROM bid GROUP BY DATE_FORMAT(dateTime, 'yyyy-MM-dd')");
-        SQL.put("q17", "SELECT auction, DATE_FORMAT(dateTime, 'yyyy-MM-dd') AS `day`, COUNT(*) AS total_bids, "
+        SQL.put("q15", "SELECT DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`, " + RANKS
+                + " FROM bid GROUP BY DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')");
+        SQL.put("q17", "SELECT auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`, COUNT(*) AS total_bids, "
                 + "COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids, "
                 + "COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, "
                 + "COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids, "
                 + "MIN(price) AS min_price, MAX(price) AS max_price, AVG(price) AS avg_price, SUM(price) AS sum_price "
-                + "FROM bid GROUP BY auction, DATE_FORMAT(dateTime, 'yyyy-MM-dd')");
+                + "FROM bid GROUP BY auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')");
     }
 
     /** Mini-batch and two phases, as Nexmark runs Flink. */

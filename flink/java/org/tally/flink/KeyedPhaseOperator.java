@@ -90,6 +90,9 @@ abstract class KeyedPhaseOperator<OUT> extends AbstractStreamOperator<OUT>
     private void scheduleFlush() {
         long now = getProcessingTimeService().getCurrentProcessingTime();
         getProcessingTimeService().registerTimer(now + spec.latencyMs, t -> {
+            if (handle == 0) {
+                return; // closed
+            }
             emit(Native.flush(handle));
             scheduleFlush();
         });

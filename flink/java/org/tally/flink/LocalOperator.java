@@ -38,6 +38,9 @@ final class LocalOperator extends AbstractStreamOperator<byte[]>
     private void scheduleFlush() {
         long now = getProcessingTimeService().getCurrentProcessingTime();
         getProcessingTimeService().registerTimer(now + spec.latencyMs, t -> {
+            if (handle == 0) {
+                return; // closed
+            }
             flushAll();
             scheduleFlush();
         });
