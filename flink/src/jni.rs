@@ -22,7 +22,9 @@ use jni::JNIEnv;
 use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong, jobjectArray};
 
-use crate::phases::{Column, Output, Part, Phase, Query};
+use crate::parts::Part;
+use crate::phases::{Output, Phase};
+use crate::query::{Column, Query};
 use crate::wire::Type;
 
 const EXCEPTION: &str = "org/tally/flink/TallyException";

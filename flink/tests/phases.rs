@@ -358,6 +358,14 @@ fn bad_queries_and_inputs_are_one_line_errors() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("mini-batch.size"), "{e}");
+    let auto = [(
+        "tally.optimizer.distinct-agg.split.auto".to_string(),
+        "true".to_string(),
+    )];
+    let e = Query::plan(SQL, "orders", &columns(), true, &auto)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("split.enabled") && !e.contains('\n'), "{e}");
     let mut local = query(SQL, true).into_phase(0).unwrap();
     let e = local.push(b"TLY1 not a batch").unwrap_err().to_string();
     assert!(e.contains("malformed column batch"), "{e}");
