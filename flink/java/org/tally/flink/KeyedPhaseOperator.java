@@ -83,20 +83,13 @@ abstract class KeyedPhaseOperator<OUT> extends AbstractStreamOperator<OUT>
     @Override
     public void open() throws Exception {
         super.open();
-        scheduleFlush();
-    }
-
-    /** The mini-batch latency: every interval the phase fires what it holds, as Flink's do. */
-    private void scheduleFlush() {
-        long now = getProcessingTimeService().getCurrentProcessingTime();
-        getProcessingTimeService().registerTimer(now + spec.latencyMs, t -> {
-            if (handle == 0) {
-                return; // closed
+        spec.everyLatency(getProcessingTimeService(), () -> {
+            if (handle != 0) { // not closed
+                emit(Native.flush(handle));
             }
-            emit(Native.flush(handle));
-            scheduleFlush();
         });
     }
+
 
     @Override
     public void processElement(StreamRecord<byte[]> element) {

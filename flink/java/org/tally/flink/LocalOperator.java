@@ -32,19 +32,13 @@ final class LocalOperator extends AbstractStreamOperator<byte[]>
         handle = spec.open(0);
         writer = new ColumnBatch.Writer(spec.names(), spec.types(), spec.sent, spec.changelog, spec.batchRows);
         reuse = new StreamRecord<>(null);
-        scheduleFlush();
-    }
-
-    private void scheduleFlush() {
-        long now = getProcessingTimeService().getCurrentProcessingTime();
-        getProcessingTimeService().registerTimer(now + spec.latencyMs, t -> {
-            if (handle == 0) {
-                return; // closed
+        spec.everyLatency(getProcessingTimeService(), () -> {
+            if (handle != 0) { // not closed
+                flushAll();
             }
-            flushAll();
-            scheduleFlush();
         });
     }
+
 
     @Override
     public void processElement(StreamRecord<Row> element) {

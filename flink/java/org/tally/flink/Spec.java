@@ -2,6 +2,8 @@ package org.tally.flink;
 
 import java.io.Serializable;
 
+import org.apache.flink.streaming.runtime.tasks.ProcessingTimeService;
+
 /** A planned Tally query as the operators of a job carry it: what each phase opens with. */
 final class Spec implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -42,6 +44,17 @@ final class Spec implements Serializable {
         String[] t = new String[columns.length / 3];
         for (int i = 0; i < t.length; i++) t[i] = columns[3 * i + 1];
         return t;
+    }
+
+    /**
+     * Runs {@code flush} every mini-batch latency interval on the task's thread (Flink's
+     * processing-time timers), as Flink's mini-batch operators fire.
+     */
+    void everyLatency(ProcessingTimeService time, Runnable flush) {
+        time.registerTimer(time.getCurrentProcessingTime() + latencyMs, t -> {
+            flush.run();
+            everyLatency(time, flush);
+        });
     }
 
     /** Opens phase {@code phase} of the query's chain (0 before the first exchange). */
