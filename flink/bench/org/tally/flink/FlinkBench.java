@@ -28,6 +28,8 @@ import org.apache.flink.types.Row;
  * </pre>
  *
  * Prints each run and, per engine, the median events/s and events/s per core (per task slot).
+ * The engine {@code source} runs the input alone into the sink: what generating the rows costs
+ * both engines.
  */
 public final class FlinkBench {
     private FlinkBench() {}
@@ -136,7 +138,9 @@ public final class FlinkBench {
         String sql = SQL.get(workload);
         DataStream<Row> in = input(env, workload, rows);
         DataStream<Row> out;
-        if (engine.equals("tally")) {
+        if (engine.equals("source")) {
+            out = in;
+        } else if (engine.equals("tally")) {
             TallyAggregate t = TallyAggregate.sql(sql).table(table);
             for (String[] o : OPTIONS) t.option(o[0], o[1]);
             out = t.apply(in);
@@ -161,7 +165,7 @@ public final class FlinkBench {
         if (!SQL.containsKey(workload)) {
             throw new IllegalArgumentException("workload " + workload + " is not one of " + SQL.keySet());
         }
-        List<String> engines = new ArrayList<>(List.of("tally", "flink"));
+        List<String> engines = new ArrayList<>(List.of("source", "tally", "flink"));
         if (workload.equals("q15")) engines.add("flink-split");
         Map<String, List<Double>> rates = new LinkedHashMap<>();
         for (int r = 0; r < repeat; r++) {
