@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-home="${TALLY_FLINK_HOME:-$HOME/.cache/tally/flink-2.3.0}"
+home="${TALLY_FLINK_HOME:-${HOME:-/root}/.cache/tally/flink-2.3.0}"
 lib="$home/lib"
 if [ -f "$lib/.complete" ] && command -v javac >/dev/null; then
   echo "$lib"
