@@ -23,13 +23,13 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use tally::changelog::ChangeBatch;
 use tally::clock::SystemClock;
-use tally::operator::LocalGroupAggregate;
-use tally::operator::key_groups::KeyGroups;
+use tally::operator::exchange::by_key_group;
+use tally::operator::{LocalGroupAggregate, hash_keys};
 use tally::pipeline::map_through;
 use tally::plan::AggregatePlan;
 use tally::{Error, GroupAggregate, Result};
 
-use crate::parts::{Part, cut_by_key_group, from_ipc, to_ipc, with_kinds, without_kinds};
+use crate::parts::{Part, changes_of, from_ipc, parts};
 use crate::query::Query;
 use crate::wire;
 
@@ -45,23 +45,22 @@ impl Query {
                 self.phases() - 1
             )));
         }
-        let groups = KeyGroups::new(self.key_groups, 1)?;
         let clock = Arc::new(SystemClock);
         let keyed = match k.checked_sub(1).map(|i| &self.aggregates[i]) {
             None => None,
-            Some(a) if a.two_phase => Some(Keyed::Merge(GroupAggregate::try_new_global(
+            Some(a) if a.two_phase => Some(GroupAggregate::try_new_global(
                 Arc::clone(&a.plan),
                 a.config.clone(),
                 clock,
-            )?)),
-            Some(a) => Some(Keyed::Rows(GroupAggregate::try_new(
+            )?),
+            Some(a) => Some(GroupAggregate::try_new(
                 Arc::clone(&a.plan),
                 a.config.clone(),
                 clock,
-            )?)),
+            )?),
         };
         let from = k.checked_sub(1).map_or(0, |i| self.aggregates[i].stage + 1);
-        let stages_len = self.planned_stages_len();
+        let stages_len = self.stages().len();
         let next = match self.aggregates.get(k) {
             None => Next::Rows,
             Some(a) => Next::Parts(Box::new(LocalSide {
@@ -81,36 +80,8 @@ impl Query {
             keyed,
             stages: from..to,
             next,
-            groups,
             hashes: vec![],
         })
-    }
-
-    fn planned_stages_len(&mut self) -> usize {
-        self.stages().len()
-    }
-}
-
-/// What a phase's keyed side takes from its exchange.
-#[derive(Debug)]
-enum Keyed {
-    /// Accumulator rows of a two-phase aggregate's local sides.
-    Merge(GroupAggregate),
-    /// Rows (with their kinds) of a one-phase aggregate.
-    Rows(GroupAggregate),
-}
-
-impl Keyed {
-    fn agg(&self) -> &GroupAggregate {
-        match self {
-            Keyed::Merge(a) | Keyed::Rows(a) => a,
-        }
-    }
-
-    fn agg_mut(&mut self) -> &mut GroupAggregate {
-        match self {
-            Keyed::Merge(a) | Keyed::Rows(a) => a,
-        }
     }
 }
 
@@ -150,10 +121,11 @@ pub struct Output {
 #[derive(Debug)]
 pub struct Phase {
     query: Query,
-    keyed: Option<Keyed>,
+    /// The keyed aggregate after the exchange: a global phase ([`GroupAggregate::is_global`])
+    /// takes accumulator rows, a one-phase aggregate the rows themselves.
+    keyed: Option<GroupAggregate>,
     stages: std::ops::Range<usize>,
     next: Next,
-    groups: KeyGroups,
     hashes: Vec<u64>,
 }
 
@@ -171,15 +143,15 @@ impl Phase {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Output> {
         let changes = match &mut self.keyed {
             None => vec![wire::decode(bytes, &self.query.input)?],
-            Some(keyed) => {
+            Some(agg) => {
                 let mut out = vec![];
                 for batch in from_ipc(bytes)? {
-                    out.extend(match keyed {
-                        Keyed::Merge(agg) => agg.push_accumulators(&batch)?,
-                        Keyed::Rows(agg) => {
-                            let input = Arc::clone(&agg.plan().input_schema);
-                            agg.push_changes(&without_kinds(batch, &input)?)?
-                        }
+                    out.extend(if agg.is_global() {
+                        agg.push_accumulators(&batch)?
+                    } else {
+                        let plan = agg.plan();
+                        let changes = changes_of(batch, &plan.input_schema, plan.changelog)?;
+                        agg.push_changes(&changes)?
                     });
                 }
                 out
@@ -198,7 +170,7 @@ impl Phase {
     pub fn poll(&mut self) -> Result<Output> {
         let mut out = Output::default();
         if let Some(keyed) = &mut self.keyed {
-            let changes = keyed.agg_mut().poll()?;
+            let changes = keyed.poll()?;
             self.forward(changes, &mut out)?;
             self.flush_if_due(&mut out)?;
         }
@@ -213,7 +185,7 @@ impl Phase {
     pub fn flush(&mut self) -> Result<Output> {
         let mut out = Output::default();
         if let Some(keyed) = &mut self.keyed {
-            let changes = keyed.agg_mut().finish()?;
+            let changes = keyed.finish()?;
             self.forward(changes, &mut out)?;
         }
         self.flush_local(&mut out)?;
@@ -238,12 +210,10 @@ impl Phase {
                         }
                         None => {
                             let keys = side.plan.calc.evaluate(&b)?.keys;
-                            out.parts.extend(cut_by_key_group(
-                                &with_kinds(&b)?,
-                                &keys,
-                                &self.groups,
-                                &mut self.hashes,
-                            )?);
+                            hash_keys(&keys, b.num_rows(), &mut self.hashes)?;
+                            let rows = b.with_op_column()?;
+                            let cut = by_key_group(&rows, &self.hashes, self.query.key_groups)?;
+                            out.parts.extend(parts(cut)?);
                         }
                     },
                 }
@@ -267,17 +237,8 @@ impl Phase {
         let Some(local) = &mut side.local else {
             return Ok(());
         };
-        let Some(batch) = local.flush()? else {
-            return Ok(());
-        };
-        let k = side.plan.key_types.len();
-        let keys = batch.columns()[..k].to_vec();
-        out.parts.extend(cut_by_key_group(
-            &batch,
-            &keys,
-            &self.groups,
-            &mut self.hashes,
-        )?);
+        out.parts
+            .extend(parts(local.flush_by_key_group(self.query.key_groups)?)?);
         Ok(())
     }
 
@@ -287,34 +248,26 @@ impl Phase {
     /// # Errors
     /// A mini-batch still pending.
     pub fn snapshot(&mut self) -> Result<Vec<Part>> {
-        let Some(keyed) = &self.keyed else {
+        let Some(agg) = &self.keyed else {
             return Ok(vec![]);
         };
-        let agg = keyed.agg();
         let k = agg.plan().key_types.len();
-        let mut by_group: Vec<Vec<RecordBatch>> = vec![];
+        let mut by_group: Vec<Vec<RecordBatch>> = vec![vec![]; self.query.key_groups];
         for batch in agg.snapshot()? {
-            let keys = batch.columns()[..k].to_vec();
-            for part in cut_by_key_group(&batch, &keys, &self.groups, &mut self.hashes)? {
-                let g = part.key_group as usize;
-                if by_group.len() <= g {
-                    by_group.resize(g + 1, vec![]);
-                }
-                by_group[g].extend(from_ipc(&part.bytes)?);
+            hash_keys(&batch.columns()[..k], batch.num_rows(), &mut self.hashes)?;
+            for (g, rows) in by_key_group(&batch, &self.hashes, self.query.key_groups)? {
+                by_group[g].push(rows);
             }
         }
-        let mut parts = vec![];
-        for (g, batches) in by_group.into_iter().enumerate() {
-            if batches.is_empty() {
-                continue;
-            }
-            let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-            parts.push(Part {
-                key_group: g as u32,
-                bytes: to_ipc(&batch)?,
-            });
-        }
-        Ok(parts)
+        by_group
+            .iter()
+            .enumerate()
+            .filter(|(_, batches)| !batches.is_empty())
+            .map(|(g, batches)| {
+                let batch = arrow::compute::concat_batches(&batches[0].schema(), batches)?;
+                Part::new(g, &batch)
+            })
+            .collect()
     }
 
     /// Loads the parts of the key groups Flink assigned to this subtask (from
@@ -337,13 +290,13 @@ impl Phase {
         for p in parts {
             batches.extend(from_ipc(p)?);
         }
-        keyed.agg_mut().restore_snapshot(&batches)
+        keyed.restore_snapshot(&batches)
     }
 
     /// Bytes of keyed state.
     pub fn state_bytes(&self) -> u64 {
         self.keyed
             .as_ref()
-            .map_or(0, |k| k.agg().metrics().state_bytes)
+            .map_or(0, |agg| agg.metrics().state_bytes)
     }
 }

@@ -17,8 +17,14 @@ use crate::plan::AggregatePlan;
 /// A snapshot's `$last_write_ms` for a group written without a TTL.
 pub(crate) const UNSTAMPED: i64 = i64::MIN;
 
-/// Hashes the rows of `keys` into `hashes` (`n` zeros when there are no keys).
-pub(crate) fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> Result<()> {
+/// Hashes the rows of `keys` into `hashes` (`n` zeros when there are no keys): the one key hash
+/// every operator computes, from which the key group of a row comes ([`KeyGroups::of_hash`]).
+///
+/// # Errors
+/// A key column of a type that cannot be hashed.
+///
+/// [`KeyGroups::of_hash`]: crate::operator::key_groups::KeyGroups::of_hash
+pub fn hash_keys(keys: &[ArrayRef], n: usize, hashes: &mut Vec<u64>) -> Result<()> {
     hash_columns(keys, hashes)?;
     if keys.is_empty() {
         hashes.resize(n, 0);

@@ -194,6 +194,28 @@ impl LocalGroupAggregate {
         Ok(self.flush_parts()?.map(|f| f.batch))
     }
 
+    /// [`LocalGroupAggregate::flush`] cut by key group, for a host that routes by key group
+    /// itself (Flink): one accumulator batch per key group of `key_groups` that holds keys, in
+    /// key group order, each with its key group. Built once with its rows ordered by key group
+    /// and sliced, from the hashes the local phase keeps ([`LocalGroupAggregate::flush_routed`]
+    /// with a worker per key group).
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::flush`]; no key group, or too many.
+    pub fn flush_by_key_group(&mut self, key_groups: usize) -> Result<Vec<(usize, RecordBatch)>> {
+        let kg = KeyGroups::new(key_groups, key_groups)?;
+        let Some(flushed) = self.flush_routed(&kg)? else {
+            return Ok(vec![]);
+        };
+        Ok(flushed
+            .parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, p)| p.batch.num_rows() > 0)
+            .map(|(g, p)| (g, p.batch))
+            .collect())
+    }
+
     /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
     pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
         let n = self.groups.len() as u32;
