@@ -116,7 +116,7 @@ impl Query {
             }
             ddl.push_str(identifier(&c.name)?);
             ddl.push(' ');
-            ddl.push_str(c.ty.name());
+            ddl.push_str(&c.ty.name());
             if !c.nullable {
                 ddl.push_str(" NOT NULL");
             }

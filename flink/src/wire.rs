@@ -9,14 +9,18 @@
 //! u8 kinds                    0: all inserts; 1: followed by `rows` bytes, Flink's RowKind
 //!                             byte values (0 +I, 1 -U, 2 +U, 3 -D)
 //! per column:
-//!   u8 type                   see `Type`
+//!   u8 type                   see `Type`: 1 BOOLEAN, 2 TINYINT, 3 SMALLINT, 4 INT, 5 BIGINT,
+//!                             6 FLOAT, 7 DOUBLE, 8 STRING, 9 TIMESTAMP (then u8 precision
+//!                             0, 3, 6 or 9), 10 DECIMAL (then u8 precision, u8 scale), 11 DATE
 //!   u8 nulls                  0: no NULL; 1: followed by `rows` bytes, 1 valid, 0 NULL;
 //!                             2: a column the query never reads, not sent (all NULL, no
 //!                             values follow)
-//!   values                    BOOLEAN, TINYINT: 1 byte a row; SMALLINT: 2; INT, FLOAT: 4;
-//!                             BIGINT, DOUBLE: 8 (a NULL's bytes are ignored); STRING: `rows + 1`
-//!                             u32 offsets from 0, then the UTF-8 bytes they index;
-//!                             TIMESTAMP(3): 8, milliseconds since 1970-01-01 00:00 (no zone)
+//!   values                    BOOLEAN, TINYINT: 1 byte a row; SMALLINT: 2; INT, FLOAT, DATE
+//!                             (days since 1970-01-01): 4; BIGINT, DOUBLE: 8; DECIMAL: 16, the
+//!                             unscaled value; TIMESTAMP: 8, seconds, milliseconds, micro- or
+//!                             nanoseconds (by its precision) since 1970-01-01 00:00, no zone;
+//!                             STRING: `rows + 1` u32 offsets from 0, then the UTF-8 bytes they
+//!                             index. A NULL's value bytes are ignored.
 //! ```
 //!
 //! `org.tally.flink.ColumnBatch` writes and reads the same bytes on the Java side.
@@ -24,99 +28,132 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float32Array, Float64Array, Int8Array, Int16Array,
-    Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    Array, ArrayRef, AsArray, BooleanArray, Date32Array, Decimal128Array, Float32Array,
+    Float64Array, Int8Array, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+    TimestampSecondArray,
 };
 use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
-    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef,
-    TimeUnit, TimestampMillisecondType,
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, SchemaRef, TimeUnit,
 };
 use tally::changelog::{ChangeBatch, RowKind, op_array};
 use tally::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"TLY1";
 
-/// The column types that cross JNI, with their Flink SQL names and wire tags.
+/// The column types that cross JNI, with their wire tags. Their names are those of Tally's SQL
+/// (`CREATE TABLE`), which are Flink SQL's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Type {
     /// `BOOLEAN`.
-    Boolean = 1,
+    Boolean,
     /// `TINYINT`.
-    TinyInt = 2,
+    TinyInt,
     /// `SMALLINT`.
-    SmallInt = 3,
+    SmallInt,
     /// `INT`.
-    Int = 4,
+    Int,
     /// `BIGINT`.
-    BigInt = 5,
+    BigInt,
     /// `FLOAT`.
-    Float = 6,
+    Float,
     /// `DOUBLE`.
-    Double = 7,
+    Double,
     /// `STRING`.
-    String = 8,
-    /// `TIMESTAMP(3)`: milliseconds, without a time zone.
-    Timestamp = 9,
+    String,
+    /// `TIMESTAMP(p)`, without a time zone, counted in the unit its precision needs: seconds
+    /// (p = 0), milliseconds (1 to 3), microseconds (4 to 6) or nanoseconds (7 to 9).
+    Timestamp(TimeUnit),
+    /// `DECIMAL(precision, scale)`: 128-bit unscaled values.
+    Decimal(u8, i8),
+    /// `DATE`: days since 1970-01-01.
+    Date,
 }
 
-impl Type {
-    const ALL: [Type; 9] = [
-        Type::Boolean,
-        Type::TinyInt,
-        Type::SmallInt,
-        Type::Int,
-        Type::BigInt,
-        Type::Float,
-        Type::Double,
-        Type::String,
-        Type::Timestamp,
-    ];
+/// What the types that cross are, for messages.
+const TYPE_NAMES: &str = "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, STRING, \
+    DECIMAL(p, s), DATE, TIMESTAMP(p) without a time zone";
 
-    /// Flink SQL's name of the type.
-    pub fn name(self) -> &'static str {
-        match self {
-            Type::Boolean => "BOOLEAN",
-            Type::TinyInt => "TINYINT",
-            Type::SmallInt => "SMALLINT",
-            Type::Int => "INT",
-            Type::BigInt => "BIGINT",
-            Type::Float => "FLOAT",
-            Type::Double => "DOUBLE",
-            Type::String => "STRING",
-            Type::Timestamp => "TIMESTAMP(3)",
-        }
+impl Type {
+    /// The type's SQL name (`BIGINT`, `DECIMAL(38, 2)`, `TIMESTAMP(6)`, …).
+    pub fn name(self) -> String {
+        tally::sql::sql_type_name(&self.arrow()).unwrap_or_else(|| format!("{self:?}"))
     }
 
-    /// The type Flink SQL calls `name` (case-insensitive; `VARCHAR` is `STRING`).
+    /// The type SQL calls `name`, as Tally's `CREATE TABLE` reads it (case-insensitive;
+    /// `VARCHAR` is `STRING`, `TIMESTAMP` is `TIMESTAMP(6)`).
     ///
     /// # Errors
     /// A type the operator does not carry, named with the ones it does.
     pub fn parse(name: &str) -> Result<Type> {
-        let upper = name.trim().to_ascii_uppercase();
-        let upper = match upper.as_str() {
-            "VARCHAR" | "VARCHAR(2147483647)" => "STRING",
-            "INTEGER" => "INT",
-            "TIMESTAMP" => "TIMESTAMP(3)",
-            other => other,
-        };
-        Type::ALL
-            .into_iter()
-            .find(|t| t.name() == upper)
+        tally::sql::parse_sql_type(name)
+            .ok()
+            .and_then(|dt| Type::of(&dt))
             .ok_or_else(|| {
                 Error::plan(format!(
-                    "type '{name}' cannot cross into the Tally operator ({})",
-                    Self::names()
+                    "type '{name}' cannot cross into the Tally operator ({TYPE_NAMES})"
                 ))
             })
     }
 
-    fn names() -> String {
-        Type::ALL.map(Type::name).join(", ")
+    /// The wire tag.
+    fn tag(self) -> u8 {
+        match self {
+            Type::Boolean => 1,
+            Type::TinyInt => 2,
+            Type::SmallInt => 3,
+            Type::Int => 4,
+            Type::BigInt => 5,
+            Type::Float => 6,
+            Type::Double => 7,
+            Type::String => 8,
+            Type::Timestamp(_) => 9,
+            Type::Decimal(..) => 10,
+            Type::Date => 11,
+        }
     }
 
-    fn from_tag(tag: u8) -> Option<Type> {
-        Type::ALL.into_iter().find(|t| *t as u8 == tag)
+    /// Writes the tag and the type's parameters (a timestamp's precision, a decimal's
+    /// precision and scale).
+    fn put(self, out: &mut Vec<u8>) {
+        out.push(self.tag());
+        match self {
+            Type::Timestamp(unit) => out.push(match unit {
+                TimeUnit::Second => 0,
+                TimeUnit::Millisecond => 3,
+                TimeUnit::Microsecond => 6,
+                TimeUnit::Nanosecond => 9,
+            }),
+            Type::Decimal(p, s) => out.extend([p, s as u8]),
+            _ => {}
+        }
+    }
+
+    /// Reads what [`Type::put`] wrote.
+    fn read(r: &mut Reader<'_>, column: &str) -> Result<Type> {
+        let tag = r.u8("a column type")?;
+        Ok(match tag {
+            1 => Type::Boolean,
+            2 => Type::TinyInt,
+            3 => Type::SmallInt,
+            4 => Type::Int,
+            5 => Type::BigInt,
+            6 => Type::Float,
+            7 => Type::Double,
+            8 => Type::String,
+            9 => Type::Timestamp(match r.u8("a timestamp precision")? {
+                0 => TimeUnit::Second,
+                1..=3 => TimeUnit::Millisecond,
+                4..=6 => TimeUnit::Microsecond,
+                7..=9 => TimeUnit::Nanosecond,
+                p => return Err(bad(format_args!("column '{column}' has TIMESTAMP({p})"))),
+            }),
+            10 => Type::Decimal(r.u8("a decimal precision")?, r.u8("a decimal scale")? as i8),
+            11 => Type::Date,
+            _ => return Err(bad(format_args!("column '{column}' has type tag {tag}"))),
+        })
     }
 
     /// The type of an Arrow column, if it crosses (strings of any Arrow layout cross as
@@ -132,7 +169,9 @@ impl Type {
             DataType::Float64 => Type::Double,
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::String,
             DataType::Dictionary(_, v) if Type::of(v) == Some(Type::String) => Type::String,
-            DataType::Timestamp(TimeUnit::Millisecond, None) => Type::Timestamp,
+            DataType::Timestamp(unit, None) => Type::Timestamp(*unit),
+            DataType::Decimal128(p, s) if *s >= 0 => Type::Decimal(*p, *s),
+            DataType::Date32 => Type::Date,
             _ => return None,
         })
     }
@@ -148,7 +187,9 @@ impl Type {
             Type::Float => DataType::Float32,
             Type::Double => DataType::Float64,
             Type::String => DataType::Utf8,
-            Type::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
+            Type::Timestamp(unit) => DataType::Timestamp(unit, None),
+            Type::Decimal(p, s) => DataType::Decimal128(p, s),
+            Type::Date => DataType::Date32,
         }
     }
 }
@@ -238,9 +279,7 @@ pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<ChangeBatch> {
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns);
     for field in schema.fields() {
         let name = field.name();
-        let tag = r.u8("a column type")?;
-        let ty = Type::from_tag(tag)
-            .ok_or_else(|| bad(format_args!("column '{name}' has type tag {tag}")))?;
+        let ty = Type::read(&mut r, name)?;
         let want = Type::of(field.data_type());
         if want != Some(ty) {
             return Err(bad(format_args!(
@@ -298,12 +337,31 @@ pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<ChangeBatch> {
                 let v = r.take(sized(rows, 8, name)?, name)?;
                 Arc::new(Float64Array::new(scalars(v, f64::from_le_bytes), nulls))
             }
-            Type::Timestamp => {
+            Type::Timestamp(unit) => {
                 let v = r.take(sized(rows, 8, name)?, name)?;
-                Arc::new(TimestampMillisecondArray::new(
-                    scalars(v, i64::from_le_bytes),
-                    nulls,
-                ))
+                let v = scalars(v, i64::from_le_bytes);
+                match unit {
+                    TimeUnit::Second => Arc::new(TimestampSecondArray::new(v, nulls)),
+                    TimeUnit::Millisecond => Arc::new(TimestampMillisecondArray::new(v, nulls)),
+                    TimeUnit::Microsecond => Arc::new(TimestampMicrosecondArray::new(v, nulls)),
+                    TimeUnit::Nanosecond => Arc::new(TimestampNanosecondArray::new(v, nulls)),
+                }
+            }
+            Type::Decimal(p, s) => {
+                let v = r.take(sized(rows, 16, name)?, name)?;
+                let array = Decimal128Array::new(scalars(v, i128::from_le_bytes), nulls)
+                    .with_precision_and_scale(p, s)
+                    .map_err(|e| bad(format_args!("column '{name}': {e}")))?;
+                array.validate_decimal_precision(p).map_err(|e| {
+                    bad(format_args!(
+                        "column '{name}' holds a value beyond DECIMAL({p}, {s}): {e}"
+                    ))
+                })?;
+                Arc::new(array)
+            }
+            Type::Date => {
+                let v = r.take(sized(rows, 4, name)?, name)?;
+                Arc::new(Date32Array::new(scalars(v, i32::from_le_bytes), nulls))
             }
             Type::String => {
                 let raw = r.take(sized(rows + 1, 4, name)?, name)?;
@@ -375,7 +433,7 @@ pub fn encode(changes: &ChangeBatch) -> Result<Vec<u8>> {
                 "result column '{}' of type {} cannot cross into Flink ({})",
                 field.name(),
                 column.data_type(),
-                Type::names()
+                TYPE_NAMES
             ))
         })?;
         let column = if ty == Type::String && column.data_type() != &DataType::Utf8 {
@@ -383,7 +441,7 @@ pub fn encode(changes: &ChangeBatch) -> Result<Vec<u8>> {
         } else {
             Arc::clone(column)
         };
-        out.push(ty as u8);
+        ty.put(&mut out);
         match column.logical_nulls() {
             Some(n) if n.null_count() > 0 => {
                 out.push(1);
@@ -400,9 +458,15 @@ pub fn encode(changes: &ChangeBatch) -> Result<Vec<u8>> {
             Type::BigInt => put_values::<Int64Type, 8>(&mut out, a, i64::to_le_bytes),
             Type::Float => put_values::<Float32Type, 4>(&mut out, a, f32::to_le_bytes),
             Type::Double => put_values::<Float64Type, 8>(&mut out, a, f64::to_le_bytes),
-            Type::Timestamp => {
-                put_values::<TimestampMillisecondType, 8>(&mut out, a, i64::to_le_bytes)
+            Type::Timestamp(_) => {
+                // Every unit's values are i64s: the unit travels in the type.
+                let v = a.to_data();
+                for t in v.buffer::<i64>(0).iter().take(rows) {
+                    out.extend_from_slice(&t.to_le_bytes());
+                }
             }
+            Type::Decimal(..) => put_values::<Decimal128Type, 16>(&mut out, a, i128::to_le_bytes),
+            Type::Date => put_values::<Date32Type, 4>(&mut out, a, i32::to_le_bytes),
             Type::String => {
                 let s = a.as_string::<i32>();
                 let offsets = s.value_offsets();
@@ -431,6 +495,11 @@ mod tests {
             Field::new("ok", DataType::Boolean, false),
             Field::new("i", DataType::Int32, false),
             Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("t0", DataType::Timestamp(TimeUnit::Second, None), true),
+            Field::new("t6", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("t9", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+            Field::new("d", DataType::Decimal128(38, 18), true),
+            Field::new("day", DataType::Date32, true),
         ]))
     }
 
@@ -448,6 +517,23 @@ mod tests {
                     None,
                     Some(1_700_000_000_123),
                 ])),
+                Arc::new(TimestampSecondArray::from(vec![Some(-1), Some(0), None])),
+                Arc::new(TimestampMicrosecondArray::from(vec![
+                    None,
+                    Some(1_700_000_000_123_456),
+                    Some(-7),
+                ])),
+                Arc::new(TimestampNanosecondArray::from(vec![i64::MIN, 0, i64::MAX])),
+                Arc::new(
+                    Decimal128Array::from(vec![
+                        Some(-10i128.pow(38) + 1),
+                        None,
+                        Some(12_345_000_000_000_000_000),
+                    ])
+                    .with_precision_and_scale(38, 18)
+                    .unwrap(),
+                ),
+                Arc::new(Date32Array::from(vec![Some(-719_162), None, Some(19_723)])),
             ],
         )
         .unwrap();
@@ -511,10 +597,10 @@ mod tests {
         bytes.extend(2u32.to_le_bytes());
         bytes.extend(2u32.to_le_bytes());
         bytes.push(0);
-        bytes.extend([Type::BigInt as u8, 0]);
+        bytes.extend([Type::BigInt.tag(), 0]);
         bytes.extend(5i64.to_le_bytes());
         bytes.extend(6i64.to_le_bytes());
-        bytes.extend([Type::String as u8, 2]);
+        bytes.extend([Type::String.tag(), 2]);
         let c = decode(&bytes, &schema).unwrap();
         assert_eq!(c.data.column(1).null_count(), 2);
         assert_eq!(
@@ -539,10 +625,50 @@ mod tests {
     fn types_parse_by_flink_names() {
         assert_eq!(Type::parse("bigint").unwrap(), Type::BigInt);
         assert_eq!(Type::parse("VARCHAR").unwrap(), Type::String);
-        let e = Type::parse("DECIMAL(10, 2)").unwrap_err().to_string();
-        assert!(
-            e.contains("'DECIMAL(10, 2)'") && e.contains("BIGINT"),
-            "{e}"
+        assert_eq!(Type::parse("DECIMAL(10, 2)").unwrap(), Type::Decimal(10, 2));
+        assert_eq!(Type::parse("date").unwrap(), Type::Date);
+        assert_eq!(
+            Type::parse("TIMESTAMP(9)").unwrap(),
+            Type::Timestamp(TimeUnit::Nanosecond)
         );
+        assert_eq!(
+            Type::parse("TIMESTAMP(2)").unwrap(),
+            Type::Timestamp(TimeUnit::Millisecond)
+        );
+        for t in [
+            Type::Decimal(38, 18),
+            Type::Timestamp(TimeUnit::Second),
+            Type::Date,
+        ] {
+            assert_eq!(Type::parse(&t.name()).unwrap(), t);
+        }
+        for bad in [
+            "TIME",
+            "TIMESTAMP(3) WITH TIME ZONE",
+            "ARRAY<INT>",
+            "DECIMAL(39, 2)",
+        ] {
+            let e = Type::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("'{bad}'")) && e.contains("DECIMAL(p, s)"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_decimal_beyond_its_precision_is_malformed() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "d",
+            DataType::Decimal128(4, 2),
+            true,
+        )]));
+        let mut bytes = b"TLY1".to_vec();
+        bytes.extend(1u32.to_le_bytes());
+        bytes.extend(1u32.to_le_bytes());
+        bytes.extend([0, 10, 4, 2, 0]);
+        bytes.extend(12_345i128.to_le_bytes());
+        let e = decode(&bytes, &schema).unwrap_err().to_string();
+        assert!(e.contains("beyond DECIMAL(4, 2)"), "{e}");
     }
 }

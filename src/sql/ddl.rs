@@ -176,6 +176,27 @@ fn arrow_type(t: &SqlType) -> std::result::Result<DataType, String> {
     })
 }
 
+/// The Arrow type that `CREATE TABLE` gives a column declared as `name` (`BIGINT`,
+/// `DECIMAL(10, 2)`, `TIMESTAMP(6)`, …): the inverse of [`sql_type_name`].
+///
+/// # Errors
+/// A name that is not a SQL type, or one Tally does not support, named in the message.
+pub fn parse_sql_type(name: &str) -> Result<DataType> {
+    let dialect = GenericDialect {};
+    let err = |e: &dyn std::fmt::Display| sql_error(name, e);
+    let mut p = Parser::new(&dialect)
+        .try_with_sql(name)
+        .map_err(|e| err(&e))?;
+    let t = p.parse_data_type().map_err(|e| err(&e))?;
+    if p.peek_token().token != Token::EOF {
+        return Err(err(&format!(
+            "unexpected '{}' after the type",
+            p.peek_token().token
+        )));
+    }
+    arrow_type(&t).map_err(|e| err(&e))
+}
+
 /// The SQL type that `CREATE TABLE` maps to `dt` (for writing DDL from a file's schema), if any.
 pub fn sql_type_name(dt: &DataType) -> Option<String> {
     Some(match dt {
@@ -207,6 +228,28 @@ pub fn sql_type_name(dt: &DataType) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_names_parse_back_to_their_arrow_types() {
+        for dt in [
+            DataType::Int64,
+            DataType::Utf8,
+            DataType::Decimal128(38, 18),
+            DataType::Date32,
+            DataType::Timestamp(TimeUnit::Second, None),
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+        ] {
+            let name = sql_type_name(&dt).unwrap();
+            assert_eq!(parse_sql_type(&name).unwrap(), dt, "{name}");
+        }
+        assert_eq!(
+            parse_sql_type("timestamp").unwrap(),
+            DataType::Timestamp(TimeUnit::Microsecond, None)
+        );
+        for bad in ["DECIMAL(40, 2)", "NOPE", "INT INT"] {
+            assert!(parse_sql_type(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn create_table_options_and_types() {

@@ -38,7 +38,7 @@ pub mod split_functions;
 
 pub use crate::explain::ExplainDetail;
 pub use catalog::Catalog;
-pub use ddl::sql_type_name;
+pub use ddl::{parse_sql_type, sql_type_name};
 pub use query::PlannedQuery;
 pub use script::{StatementKind, classify, script_statements};
 pub use session::{Session, StatementResult, plan_script};

@@ -2,13 +2,19 @@ package org.tally.flink;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.math.RoundingMode;
 import java.nio.charset.StandardCharsets;
+import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.function.Consumer;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 import org.apache.flink.types.Row;
 import org.apache.flink.types.RowKind;
@@ -23,42 +29,109 @@ final class ColumnBatch {
 
     private ColumnBatch() {}
 
-    /** The wire tag of a Flink SQL type name (as {@code flink/src/wire.rs} numbers them). */
-    static byte tag(String type) {
-        switch (type) {
-            case "BOOLEAN": return 1;
-            case "TINYINT": return 2;
-            case "SMALLINT": return 3;
-            case "INT": return 4;
-            case "BIGINT": return 5;
-            case "FLOAT": return 6;
-            case "DOUBLE": return 7;
-            case "STRING": return 8;
-            case "TIMESTAMP(3)": return 9;
-            default: throw new TallyException("type '" + type + "' cannot cross into the Tally operator");
+    /**
+     * A column's type as it crosses: its wire tag and parameters, read from the SQL name Tally
+     * gives it ({@code BIGINT}, {@code DECIMAL(38, 18)}, {@code TIMESTAMP(9)}, ...).
+     */
+    static final class Kind {
+        private static final Pattern PARAMS = Pattern.compile("(DECIMAL|TIMESTAMP)\\((\\d+)(?:,\\s*(\\d+))?\\)");
+
+        final String name;
+        final byte tag;
+        /** A decimal's precision, or a timestamp's stored precision (0, 3, 6 or 9). */
+        final int precision;
+        /** A decimal's scale. */
+        final int scale;
+
+        private Kind(String name, int tag, int precision, int scale) {
+            this.name = name;
+            this.tag = (byte) tag;
+            this.precision = precision;
+            this.scale = scale;
+        }
+
+        static Kind of(String name) {
+            switch (name) {
+                case "BOOLEAN": return new Kind(name, 1, 0, 0);
+                case "TINYINT": return new Kind(name, 2, 0, 0);
+                case "SMALLINT": return new Kind(name, 3, 0, 0);
+                case "INT": return new Kind(name, 4, 0, 0);
+                case "BIGINT": return new Kind(name, 5, 0, 0);
+                case "FLOAT": return new Kind(name, 6, 0, 0);
+                case "DOUBLE": return new Kind(name, 7, 0, 0);
+                case "STRING": return new Kind(name, 8, 0, 0);
+                case "DATE": return new Kind(name, 11, 0, 0);
+                default:
+            }
+            Matcher m = PARAMS.matcher(name);
+            if (m.matches() && m.group(1).equals("TIMESTAMP") && m.group(3) == null) {
+                int p = Integer.parseInt(m.group(2));
+                if (p <= 9) {
+                    // Stored in the unit the precision needs, as Tally's CREATE TABLE does.
+                    return new Kind(name, 9, p == 0 ? 0 : p <= 3 ? 3 : p <= 6 ? 6 : 9, 0);
+                }
+            }
+            if (m.matches() && m.group(1).equals("DECIMAL") && m.group(3) != null) {
+                return new Kind(name, 10, Integer.parseInt(m.group(2)), Integer.parseInt(m.group(3)));
+            }
+            throw new TallyException("type '" + name + "' cannot cross into the Tally operator");
+        }
+
+        /** Bytes a row's value takes (STRING: none here, its offsets and bytes are counted apart). */
+        int width() {
+            switch (tag) {
+                case 1: case 2: return 1;
+                case 3: return 2;
+                case 4: case 6: case 11: return 4;
+                case 5: case 7: case 9: return 8;
+                case 10: return 16;
+                default: return 0;
+            }
+        }
+
+        /** Bytes of the column's head: the tag, the parameters, the nulls flag. */
+        int header() {
+            return tag == 9 ? 3 : tag == 10 ? 4 : 2;
+        }
+
+        void put(ByteBuffer out) {
+            out.put(tag);
+            if (tag == 9) {
+                out.put((byte) precision);
+            } else if (tag == 10) {
+                out.put((byte) precision).put((byte) scale);
+            }
+        }
+
+        /** Units of a timestamp in a second. */
+        long perSecond() {
+            return precision == 0 ? 1 : precision == 3 ? 1_000 : precision == 6 ? 1_000_000 : 1_000_000_000;
         }
     }
 
     /** Gathers rows of the given column types into batches; only the columns sent cross. */
     static final class Writer {
-        private final byte[] tags;
+        private final Kind[] kinds;
         private final String[] names;
         private final boolean[] sent;
         private final boolean changelog;
         private final Object[][] values;
-        private byte[] kinds;
+        /** Per column, whether a gathered row holds NULL there (validity bytes cross only then). */
+        private final boolean[] hasNull;
+        private byte[] rowKinds;
         private int rows;
 
         Writer(String[] names, String[] types, boolean[] sent, boolean changelog, int capacity) {
             this.names = names;
             this.sent = sent;
-            this.tags = new byte[types.length];
+            this.kinds = new Kind[types.length];
             for (int i = 0; i < types.length; i++) {
-                tags[i] = tag(types[i]);
+                kinds[i] = Kind.of(types[i]);
             }
             this.changelog = changelog;
             this.values = new Object[types.length][capacity];
-            this.kinds = new byte[capacity];
+            this.hasNull = new boolean[types.length];
+            this.rowKinds = new byte[capacity];
         }
 
         int size() {
@@ -67,26 +140,28 @@ final class ColumnBatch {
 
         /** Adds a row (its fields by position); a non-insert row needs a changelog input. */
         void add(Row row) {
-            if (row.getArity() != tags.length) {
+            if (row.getArity() != kinds.length) {
                 throw new TallyException(
-                        "a row with " + row.getArity() + " fields arrived where the input declares " + tags.length);
+                        "a row with " + row.getArity() + " fields arrived where the input declares " + kinds.length);
             }
             RowKind kind = row.getKind();
             if (!changelog && kind != RowKind.INSERT) {
                 throw new TallyException(
                         "a " + kind.shortString() + " row arrived but the input was declared insert-only: call changelog() on the TallyAggregate");
             }
-            if (rows == kinds.length) {
+            if (rows == rowKinds.length) {
                 int grown = Math.max(16, rows * 2);
-                kinds = Arrays.copyOf(kinds, grown);
+                rowKinds = Arrays.copyOf(rowKinds, grown);
                 for (int c = 0; c < values.length; c++) {
                     values[c] = Arrays.copyOf(values[c], grown);
                 }
             }
-            kinds[rows] = kind.toByteValue();
-            for (int c = 0; c < tags.length; c++) {
+            rowKinds[rows] = kind.toByteValue();
+            for (int c = 0; c < kinds.length; c++) {
                 if (sent[c]) {
-                    values[c][rows] = row.getField(c);
+                    Object v = row.getField(c);
+                    values[c][rows] = v;
+                    hasNull[c] |= v == null;
                 }
             }
             rows++;
@@ -95,60 +170,66 @@ final class ColumnBatch {
         /** The gathered rows as one batch; the writer starts empty again. */
         byte[] finish() {
             int size = 13 + (changelog ? rows : 0);
-            for (int c = 0; c < tags.length; c++) {
-                size += 2;
+            for (int c = 0; c < kinds.length; c++) {
+                size += kinds[c].header();
                 if (sent[c]) {
-                    size += rows + valueBytes(c);
+                    size += (hasNull[c] ? rows : 0) + valueBytes(c);
                 }
             }
             ByteBuffer out = ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
-            out.put(MAGIC).putInt(rows).putInt(tags.length);
+            out.put(MAGIC).putInt(rows).putInt(kinds.length);
             if (changelog) {
-                out.put((byte) 1).put(kinds, 0, rows);
+                out.put((byte) 1).put(rowKinds, 0, rows);
             } else {
                 out.put((byte) 0);
             }
-            for (int c = 0; c < tags.length; c++) {
+            for (int c = 0; c < kinds.length; c++) {
                 Object[] col = values[c];
-                out.put(tags[c]);
+                kinds[c].put(out);
                 if (!sent[c]) {
                     out.put((byte) 2);
                     continue;
                 }
-                out.put((byte) 1);
-                for (int r = 0; r < rows; r++) {
-                    out.put(col[r] == null ? (byte) 0 : (byte) 1);
+                if (hasNull[c]) {
+                    out.put((byte) 1);
+                    for (int r = 0; r < rows; r++) {
+                        out.put(col[r] == null ? (byte) 0 : (byte) 1);
+                    }
+                } else {
+                    out.put((byte) 0);
                 }
                 write(c, out);
             }
             for (Object[] col : values) {
                 Arrays.fill(col, 0, rows, null);
             }
+            Arrays.fill(hasNull, false);
             rows = 0;
             return out.array();
         }
 
         private int valueBytes(int c) {
-            switch (tags[c]) {
-                case 1: case 2: return rows;
-                case 3: return 2 * rows;
-                case 4: case 6: return 4 * rows;
-                case 5: case 7: case 9: return 8 * rows;
-                default:
-                    int len = 4 * (rows + 1);
-                    for (int r = 0; r < rows; r++) {
-                        Object v = values[c][r];
-                        if (v != null) {
-                            len += utf8(c, r, v).length;
-                        }
-                    }
-                    return len;
+            if (kinds[c].tag != 8) {
+                return kinds[c].width() * rows;
             }
+            int len = 4 * (rows + 1);
+            for (int r = 0; r < rows; r++) {
+                Object v = values[c][r];
+                if (v != null) {
+                    len += utf8(c, r, v).length;
+                }
+            }
+            return len;
+        }
+
+        private TallyException wrongType(int c, Object v) {
+            return new TallyException("column '" + names[c] + "' holds a " + v.getClass().getSimpleName()
+                    + " where " + kinds[c].name + " is declared");
         }
 
         private byte[] utf8(int c, int r, Object v) {
             if (!(v instanceof String)) {
-                throw new TallyException("column '" + names[c] + "' holds a " + v.getClass().getSimpleName() + " where STRING is declared");
+                throw wrongType(c, v);
             }
             byte[] b = ((String) v).getBytes(StandardCharsets.UTF_8);
             values[c][r] = b;
@@ -160,27 +241,70 @@ final class ColumnBatch {
                 return 0;
             }
             if (!(v instanceof Number)) {
-                throw new TallyException("column '" + names[c] + "' holds a " + v.getClass().getSimpleName() + " where a number is declared");
+                throw wrongType(c, v);
             }
             return (Number) v;
         }
 
-        private long millis(int c, Object v) {
+        /** A timestamp in the column's unit since 1970-01-01 00:00. */
+        private long timestamp(int c, Object v) {
             if (v == null) {
                 return 0;
             }
             if (!(v instanceof LocalDateTime)) {
-                throw new TallyException("column '" + names[c] + "' holds a " + v.getClass().getSimpleName() + " where TIMESTAMP(3) (a LocalDateTime) is declared");
+                throw wrongType(c, v);
             }
             LocalDateTime t = (LocalDateTime) v;
-            return t.toEpochSecond(ZoneOffset.UTC) * 1000 + t.getNano() / 1_000_000;
+            long per = kinds[c].perSecond();
+            try {
+                return Math.addExact(Math.multiplyExact(t.toEpochSecond(ZoneOffset.UTC), per), t.getNano() / (1_000_000_000 / per));
+            } catch (ArithmeticException e) {
+                throw new TallyException("column '" + names[c] + "' holds " + t + ", beyond the range of " + kinds[c].name);
+            }
+        }
+
+        private int days(int c, Object v) {
+            if (v == null) {
+                return 0;
+            }
+            if (!(v instanceof LocalDate)) {
+                throw wrongType(c, v);
+            }
+            return Math.toIntExact(((LocalDate) v).toEpochDay());
+        }
+
+        /** A decimal's unscaled value at the column's scale (rounded half up, as Flink converts). */
+        private void putDecimal(int c, Object v, ByteBuffer out) {
+            if (v == null) {
+                out.putLong(0).putLong(0);
+                return;
+            }
+            if (!(v instanceof BigDecimal)) {
+                throw wrongType(c, v);
+            }
+            BigDecimal d = ((BigDecimal) v).setScale(kinds[c].scale, RoundingMode.HALF_UP);
+            if (d.precision() > kinds[c].precision) {
+                throw new TallyException("column '" + names[c] + "' holds " + v + ", beyond " + kinds[c].name);
+            }
+            BigInteger u = d.unscaledValue();
+            if (u.bitLength() < 64) {
+                long lo = u.longValue();
+                out.putLong(lo).putLong(lo < 0 ? -1L : 0L);
+                return;
+            }
+            byte[] be = u.toByteArray(); // big-endian two's complement, at most 16 bytes here
+            byte fill = u.signum() < 0 ? (byte) -1 : 0;
+            for (int i = 0; i < 16; i++) {
+                out.put(i < be.length ? be[be.length - 1 - i] : fill);
+            }
         }
 
         private void write(int c, ByteBuffer out) {
             Object[] col = values[c];
-            switch (tags[c]) {
+            switch (kinds[c].tag) {
                 case 1:
                     for (int r = 0; r < rows; r++) {
+                        if (col[r] != null && !(col[r] instanceof Boolean)) throw wrongType(c, col[r]);
                         out.put(Boolean.TRUE.equals(col[r]) ? (byte) 1 : (byte) 0);
                     }
                     break;
@@ -203,7 +327,13 @@ final class ColumnBatch {
                     for (int r = 0; r < rows; r++) out.putDouble(number(c, col[r]).doubleValue());
                     break;
                 case 9:
-                    for (int r = 0; r < rows; r++) out.putLong(millis(c, col[r]));
+                    for (int r = 0; r < rows; r++) out.putLong(timestamp(c, col[r]));
+                    break;
+                case 10:
+                    for (int r = 0; r < rows; r++) putDecimal(c, col[r], out);
+                    break;
+                case 11:
+                    for (int r = 0; r < rows; r++) out.putInt(days(c, col[r]));
                     break;
                 default:
                     int offset = 0;
@@ -244,6 +374,9 @@ final class ColumnBatch {
         List<Object[]> cols = new ArrayList<>(columns);
         for (int c = 0; c < columns; c++) {
             byte tag = in.get();
+            // A timestamp's precision, a decimal's precision and scale.
+            int precision = tag == 9 || tag == 10 ? in.get() : 0;
+            int scale = tag == 10 ? in.get() : 0;
             boolean[] valid = new boolean[rows];
             if (in.get() == 1) {
                 for (int r = 0; r < rows; r++) {
@@ -275,11 +408,24 @@ final class ColumnBatch {
                 case 7:
                     for (int r = 0; r < rows; r++) col[r] = in.getDouble();
                     break;
-                case 9:
+                case 9: {
+                    long per = Kind.of("TIMESTAMP(" + precision + ")").perSecond();
                     for (int r = 0; r < rows; r++) {
-                        long ms = in.getLong();
-                        col[r] = LocalDateTime.ofEpochSecond(Math.floorDiv(ms, 1000), (int) Math.floorMod(ms, 1000) * 1_000_000, ZoneOffset.UTC);
+                        long t = in.getLong();
+                        col[r] = LocalDateTime.ofEpochSecond(Math.floorDiv(t, per), (int) (Math.floorMod(t, per) * (1_000_000_000 / per)), ZoneOffset.UTC);
                     }
+                    break;
+                }
+                case 10: {
+                    byte[] be = new byte[16];
+                    for (int r = 0; r < rows; r++) {
+                        for (int i = 15; i >= 0; i--) be[i] = in.get();
+                        col[r] = new BigDecimal(new BigInteger(be), scale);
+                    }
+                    break;
+                }
+                case 11:
+                    for (int r = 0; r < rows; r++) col[r] = LocalDate.ofEpochDay(in.getInt());
                     break;
                 case 8:
                     int[] offsets = new int[rows + 1];

@@ -17,7 +17,9 @@ import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.table.api.Table;
 import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
 import org.apache.flink.table.catalog.Column;
+import org.apache.flink.table.types.logical.DecimalType;
 import org.apache.flink.table.types.logical.LogicalType;
+import org.apache.flink.table.types.logical.TimestampType;
 import org.apache.flink.types.Row;
 
 /**
@@ -102,9 +104,13 @@ public final class TallyAggregate {
         if (t.equals(BasicTypeInfo.SHORT_TYPE_INFO)) return "SMALLINT";
         if (t.equals(BasicTypeInfo.BYTE_TYPE_INFO)) return "TINYINT";
         if (t.equals(BasicTypeInfo.BOOLEAN_TYPE_INFO)) return "BOOLEAN";
-        if (t.equals(Types.LOCAL_DATE_TIME)) return "TIMESTAMP(3)";
+        // As Flink's fromDataStream types them: TIMESTAMP(9), DECIMAL(38, 18).
+        if (t.equals(Types.LOCAL_DATE_TIME)) return "TIMESTAMP(9)";
+        if (t.equals(Types.LOCAL_DATE)) return "DATE";
+        if (t.equals(Types.BIG_DEC)) return "DECIMAL(38, 18)";
         throw new TallyException("column '" + column + "' is of type " + t
-                + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, LocalDateTime as TIMESTAMP(3))");
+                + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, "
+                + "BigDecimal as DECIMAL(38, 18), LocalDate as DATE, LocalDateTime as TIMESTAMP(9))");
     }
 
     private static TypeInformation<?> typeInfo(String name) {
@@ -117,8 +123,11 @@ public final class TallyAggregate {
             case "SMALLINT": return Types.SHORT;
             case "TINYINT": return Types.BYTE;
             case "BOOLEAN": return Types.BOOLEAN;
-            case "TIMESTAMP(3)": return Types.LOCAL_DATE_TIME;
-            default: throw new TallyException("result type " + name + " has no Flink type here");
+            case "DATE": return Types.LOCAL_DATE;
+            default:
+                if (name.startsWith("TIMESTAMP(")) return Types.LOCAL_DATE_TIME;
+                if (name.startsWith("DECIMAL(")) return Types.BIG_DEC;
+                throw new TallyException("result type " + name + " has no Flink type here");
         }
     }
 
@@ -201,10 +210,15 @@ public final class TallyAggregate {
             case SMALLINT: return "SMALLINT";
             case TINYINT: return "TINYINT";
             case BOOLEAN: return "BOOLEAN";
-            case TIMESTAMP_WITHOUT_TIME_ZONE: return "TIMESTAMP(3)";
+            case DATE: return "DATE";
+            case TIMESTAMP_WITHOUT_TIME_ZONE: return "TIMESTAMP(" + ((TimestampType) t).getPrecision() + ")";
+            case DECIMAL:
+                DecimalType d = (DecimalType) t;
+                return "DECIMAL(" + d.getPrecision() + ", " + d.getScale() + ")";
             default:
                 throw new TallyException("column '" + column + "' is of type " + t
-                        + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, TIMESTAMP)");
+                        + ", which does not cross into the Tally operator (STRING, BIGINT, INT, DOUBLE, FLOAT, SMALLINT, TINYINT, BOOLEAN, "
+                        + "DECIMAL(p, s), DATE, TIMESTAMP(p))");
         }
     }
 
