@@ -209,7 +209,7 @@ impl Phase {
                             side.pending += b.num_rows() as u64;
                         }
                         None => {
-                            let keys = side.plan.calc.evaluate(&b)?.keys;
+                            let keys = side.plan.calc.evaluate_keys(&b.data)?;
                             hash_keys(&keys, b.num_rows(), &mut self.hashes)?;
                             let rows = b.with_op_column()?;
                             let cut = by_key_group(&rows, &self.hashes, self.query.key_groups)?;

@@ -533,6 +533,18 @@ impl Calc {
         columns_read(self.keys.iter().chain(&self.args).chain(&self.filters))
     }
 
+    /// Evaluates the group key expressions alone on `batch` (to route rows by key).
+    ///
+    /// # Errors
+    /// When evaluation fails.
+    pub fn evaluate_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let n = batch.num_rows();
+        self.keys
+            .iter()
+            .map(|p| Ok(p.evaluate(batch)?.into_array(n)?))
+            .collect()
+    }
+
     /// Evaluates every expression on `batch`.
     ///
     /// # Errors
@@ -543,7 +555,7 @@ impl Calc {
         let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
             Ok(p.evaluate(batch)?.into_array(n)?)
         };
-        let keys = self.keys.iter().map(eval).collect::<Result<Vec<_>>>()?;
+        let keys = self.evaluate_keys(batch)?;
         let args = self.args.iter().map(eval).collect::<Result<Vec<_>>>()?;
         // A split's set batch: its id folded into the filters (`fold`).
         let set_id = fold::constant_set_id(batch);
