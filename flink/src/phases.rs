@@ -11,7 +11,12 @@
 //! as `MiniBatchGlobalGroupAggFunction`. With one phase the local side only cuts the rows by key
 //! group and the keyed side is the whole aggregate. A part crosses Flink's exchange as one
 //! record: a key group and the Arrow IPC bytes of its rows. A nested aggregate (over another's
-//! changelog) is one more phase after one more exchange, keyed by its own keys.
+//! changelog) is one more phase after one more exchange, keyed by its own keys. Split-distinct
+//! is two aggregates, its PARTIAL and its FINAL; under Flink's incremental aggregate the FINAL's
+//! local side folds each firing of the PARTIAL's keyed side into one row of delta accumulators
+//! per FINAL key (Flink's `IncrementalGroupAggregate`, in the PARTIAL's task) and its keyed side
+//! merges them. Any other local side ends a mini-batch at exactly its size in rows, as Flink's
+//! bundles end.
 //!
 //! The key group of a row is Tally's ([`KeyGroups::of_hash`] of the key hash), over
 //! `pipeline.max-parallelism` key groups: the Java side keys each exchange so that Flink's key
@@ -72,6 +77,7 @@ impl Query {
                 plan: Arc::clone(&a.plan),
                 pending: 0,
                 size: u64::try_from(a.config.mini_batch_size).unwrap_or(1).max(1),
+                per_firing: a.incremental,
             })),
         };
         let to = self.aggregates.get(k).map_or(stages_len, |a| a.stage);
@@ -94,6 +100,9 @@ struct LocalSide {
     /// Rows folded since the last flush, against the mini-batch size.
     pending: u64,
     size: u64,
+    /// Flushes after each firing of the keyed side before it, whatever its size: the fold of
+    /// Flink's incremental aggregate, one row of delta accumulators per key and firing.
+    per_firing: bool,
 }
 
 /// Where a phase's output goes.
@@ -204,9 +213,27 @@ impl Phase {
                         }
                     }
                     Next::Parts(side) => match &mut side.local {
-                        Some(local) => {
+                        Some(local) if side.per_firing => {
                             local.push_changes(&b)?;
                             side.pending += b.num_rows() as u64;
+                        }
+                        Some(local) => {
+                            // Flink's local phase ends a bundle at exactly its size in rows:
+                            // the rows up to it, a flush, then the rest.
+                            let mut at = 0;
+                            while at < b.num_rows() {
+                                let room = side.size.saturating_sub(side.pending).max(1);
+                                let take = (b.num_rows() - at).min(room as usize);
+                                local.push_changes(&b.slice(at, take))?;
+                                side.pending += take as u64;
+                                at += take;
+                                if side.pending >= side.size {
+                                    side.pending = 0;
+                                    out.parts.extend(parts(
+                                        local.flush_by_key_group(self.query.key_groups)?,
+                                    )?);
+                                }
+                            }
                         }
                         None => {
                             let keys = side.plan.calc.evaluate_keys(&b.data)?;
@@ -223,7 +250,9 @@ impl Phase {
     }
 
     fn flush_if_due(&mut self, out: &mut Output) -> Result<()> {
-        if matches!(&self.next, Next::Parts(side) if side.pending >= side.size) {
+        if matches!(&self.next, Next::Parts(side)
+            if side.pending >= side.size || (side.per_firing && side.pending > 0))
+        {
             self.flush_local(out)?;
         }
         Ok(())

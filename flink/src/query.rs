@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use tally::config::{INCREMENTAL_AGG, SPLIT_AUTO, SPLIT_ENABLED};
+use tally::config::{SPLIT_AUTO, SPLIT_ENABLED};
 use tally::operator::key_groups::{KeyGroups, default_key_groups};
 use tally::plan::AggregatePlan;
 use tally::sql::{PlannedQuery, Session};
@@ -40,6 +40,10 @@ pub(crate) struct Aggregate {
     pub(crate) plan: Arc<AggregatePlan>,
     pub(crate) config: Config,
     pub(crate) two_phase: bool,
+    /// Split-distinct's FINAL under Flink's incremental aggregate: its local side folds each
+    /// firing of the PARTIAL's keyed side into delta accumulators, in the PARTIAL's task (Flink's
+    /// `IncrementalGroupAggregate`), and its keyed side merges them.
+    pub(crate) incremental: bool,
 }
 
 /// A query of GROUP BYs planned over the operator's input columns.
@@ -76,8 +80,7 @@ impl Query {
     ///
     /// # Errors
     /// Bad SQL or options, a column type that does not cross, and what the operator does not
-    /// run inside Flink yet: a query without an aggregate, Flink's incremental aggregate, the
-    /// automatic split decision.
+    /// run inside Flink: a query without an aggregate, the automatic split decision.
     pub fn plan(
         sql: &str,
         table: &str,
@@ -101,11 +104,6 @@ impl Query {
             session.set(k, v)?;
         }
         session.set(tally::config::DEFAULT_PARALLELISM, "1")?;
-        // Split-distinct's FINAL runs as an aggregate of its own after its own exchange, not as
-        // Flink's incremental aggregate (results are the same; see the README).
-        if !options.iter().any(|(k, _)| k == INCREMENTAL_AGG) {
-            session.set(INCREMENTAL_AGG, "false")?;
-        }
         if columns.is_empty() {
             return Err(Error::plan("the Tally operator's input has no columns"));
         }
@@ -136,33 +134,37 @@ impl Query {
             .ok_or_else(|| Error::internal("the operator's input table was not created"))?;
         let mut planned = session.plan_query(sql)?;
         let stages = planned.job().pipeline().stages();
-        if let Some(i) = (0..stages.len())
-            .find(|&i| stages[i].as_aggregate().is_none() && !stages[i].per_batch())
-        {
-            let what = if stages[i].keeps_state() {
-                format!(
-                    "Flink's incremental aggregate (split-distinct's FINAL fused with its PARTIAL) runs in `tally sql`, not yet inside Flink: leave '{INCREMENTAL_AGG}' unset or 'false' (the FINAL then runs after an exchange of its own)"
-                )
-            } else {
-                format!(
-                    "stage {i} ({:?}) is neither a GROUP BY nor a per-row stage",
-                    stages[i]
-                )
-            };
+        if let Some(i) = (0..stages.len()).find(|&i| {
+            stages[i].as_aggregate().is_none()
+                && stages[i].as_incremental().is_none()
+                && !stages[i].per_batch()
+        }) {
             return Err(Error::plan(format!(
-                "the Tally operator in Flink cannot run this query: {what}"
+                "the Tally operator in Flink cannot run this query: stage {i} ({:?}) is neither a GROUP BY nor a per-row stage",
+                stages[i]
             )));
         }
         let aggregates: Vec<Aggregate> = stages
             .iter()
             .enumerate()
             .filter_map(|(stage, s)| {
-                s.as_aggregate().map(|a| Aggregate {
-                    stage,
-                    plan: a.shared_plan(),
-                    config: a.config().clone(),
-                    two_phase: a.is_two_phase(),
-                })
+                if let Some(a) = s.as_aggregate() {
+                    Some(Aggregate {
+                        stage,
+                        plan: a.shared_plan(),
+                        config: a.config().clone(),
+                        two_phase: a.is_two_phase(),
+                        incremental: false,
+                    })
+                } else {
+                    s.as_incremental().map(|a| Aggregate {
+                        stage,
+                        plan: a.shared_plan(),
+                        config: a.config().clone(),
+                        two_phase: true,
+                        incremental: true,
+                    })
+                }
             })
             .collect();
         let Some(first) = aggregates.first() else {

@@ -121,6 +121,17 @@ impl IncrementalAggregate {
         self.global.plan()
     }
 
+    /// The resolved FINAL aggregate, shared (to build its phases elsewhere: the Flink
+    /// operator runs the fold and the merge in two tasks).
+    pub fn shared_plan(&self) -> Arc<AggregatePlan> {
+        Arc::clone(&self.plan)
+    }
+
+    /// The configuration the global phase fires under.
+    pub fn config(&self) -> &Config {
+        self.global.config()
+    }
+
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
     /// each becomes one delta row per FINAL key it touched, merged into the global phase. A
     /// batch of delta rows (of [`DeltaFold::delta_schema`], a firing folded by its worker with

@@ -57,6 +57,10 @@ impl Stage for IncrementalStage {
         }))
     }
 
+    fn as_incremental(&self) -> Option<&IncrementalAggregate> {
+        Some(&self.agg)
+    }
+
     fn keeps_state(&self) -> bool {
         true
     }

@@ -20,7 +20,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
 use crate::operator::pipelined::{Delivery, FiringFold, InputOrder, chunk_rows};
-use crate::operator::{AggregateMetrics, ParallelAggregate};
+use crate::operator::{AggregateMetrics, IncrementalAggregate, ParallelAggregate};
 use crate::plan::ColumnUses;
 use crate::runtime::Runtime;
 
@@ -96,6 +96,11 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
 
     /// The stage's aggregate, if it is an aggregate stage.
     fn as_aggregate(&self) -> Option<&ParallelAggregate> {
+        None
+    }
+
+    /// The stage's split-distinct FINAL under Flink's incremental aggregate, if it is one.
+    fn as_incremental(&self) -> Option<&IncrementalAggregate> {
         None
     }
 

@@ -66,6 +66,8 @@ public final class FlinkTests {
         run(only, "a nested aggregate over a changelog, two phases, P = 2", () -> nested(2, MINI_BATCH));
         run(only, "a nested aggregate, one phase, P = 3", () -> nested(3, new String[0]));
         run(only, "split-distinct with FILTER over a changelog, two phases, P = 2", () -> splitDistinct(2, MINI_BATCH));
+        run(only, "split-distinct without Flink's incremental aggregate, two phases, P = 2", () -> splitDistinct(2,
+                concat(MINI_BATCH, "table.optimizer.incremental-agg-enabled", "false")));
         run(only, "split-distinct, one phase, P = 3", () -> splitDistinct(3, new String[0]));
         run(only, "a Table in, the changelog back as a Table under Flink SQL, P = 2", FlinkTests::tableInAndOut);
         run(only, "DECIMAL, DATE and TIMESTAMP(9) columns of a DataStream, two phases, P = 2", FlinkTests::typedStream);
@@ -491,13 +493,16 @@ public final class FlinkTests {
     static void splitDistinct(int p, String[] options) throws Exception {
         String sql = "SELECT shop, COUNT(DISTINCT user_id) AS buyers, "
                 + "COUNT(DISTINCT user_id) FILTER (WHERE status = 'PAID') AS paying, SUM(amount) AS total FROM orders GROUP BY shop";
-        String[] split = java.util.Arrays.copyOf(options, options.length + 4);
-        split[options.length] = "table.optimizer.distinct-agg.split.enabled";
-        split[options.length + 1] = "true";
-        split[options.length + 2] = "table.optimizer.distinct-agg.split.bucket-num";
-        split[options.length + 3] = "16";
+        String[] split = concat(options, "table.optimizer.distinct-agg.split.enabled", "true",
+                "table.optimizer.distinct-agg.split.bucket-num", "16");
         List<Row> input = changes(17, 20_000);
         sameFinalTable(runTally(input, p, sql, split, true), runFlink(input, p, sql, true));
+    }
+
+    static String[] concat(String[] options, String... more) {
+        String[] all = java.util.Arrays.copyOf(options, options.length + more.length);
+        System.arraycopy(more, 0, all, options.length, more.length);
+        return all;
     }
 
     /** An aggregate over another's changelog: a second exchange, keyed by the outer keys. */
@@ -574,9 +579,10 @@ public final class FlinkTests {
         String[][] cases = {
             {"SELECT shop, COUNT(*) FROM orders GROUP BY nope", "nope"},
             {"SELECT shop, COUNT(*) FILTER (WHERE user_id < 5 AND amount) FROM orders GROUP BY shop", "amount"},
-            {"SELECT shop, COUNT(DISTINCT user_id) FROM orders GROUP BY shop", "incremental aggregate",
-                "table.optimizer.distinct-agg.split.enabled", "true", "table.optimizer.incremental-agg-enabled", "true",
-                "table.exec.mini-batch.enabled", "true", "table.exec.mini-batch.allow-latency", "1 s", "table.exec.mini-batch.size", "100"},
+            {"SELECT shop, COUNT(DISTINCT user_id) FROM orders GROUP BY shop", "split.enabled",
+                "tally.optimizer.distinct-agg.split.auto", "true"},
+            {"SELECT shop, COUNT(*) FROM orders GROUP BY shop", "table.exec.mini-batch.size",
+                "table.exec.mini-batch.size", "lots"},
             {"SELEC shop FROM orders", "SELEC"},
         };
         for (String[] c : cases) {
