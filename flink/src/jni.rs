@@ -150,8 +150,10 @@ fn unframed(bytes: &[u8]) -> Outcome<&[u8]> {
 }
 
 /// `long open(String sql, String table, String[] columns, boolean changelog, String[] options,
-/// int phase)`: plans the query and opens one phase of its chain (0 before the first exchange). `columns` holds a name, a Flink
-/// type and `NULL`/`NOT NULL` per column; `options` holds keys and values in turn.
+/// int phase, int receivers)`: plans the query and opens one phase of its chain (0 before the
+/// first exchange), which sends to a keyed operator of `receivers` subtasks
+/// ([`Phase::with_receivers`]). `columns` holds a name, a Flink type and `NULL`/`NOT NULL` per
+/// column; `options` holds keys and values in turn.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_org_tally_flink_Native_open<'l>(
     mut env: JNIEnv<'l>,
@@ -162,11 +164,13 @@ pub extern "system" fn Java_org_tally_flink_Native_open<'l>(
     changelog: jboolean,
     options: JObjectArray<'l>,
     phase: jint,
+    receivers: jint,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let query = plan(env, &sql, &table, &columns, changelog != 0, &options)?;
         let k = usize::try_from(phase).map_err(|_| format!("phase {phase}"))?;
-        let phase = query.into_phase(k).map_err(msg)?;
+        let receivers = usize::try_from(receivers).unwrap_or(0);
+        let phase = query.into_phase(k).map_err(msg)?.with_receivers(receivers);
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         PHASES
             .lock()

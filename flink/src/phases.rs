@@ -87,6 +87,7 @@ impl Query {
             stages: from..to,
             next,
             hashes: vec![],
+            one_receiver: false,
         })
     }
 }
@@ -136,9 +137,22 @@ pub struct Phase {
     stages: std::ops::Range<usize>,
     next: Next,
     hashes: Vec<u64>,
+    /// The keyed operator after the exchange runs as one subtask ([`Phase::with_receivers`]).
+    one_receiver: bool,
 }
 
 impl Phase {
+    /// Tells the phase how many subtasks the keyed operator after its exchange runs (its
+    /// parallelism). With one, a one-phase local side sends each batch on as one part, its rows
+    /// in input order: the one subtask then sees them as they came, as Flink's own operator
+    /// does, so the changelog is Flink's row for row (by key group, each key's order alone
+    /// would hold). The part must reach that one subtask: the Java side checks the keyed
+    /// operator's parallelism.
+    pub fn with_receivers(mut self, receivers: usize) -> Phase {
+        self.one_receiver = receivers == 1;
+        self
+    }
+
     /// Whether it is a keyed phase (after an exchange), which takes parts and keeps state.
     pub fn is_keyed(&self) -> bool {
         self.keyed.is_some()
@@ -233,6 +247,11 @@ impl Phase {
                                         local.flush_by_key_group(self.query.key_groups)?,
                                     )?);
                                 }
+                            }
+                        }
+                        None if self.one_receiver => {
+                            if b.num_rows() > 0 {
+                                out.parts.push(Part::new(0, &b.with_op_column()?)?);
                             }
                         }
                         None => {

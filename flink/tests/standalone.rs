@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::display::array_value_to_string;
-use tally::changelog::RowKind;
+use tally::changelog::{ChangeBatch, RowKind};
 use tally::sql::Session;
 use tally_flink::Query;
 
@@ -45,14 +45,16 @@ fn write_arrow(path: &std::path::Path, changes: &[(RowKind, Order)]) {
     w.finish().unwrap();
 }
 
-/// Tally standalone's final table of `sql` over `changes` (keyed by the first column, the
-/// other columns as text, as the chain's table is).
+/// Tally standalone's run of `sql` over `changes` at parallelism `p`: its final table (keyed by
+/// the first column, the other columns as text, as the chain's table is) and its changelog
+/// (`+I key columns...`, as the chain's).
 fn standalone(
     name: &str,
     sql: &str,
     options: &[(String, String)],
     changes: &[(RowKind, Order)],
-) -> BTreeMap<Option<String>, String> {
+    p: usize,
+) -> (BTreeMap<Option<String>, String>, Vec<String>) {
     let path = std::env::temp_dir().join(format!(
         "tally-flink-standalone-{}-{name}.arrow",
         std::process::id()
@@ -63,7 +65,7 @@ fn standalone(
         session.set(k, v).unwrap();
     }
     session
-        .set("table.exec.resource.default-parallelism", "2")
+        .set("table.exec.resource.default-parallelism", &p.to_string())
         .unwrap();
     session
         .execute(&format!(
@@ -75,22 +77,35 @@ fn standalone(
         .unwrap();
     let mut q = session.plan_query(sql).unwrap();
     let mut table = q.result_table().unwrap();
-    q.job().run(64, &mut table, |_, _| {}).unwrap();
+    let mut changelog = vec![];
+    let mut sink = |c: &ChangeBatch| -> tally::Result<()> {
+        let kinds = c.row_kinds()?;
+        for (r, kind) in kinds.iter().enumerate() {
+            let cells: Vec<String> = (0..c.data.num_columns())
+                .map(|i| cell(&c.data, i, r).unwrap_or_else(|| "NULL".into()))
+                .collect();
+            changelog.push(format!("{} {}", kind.short(), cells.join(" ")));
+        }
+        table.apply(c)
+    };
+    q.job().run(64, &mut sink, |_, _| {}).unwrap();
     let _ = std::fs::remove_file(&path);
     let batch = table.to_batch().unwrap();
-    let cell = |i: usize, r: usize| {
-        let a = batch.column(i);
-        a.is_valid(r).then(|| array_value_to_string(a, r).unwrap())
-    };
-    (0..batch.num_rows())
+    let rows = (0..batch.num_rows())
         .map(|r| {
             let row = (1..batch.num_columns())
-                .map(|i| cell(i, r).unwrap_or_else(|| "NULL".into()))
+                .map(|i| cell(&batch, i, r).unwrap_or_else(|| "NULL".into()))
                 .collect::<Vec<_>>()
                 .join(" ");
-            (cell(0, r), row)
+            (cell(&batch, 0, r), row)
         })
-        .collect()
+        .collect();
+    (rows, changelog)
+}
+
+fn cell(batch: &RecordBatch, i: usize, r: usize) -> Option<String> {
+    let a = batch.column(i);
+    a.is_valid(r).then(|| array_value_to_string(a, r).unwrap())
 }
 
 /// The chain's final table of `sql` under `options`: two sources, three keyed subtasks.
@@ -146,11 +161,44 @@ fn the_operator_and_tally_standalone_give_the_same_final_table() {
         assert!(!flink.is_empty(), "{name}");
         assert_eq!(
             flink,
-            standalone(name, sql, &options, &changes),
+            standalone(name, sql, &options, &changes, 2).0,
             "{name}: the operator and Tally standalone"
         );
         if sql == SQL {
             assert_eq!(flink, want, "{name}: the operator and the reference");
         }
+    }
+}
+
+/// One source, one keyed subtask, mini-batch off: each batch crosses as one part in input order
+/// (`Phase::with_receivers(1)`), so the operator's changelog is Tally standalone's row for row,
+/// as Flink's own is at parallelism 1; cut by key group it is only the same per key.
+#[test]
+fn with_one_receiver_the_changelog_is_the_same_row_for_row() {
+    let nested = "SELECT orders, COUNT(*) AS shops, MAX(total) AS best FROM \
+        (SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop) \
+        GROUP BY orders";
+    let changes = changelog(37, 2_000);
+    for (name, sql) in [("plain-p1", SQL), ("nested-p1", nested)] {
+        let options = options(false);
+        let (_, want) = standalone(name, sql, &options, &changes, 1);
+        assert!(want.len() > 1_000, "{name}: {} changes", want.len());
+        let run = |receivers: usize| {
+            let plan = || Query::plan(sql, "orders", &columns(), true, &options).unwrap();
+            let q = plan();
+            let phases = (0..q.phases())
+                .map(|k| vec![plan().into_phase(k).unwrap().with_receivers(receivers)])
+                .collect();
+            let mut job = Job::with(phases, &q, 1);
+            job.run(&changes, 100);
+            job.barrier();
+            job.changelog
+        };
+        assert_eq!(run(1), want, "{name}");
+        assert_ne!(
+            run(0),
+            want,
+            "{name}: by key group the order across keys is not the input's"
+        );
     }
 }

@@ -165,10 +165,12 @@ pub fn query_over(sql: &str, two_phase: bool, changelog: bool) -> Query {
 }
 
 /// Applies column batches of changes (of `schema`) to a final table keyed by the first column,
-/// checking that each retraction takes back the row the table holds.
+/// checking that each retraction takes back the row the table holds, and appends each change
+/// to `changelog` (`+I key columns...`).
 pub fn apply(
     schema: &Arc<Schema>,
     table: &mut BTreeMap<Option<String>, String>,
+    changelog: &mut Vec<String>,
     outputs: Vec<Vec<u8>>,
 ) {
     for bytes in outputs {
@@ -185,6 +187,8 @@ pub fn apply(
                 .map(|i| cell(i, r).unwrap_or_else(|| "NULL".into()))
                 .collect::<Vec<_>>()
                 .join(" ");
+            let shown = key.as_deref().unwrap_or("NULL");
+            changelog.push(format!("{} {shown} {row}", kind.short()));
             if kind.is_retract() {
                 let had = table.remove(&key);
                 assert_eq!(had.as_deref(), Some(row.as_str()), "{kind:?} of {key:?}");
@@ -202,6 +206,8 @@ pub struct Job {
     pub groups: KeyGroups,
     pub output: Arc<Schema>,
     pub table: BTreeMap<Option<String>, String>,
+    /// Every change the last phase emitted, in order.
+    pub changelog: Vec<String>,
 }
 
 impl Job {
@@ -231,12 +237,13 @@ impl Job {
             groups: KeyGroups::new(q.key_groups(), workers).unwrap(),
             output,
             table: BTreeMap::new(),
+            changelog: vec![],
         }
     }
 
     /// What phase `k`'s instance handed on: parts into phase k + 1, rows into the table.
     pub fn hand_on(&mut self, k: usize, out: Output) {
-        apply(&self.output, &mut self.table, out.rows);
+        apply(&self.output, &mut self.table, &mut self.changelog, out.rows);
         for p in out.parts {
             let w = (0..self.groups.workers())
                 .find(|&w| self.groups.range(w).contains(&(p.key_group as usize)))

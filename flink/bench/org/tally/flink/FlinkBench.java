@@ -21,11 +21,15 @@ import org.apache.flink.types.Row;
 /**
  * The Tally operator against Flink's own SQL, side by side in one MiniCluster: the same
  * generated input (a sequence mapped to rows, identical for both), the same query, mini-batch and
- * two phases on both (and Flink's split-distinct for q15), each job's net runtime from Flink.
+ * two phases on both (and for q15 split-distinct on both too, Tally under Flink's incremental
+ * aggregate as Flink runs it by default), each job's net runtime from Flink.
  *
  * <pre>
- *   FlinkBench WORKLOAD ROWS PARALLELISM REPEAT     WORKLOAD: orders-count, q15, q17
+ *   FlinkBench WORKLOAD ROWS PARALLELISM REPEAT [ENGINES]     WORKLOAD: orders-count, q15, q17
  * </pre>
+ *
+ * ENGINES (comma-separated, all by default): {@code source}, {@code tally}, {@code flink}, and
+ * for q15 {@code tally-split} and {@code flink-split}; one alone is what a profiler wants.
  *
  * Prints each run and, per engine, the median events/s and events/s per core (per task slot).
  * The engine {@code source} runs the input alone into the sink: what generating the rows costs
@@ -140,9 +144,13 @@ public final class FlinkBench {
         DataStream<Row> out;
         if (engine.equals("source")) {
             out = in;
-        } else if (engine.equals("tally")) {
+        } else if (engine.startsWith("tally")) {
             TallyAggregate t = TallyAggregate.sql(sql).table(table);
             for (String[] o : OPTIONS) t.option(o[0], o[1]);
+            if (engine.equals("tally-split")) {
+                // Split-distinct under Flink's incremental aggregate (its default), as Flink's split runs.
+                t.option("table.optimizer.distinct-agg.split.enabled", "true");
+            }
             out = t.apply(in);
         } else {
             StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
@@ -166,7 +174,19 @@ public final class FlinkBench {
             throw new IllegalArgumentException("workload " + workload + " is not one of " + SQL.keySet());
         }
         List<String> engines = new ArrayList<>(List.of("source", "tally", "flink"));
-        if (workload.equals("q15")) engines.add("flink-split");
+        if (workload.equals("q15")) {
+            engines.add("tally-split");
+            engines.add("flink-split");
+        }
+        if (args.length > 4) {
+            List<String> chosen = List.of(args[4].split(","));
+            for (String e : chosen) {
+                if (!engines.contains(e)) {
+                    throw new IllegalArgumentException("engine " + e + " is not one of " + engines);
+                }
+            }
+            engines.retainAll(chosen);
+        }
         Map<String, List<Double>> rates = new LinkedHashMap<>();
         for (int r = 0; r < repeat; r++) {
             for (String e : engines) {
@@ -176,7 +196,7 @@ public final class FlinkBench {
                 System.out.printf("run %d %-11s %s P=%d: %d ms, %.3f M events/s%n", r, e, workload, p, ms, rate / 1e6);
             }
         }
-        double tally = median(rates.get("tally"));
+        double tally = rates.containsKey("tally") ? median(rates.get("tally")) : Double.NaN;
         for (Map.Entry<String, List<Double>> e : rates.entrySet()) {
             double m = median(e.getValue());
             System.out.printf("median %-11s %s P=%d: %.3f M events/s, %.3f M per core, tally/this %.2fx%n",

@@ -51,6 +51,7 @@ abstract class KeyedPhaseOperator<OUT> extends AbstractStreamOperator<OUT>
     @Override
     public void initializeState(StateInitializationContext context) throws Exception {
         super.initializeState(context);
+        spec.checkKeyedParallelism(getRuntimeContext().getTaskInfo().getNumberOfParallelSubtasks());
         handle = spec.open(phase);
         if (!context.isRestored()) {
             return;

@@ -19,10 +19,13 @@ final class Native {
 
     private Native() {}
 
-    /** Plans the query and opens phase {@code phase} of its chain (0 before the first exchange). */
+    /**
+     * Plans the query and opens phase {@code phase} of its chain (0 before the first exchange),
+     * which sends to a keyed operator of {@code receivers} subtasks (0: not known).
+     */
     static native long open(
             String sql, String table, String[] columns, boolean changelog, String[] options,
-            int phase);
+            int phase, int receivers);
 
     /**
      * Plans the query: key groups, the strategy of each aggregate (comma-separated), the rows of a

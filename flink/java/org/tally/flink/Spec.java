@@ -21,9 +21,14 @@ final class Spec implements Serializable {
     final long latencyMs;
     /** Per input column, whether the query reads it (the others do not cross). */
     final boolean[] sent;
+    /**
+     * The parallelism the keyed operators were built with (the environment's): with 1, a
+     * one-phase local side sends whole batches in input order, which only one subtask may take.
+     */
+    final int keyedParallelism;
 
     Spec(String sql, String table, String[] columns, boolean changelog, String[] options, int batchRows, long latencyMs,
-            boolean[] sent) {
+            boolean[] sent, int keyedParallelism) {
         this.sql = sql;
         this.table = table;
         this.columns = columns;
@@ -32,6 +37,7 @@ final class Spec implements Serializable {
         this.batchRows = batchRows;
         this.latencyMs = latencyMs;
         this.sent = sent;
+        this.keyedParallelism = keyedParallelism;
     }
 
     String[] names() {
@@ -57,8 +63,19 @@ final class Spec implements Serializable {
         });
     }
 
+    /**
+     * Checks that a keyed operator runs with the parallelism its senders assume (one subtask
+     * when they send whole batches).
+     */
+    void checkKeyedParallelism(int subtasks) {
+        if (keyedParallelism == 1 && subtasks != 1) {
+            throw new TallyException("the Tally operator was built for one keyed subtask (the environment's parallelism was 1 at apply()) "
+                    + "but runs " + subtasks + ": set the parallelism before apply()");
+        }
+    }
+
     /** Opens phase {@code phase} of the query's chain (0 before the first exchange). */
     long open(int phase) {
-        return Native.open(sql, table, columns, changelog, options, phase);
+        return Native.open(sql, table, columns, changelog, options, phase, keyedParallelism);
     }
 }

@@ -241,7 +241,8 @@ public final class TallyAggregate {
         for (String c : d.read.split(",")) {
             if (!c.isEmpty()) sent[Integer.parseInt(c)] = true;
         }
-        Spec spec = new Spec(sql, table, cols, changelog, optArray, d.batchRows, d.latencyMs, sent);
+        Spec spec = new Spec(sql, table, cols, changelog, optArray, d.batchRows, d.latencyMs, sent,
+                input.getExecutionEnvironment().getParallelism());
 
         SingleOutputStreamOperator<byte[]> parts = input.transform(
                 "TallyLocal", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, new LocalOperator(spec))

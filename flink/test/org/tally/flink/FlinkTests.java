@@ -60,7 +60,7 @@ public final class FlinkTests {
         run(only, "a changelog with updates and deletes, two phases, P = 2", () -> changelog(2, MINI_BATCH));
         run(only, "a changelog, one phase, P = 3", () -> changelog(3, new String[0]));
         run(only, "WHERE and HAVING around the GROUP BY, P = 2", FlinkTests::whereAndHaving);
-        run(only, "each key's changelog equals Flink's at P = 1 (mini-batch off)", FlinkTests::changelogAtOne);
+        run(only, "the changelog equals Flink's row for row at P = 1 (mini-batch off)", FlinkTests::changelogAtOne);
         run(only, "an injected failure after a checkpoint restores exactly, P = 2", FlinkTests::restoresAfterFailure);
         run(only, "a checkpoint at P = 2 restores at P = 3 and at P = 1", FlinkTests::rescales);
         run(only, "a nested aggregate over a changelog, two phases, P = 2", () -> nested(2, MINI_BATCH));
@@ -73,6 +73,7 @@ public final class FlinkTests {
         run(only, "DECIMAL, DATE and TIMESTAMP(9) columns of a DataStream, two phases, P = 2", FlinkTests::typedStream);
         run(only, "DECIMAL(10, 2) and TIMESTAMP(6) columns of a Table, one phase, P = 2", FlinkTests::typedTable);
         run(only, "an unsupported query is a one-line error at job construction", FlinkTests::badQuery);
+        run(only, "a keyed parallelism other than the one apply() saw is a clear error", FlinkTests::parallelismChanged);
         System.out.println(passed + " passed, " + failed + " failed");
         System.exit(failed == 0 ? 0 : 1);
     }
@@ -275,10 +276,7 @@ public final class FlinkTests {
         sameFinalTable(runTally(input, 2, sql, MINI_BATCH, true), runFlink(input, 2, sql, true));
     }
 
-    /**
-     * Each key's changes in order, as Flink guarantees them: one subtask sees a key's rows in
-     * input order, while across keys the rows of one column batch come key group by key group.
-     */
+    /** Each key's changes in order, as Flink guarantees them at any parallelism. */
     static Map<Object, List<String>> perKey(List<Row> changelog) {
         Map<Object, List<String>> out = new TreeMap<>();
         for (Row r : changelog) {
@@ -287,22 +285,23 @@ public final class FlinkTests {
         return out;
     }
 
+    /**
+     * At parallelism 1 with mini-batch off Flink's changelog is deterministic (one subtask, each
+     * row in input order): Tally's must be the same, row for row, for a plain and a nested
+     * aggregate.
+     */
     static void changelogAtOne() throws Exception {
-        String sql = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+        String plain = "SELECT shop, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY shop";
+        String nested = "SELECT orders, COUNT(*) AS shops, MAX(total) AS best FROM (" + plain + ") GROUP BY orders";
         List<Row> input = changes(3, 3_000);
-        List<Row> tally = runTally(input, 1, sql, new String[0], true);
-        List<Row> flink = runFlink(input, 1, sql, true);
-        check(flink.size() > 1000, "Flink's changelog has only " + flink.size() + " rows");
-        check(tally.size() == flink.size(), "changelogs of " + tally.size() + " and " + flink.size() + " rows");
-        Map<Object, List<String>> a = perKey(tally);
-        Map<Object, List<String>> b = perKey(flink);
-        check(a.keySet().equals(b.keySet()), "keys " + a.keySet() + " and " + b.keySet());
-        for (Object k : b.keySet()) {
-            List<String> x = a.get(k);
-            List<String> y = b.get(k);
-            for (int i = 0; i < y.size(); i++) {
-                check(i < x.size() && x.get(i).equals(y.get(i)),
-                        "key " + k + ", change " + i + ": tally " + (i < x.size() ? x.get(i) : "none") + ", flink " + y.get(i));
+        for (String sql : new String[] {plain, nested}) {
+            List<Row> tally = runTally(input, 1, sql, new String[0], true);
+            List<Row> flink = runFlink(input, 1, sql, true);
+            check(flink.size() > 1000, "Flink's changelog has only " + flink.size() + " rows");
+            for (int i = 0; i < Math.max(tally.size(), flink.size()); i++) {
+                String x = i < tally.size() ? tally.get(i).getKind().shortString() + " " + fields(tally.get(i)) : "none";
+                String y = i < flink.size() ? flink.get(i).getKind().shortString() + " " + fields(flink.get(i)) : "none";
+                check(x.equals(y), "change " + i + " of " + sql + ": tally " + x + ", flink " + y);
             }
         }
     }
@@ -571,6 +570,24 @@ public final class FlinkTests {
             }
         }
         sameFinalTable(results.get(0), results.get(1));
+    }
+
+    /** Built at parallelism 1 (whole batches to one keyed subtask), then run at 2. */
+    static void parallelismChanged() throws Exception {
+        StreamExecutionEnvironment env = env(1);
+        DataStream<Row> out = tally("SELECT shop, COUNT(*) AS orders FROM orders GROUP BY shop", new String[0])
+                .apply(env.fromData(orders(1, 100), ORDERS));
+        ((org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator<Row>) out).setParallelism(2);
+        try {
+            collect(out);
+            throw new AssertionError("the job ran");
+        } catch (Exception e) {
+            Throwable t = e;
+            while (t != null && !(t instanceof TallyException)) {
+                t = t.getCause();
+            }
+            check(t != null && t.getMessage().contains("built for one keyed subtask"), "the job failed with " + e);
+        }
     }
 
     static void badQuery() {
