@@ -60,6 +60,11 @@ public final class TallyAggregate {
         return new TallyAggregate(sql);
     }
 
+    /** An aggregate running {@code sql} under {@code options} ({@code SET} keys, as {@link #option}). */
+    public static TallyAggregate sql(String sql, Map<String, String> options) {
+        return new TallyAggregate(sql).options(options);
+    }
+
     /** The name the query's {@code FROM} gives the input stream ({@code input} by default). */
     public TallyAggregate table(String name) {
         this.table = name;

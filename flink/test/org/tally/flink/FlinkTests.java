@@ -174,11 +174,11 @@ public final class FlinkTests {
     }
 
     static TallyAggregate tally(String sql, String[] options) {
-        TallyAggregate t = TallyAggregate.sql(sql).table("orders");
+        Map<String, String> map = new java.util.LinkedHashMap<>();
         for (int i = 0; i < options.length; i += 2) {
-            t.option(options[i], options[i + 1]);
+            map.put(options[i], options[i + 1]);
         }
-        return t;
+        return TallyAggregate.sql(sql, map).table("orders");
     }
 
     static List<Row> collect(DataStream<Row> stream) throws Exception {
