@@ -78,6 +78,8 @@ impl Query {
                 pending: 0,
                 size: u64::try_from(a.config.mini_batch_size).unwrap_or(1).max(1),
                 per_firing: a.incremental,
+                one_receiver: false,
+                hashes: vec![],
             })),
         };
         let to = self.aggregates.get(k).map_or(stages_len, |a| a.stage);
@@ -87,7 +89,6 @@ impl Query {
             stages: from..to,
             next,
             hashes: vec![],
-            one_receiver: false,
         })
     }
 }
@@ -104,6 +105,59 @@ struct LocalSide {
     /// Flushes after each firing of the keyed side before it, whatever its size: the fold of
     /// Flink's incremental aggregate, one row of delta accumulators per key and firing.
     per_firing: bool,
+    /// The keyed operator after the exchange runs as one subtask ([`Phase::with_receivers`]).
+    one_receiver: bool,
+    hashes: Vec<u64>,
+}
+
+impl LocalSide {
+    /// Takes changes bound for the next exchange: into the local phase, a flush at exactly
+    /// each mini-batch size in rows (Flink's local phase ends a bundle there) unless it folds
+    /// per firing; with one phase the rows themselves, as one part in input order for one
+    /// receiver, else cut by key group.
+    fn push(&mut self, b: &ChangeBatch, key_groups: usize, out: &mut Vec<Part>) -> Result<()> {
+        let Some(local) = &mut self.local else {
+            if b.num_rows() == 0 {
+                return Ok(());
+            }
+            let rows = b.with_op_column()?;
+            if self.one_receiver {
+                out.push(Part::new(0, &rows)?);
+            } else {
+                let keys = self.plan.calc.evaluate_keys(&b.data)?;
+                hash_keys(&keys, b.num_rows(), &mut self.hashes)?;
+                out.extend(parts(by_key_group(&rows, &self.hashes, key_groups)?)?);
+            }
+            return Ok(());
+        };
+        if self.per_firing {
+            local.push_changes(b)?;
+            self.pending += b.num_rows() as u64;
+            return Ok(());
+        }
+        let mut at = 0;
+        while at < b.num_rows() {
+            let room = self.size.saturating_sub(self.pending).max(1);
+            let take = (b.num_rows() - at).min(room as usize);
+            local.push_changes(&b.slice(at, take))?;
+            self.pending += take as u64;
+            at += take;
+            if self.pending >= self.size {
+                self.pending = 0;
+                out.extend(parts(local.flush_by_key_group(key_groups)?)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The local phase's accumulators, one part per key group that holds keys.
+    fn flush(&mut self, key_groups: usize, out: &mut Vec<Part>) -> Result<()> {
+        self.pending = 0;
+        if let Some(local) = &mut self.local {
+            out.extend(parts(local.flush_by_key_group(key_groups)?)?);
+        }
+        Ok(())
+    }
 }
 
 /// Where a phase's output goes.
@@ -136,9 +190,8 @@ pub struct Phase {
     keyed: Option<GroupAggregate>,
     stages: std::ops::Range<usize>,
     next: Next,
+    /// The key hashes of a snapshot's rows.
     hashes: Vec<u64>,
-    /// The keyed operator after the exchange runs as one subtask ([`Phase::with_receivers`]).
-    one_receiver: bool,
 }
 
 impl Phase {
@@ -149,7 +202,9 @@ impl Phase {
     /// would hold). The part must reach that one subtask: the Java side checks the keyed
     /// operator's parallelism.
     pub fn with_receivers(mut self, receivers: usize) -> Phase {
-        self.one_receiver = receivers == 1;
+        if let Next::Parts(side) = &mut self.next {
+            side.one_receiver = receivers == 1;
+        }
         self
     }
 
@@ -182,7 +237,7 @@ impl Phase {
         };
         let mut out = Output::default();
         self.forward(changes, &mut out)?;
-        self.flush_if_due(&mut out)?;
+        self.end_firing(&mut out)?;
         Ok(out)
     }
 
@@ -195,7 +250,7 @@ impl Phase {
         if let Some(keyed) = &mut self.keyed {
             let changes = keyed.poll()?;
             self.forward(changes, &mut out)?;
-            self.flush_if_due(&mut out)?;
+            self.end_firing(&mut out)?;
         }
         Ok(out)
     }
@@ -226,68 +281,28 @@ impl Phase {
                             out.rows.push(wire::encode(&b)?);
                         }
                     }
-                    Next::Parts(side) => match &mut side.local {
-                        Some(local) if side.per_firing => {
-                            local.push_changes(&b)?;
-                            side.pending += b.num_rows() as u64;
-                        }
-                        Some(local) => {
-                            // Flink's local phase ends a bundle at exactly its size in rows:
-                            // the rows up to it, a flush, then the rest.
-                            let mut at = 0;
-                            while at < b.num_rows() {
-                                let room = side.size.saturating_sub(side.pending).max(1);
-                                let take = (b.num_rows() - at).min(room as usize);
-                                local.push_changes(&b.slice(at, take))?;
-                                side.pending += take as u64;
-                                at += take;
-                                if side.pending >= side.size {
-                                    side.pending = 0;
-                                    out.parts.extend(parts(
-                                        local.flush_by_key_group(self.query.key_groups)?,
-                                    )?);
-                                }
-                            }
-                        }
-                        None if self.one_receiver => {
-                            if b.num_rows() > 0 {
-                                out.parts.push(Part::new(0, &b.with_op_column()?)?);
-                            }
-                        }
-                        None => {
-                            let keys = side.plan.calc.evaluate_keys(&b.data)?;
-                            hash_keys(&keys, b.num_rows(), &mut self.hashes)?;
-                            let rows = b.with_op_column()?;
-                            let cut = by_key_group(&rows, &self.hashes, self.query.key_groups)?;
-                            out.parts.extend(parts(cut)?);
-                        }
-                    },
+                    Next::Parts(side) => side.push(&b, self.query.key_groups, &mut out.parts)?,
                 }
             }
         }
         Ok(())
     }
 
-    fn flush_if_due(&mut self, out: &mut Output) -> Result<()> {
-        if matches!(&self.next, Next::Parts(side)
-            if side.pending >= side.size || (side.per_firing && side.pending > 0))
-        {
-            self.flush_local(out)?;
+    /// After a firing of the keyed side: the fold of Flink's incremental aggregate flushes.
+    fn end_firing(&mut self, out: &mut Output) -> Result<()> {
+        match &mut self.next {
+            Next::Parts(side) if side.per_firing && side.pending > 0 => {
+                side.flush(self.query.key_groups, &mut out.parts)
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn flush_local(&mut self, out: &mut Output) -> Result<()> {
-        let Next::Parts(side) = &mut self.next else {
-            return Ok(());
-        };
-        side.pending = 0;
-        let Some(local) = &mut side.local else {
-            return Ok(());
-        };
-        out.parts
-            .extend(parts(local.flush_by_key_group(self.query.key_groups)?)?);
-        Ok(())
+        match &mut self.next {
+            Next::Parts(side) => side.flush(self.query.key_groups, &mut out.parts),
+            Next::Rows => Ok(()),
+        }
     }
 
     /// The keyed state, one part per key group that holds keys (taken after

@@ -4,14 +4,17 @@
 //! at parallelism 1, with the state of every keyed phase snapshotted and restored in between, as
 //! Flink's restore tests run them.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use arrow::util::display::array_value_to_string;
 use tally::changelog::ChangeBatch;
-use tally_flink::{Column, Output, Phase, Query, Type, wire};
+use tally_flink::{Column, Query, Type, wire};
+
+use common::Job;
 
 /// The programs' source rows (`a INT, b BIGINT, c VARCHAR`), before and after the restore.
 const BEFORE: [(i32, i64, &str); 3] = [(1, 1, "hi"), (2, 2, "hello"), (3, 2, "hello world")];
@@ -59,84 +62,36 @@ fn plan(sql: &str, incremental: Option<bool>) -> Query {
     Query::plan(sql, "source_t", &columns(), false, &options).unwrap()
 }
 
-/// One subtask per phase (parallelism 1), and the changelog its last phase emitted, as Flink
-/// prints rows (`+I[1, 1]`).
-struct Chain {
-    phases: Vec<Phase>,
-    output: Arc<Schema>,
-    changelog: Vec<String>,
+/// The chain at parallelism 1: one instance of each phase.
+fn chain(sql: &str, incremental: Option<bool>) -> Job {
+    let q = plan(sql, incremental);
+    let phases = (0..q.phases())
+        .map(|k| vec![plan(sql, incremental).into_phase(k).unwrap()])
+        .collect();
+    Job::with(phases, &q, 1)
 }
 
-impl Chain {
-    fn new(sql: &str, incremental: Option<bool>) -> Chain {
-        let q = plan(sql, incremental);
-        let output = Arc::new(Schema::new(
-            q.output()
-                .iter()
-                .map(|c| Field::new(&c.name, c.ty.arrow(), c.nullable))
-                .collect::<Vec<_>>(),
-        ));
-        let phases = (0..q.phases())
-            .map(|k| plan(sql, incremental).into_phase(k).unwrap())
-            .collect();
-        Chain {
-            phases,
-            output,
-            changelog: vec![],
-        }
-    }
-
-    fn hand_on(&mut self, k: usize, out: Output) {
-        for bytes in out.rows {
-            let c = wire::decode(&bytes, &self.output).unwrap();
-            let kinds = c.row_kinds().unwrap();
-            for (r, kind) in kinds.iter().enumerate() {
-                let values: Vec<String> = c
-                    .data
-                    .columns()
-                    .iter()
-                    .map(|a| array_value_to_string(a, r).unwrap())
-                    .collect();
-                self.changelog
-                    .push(format!("{}[{}]", kind.short(), values.join(", ")));
-            }
-        }
-        for p in out.parts {
-            let next = self.phases[k + 1].push(&p.bytes).unwrap();
-            self.hand_on(k + 1, next);
-        }
-    }
-
-    /// Each row as its own column batch (the mini-batch size is one row).
-    fn run(&mut self, rows: &[(i32, i64, &str)]) {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("a", DataType::Int32, true),
-            Field::new("b", DataType::Int64, true),
-            Field::new("c", DataType::Utf8, true),
-        ]));
-        for &(a, b, c) in rows {
-            let batch = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int32Array::from(vec![a])),
-                    Arc::new(Int64Array::from(vec![b])),
-                    Arc::new(StringArray::from(vec![c])),
-                ],
-            )
+/// Each row as its own column batch (the mini-batch size is one row).
+fn run(job: &mut Job, rows: &[(i32, i64, &str)]) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int32, true),
+        Field::new("b", DataType::Int64, true),
+        Field::new("c", DataType::Utf8, true),
+    ]));
+    for &(a, b, c) in rows {
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int32Array::from(vec![a])),
+                Arc::new(Int64Array::from(vec![b])),
+                Arc::new(StringArray::from(vec![c])),
+            ],
+        )
+        .unwrap();
+        let out = job.phases[0][0]
+            .push(&wire::encode(&ChangeBatch::inserts(batch)).unwrap())
             .unwrap();
-            let out = self.phases[0]
-                .push(&wire::encode(&ChangeBatch::inserts(batch)).unwrap())
-                .unwrap();
-            self.hand_on(0, out);
-        }
-    }
-
-    /// A checkpoint barrier: every phase flushes, in chain order.
-    fn barrier(&mut self) {
-        for k in 0..self.phases.len() {
-            let out = self.phases[k].flush().unwrap();
-            self.hand_on(k, out);
-        }
+        job.hand_on(0, out);
     }
 }
 
@@ -144,41 +99,48 @@ impl Chain {
 fn per_key(rows: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in rows {
-        let key = r[3..].split([',', ']']).next().unwrap().to_string();
+        let key = r.split(' ').nth(1).unwrap().to_string();
         keys.entry(key).or_default().push(r.clone());
     }
     keys
 }
 
-fn owned(rows: &[&str]) -> Vec<String> {
-    rows.iter().map(|r| r.to_string()).collect()
+/// Flink's rows (`+I[1, 1]`) as the chain's changelog writes them (`+I 1 1`).
+fn flink_rows(rows: &[&str]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            let (kind, values) = r.split_once('[').unwrap();
+            format!("{kind} {}", values.trim_end_matches(']').replace(", ", " "))
+        })
+        .collect()
 }
 
 /// Runs a program as Flink's restore tests do: the rows before, a checkpoint, then a new job
 /// restored from it and the rows after. Each phase's changelog must be Flink's (each key's rows
 /// in Flink's order; Flink compares them in any order).
 fn program(sql: &str, incremental: Option<bool>, before: &[&str], after: &[&str]) {
-    let mut a = Chain::new(sql, incremental);
-    a.run(&BEFORE);
+    let mut a = chain(sql, incremental);
+    run(&mut a, &BEFORE);
     a.barrier();
     assert_eq!(
         per_key(&a.changelog),
-        per_key(&owned(before)),
+        per_key(&flink_rows(before)),
         "before the restore: {:?}",
         a.changelog
     );
     assert_eq!(a.changelog.len(), before.len(), "{:?}", a.changelog);
-    let mut b = Chain::new(sql, incremental);
+    let mut b = chain(sql, incremental);
     for (from, to) in a.phases.iter_mut().zip(&mut b.phases) {
-        let parts = from.snapshot().unwrap();
+        let parts = from[0].snapshot().unwrap();
         let bytes: Vec<&[u8]> = parts.iter().map(|p| p.bytes.as_slice()).collect();
-        to.restore(&bytes).unwrap();
+        to[0].restore(&bytes).unwrap();
     }
-    b.run(&AFTER);
+    b.table = a.table.clone();
+    run(&mut b, &AFTER);
     b.barrier();
     assert_eq!(
         per_key(&b.changelog),
-        per_key(&owned(after)),
+        per_key(&flink_rows(after)),
         "after the restore: {:?}",
         b.changelog
     );
@@ -231,22 +193,16 @@ fn flink_incremental_group_aggregate_complex() {
 /// complex program fails with it off); the final table is the same.
 #[test]
 fn without_the_incremental_aggregate_the_final_sees_the_partial_changes_apart() {
-    let mut off = Chain::new(COMPLEX, Some(false));
-    off.run(&BEFORE);
+    let mut off = chain(COMPLEX, Some(false));
+    run(&mut off, &BEFORE);
     off.barrier();
-    let mut on = Chain::new(COMPLEX, Some(true));
-    on.run(&BEFORE);
+    let mut on = chain(COMPLEX, Some(true));
+    run(&mut on, &BEFORE);
     on.barrier();
     assert!(
         off.changelog.len() > on.changelog.len(),
         "{:?}",
         off.changelog
     );
-    let last = |rows: &[String]| {
-        per_key(rows)
-            .into_values()
-            .map(|changes| changes.last().unwrap()[3..].to_string())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(last(&off.changelog), last(&on.changelog));
+    assert_eq!(off.table, on.table);
 }
