@@ -105,6 +105,11 @@ final class ColumnBatch {
 
         /** Units of a timestamp in a second. */
         long perSecond() {
+            return perSecond(precision);
+        }
+
+        /** Units in a second of a timestamp stored at {@code precision} (0, 3, 6 or 9). */
+        static long perSecond(int precision) {
             return precision == 0 ? 1 : precision == 3 ? 1_000 : precision == 6 ? 1_000_000 : 1_000_000_000;
         }
     }
@@ -409,7 +414,7 @@ final class ColumnBatch {
                     for (int r = 0; r < rows; r++) col[r] = in.getDouble();
                     break;
                 case 9: {
-                    long per = Kind.of("TIMESTAMP(" + precision + ")").perSecond();
+                    long per = Kind.perSecond(precision);
                     for (int r = 0; r < rows; r++) {
                         long t = in.getLong();
                         col[r] = LocalDateTime.ofEpochSecond(Math.floorDiv(t, per), (int) (Math.floorMod(t, per) * (1_000_000_000 / per)), ZoneOffset.UTC);
