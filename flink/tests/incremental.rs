@@ -16,17 +16,9 @@ use tally_flink::{Column, Query, Type, wire};
 
 use common::Job;
 
-/// The programs' source rows (`a INT, b BIGINT, c VARCHAR`), before and after the restore.
-const BEFORE: [(i32, i64, &str); 3] = [(1, 1, "hi"), (2, 2, "hello"), (3, 2, "hello world")];
-const AFTER: [(i32, i64, &str); 3] = [(3, 2, "foo"), (4, 4, "bar"), (5, 2, "foo bar")];
-
-/// `incremental-group-aggregate-simple`.
-const SIMPLE: &str = "SELECT b, COUNT(DISTINCT a) AS a FROM source_t GROUP BY b";
-
-/// `incremental-group-aggregate-complex`.
-const COMPLEX: &str = "SELECT b, SUM(b1) AS sum_b, COUNT(DISTINCT b1) AS cnt_distinct_b, \
-    COUNT(1) AS cnt_1 FROM (SELECT a, COUNT(b) AS b, MAX(b) AS b1 FROM source_t GROUP BY a) \
-    GROUP BY b";
+#[path = "../../tests/flink_programs/incremental_group_aggregate.rs"]
+mod programs;
+use programs::{AFTER, BEFORE, COMPLEX, COMPLEX_CHANGES, SIMPLE, SIMPLE_CHANGES};
 
 fn columns() -> Vec<Column> {
     let c = |name: &str, ty| Column {
@@ -71,14 +63,23 @@ fn chain(sql: &str, incremental: Option<bool>) -> Job {
     Job::with(phases, &q, 1)
 }
 
-/// Each row as its own column batch (the mini-batch size is one row).
-fn run(job: &mut Job, rows: &[(i32, i64, &str)]) {
+/// Each CSV row (`a,b,c`) as its own column batch (the mini-batch size is one row).
+fn run(job: &mut Job, csv: &str) {
+    let rows = csv.lines().map(|l| {
+        let mut f = l.splitn(3, ',');
+        let mut next = || f.next().unwrap();
+        (
+            next().parse::<i32>().unwrap(),
+            next().parse::<i64>().unwrap(),
+            next(),
+        )
+    });
     let schema = Arc::new(Schema::new(vec![
         Field::new("a", DataType::Int32, true),
         Field::new("b", DataType::Int64, true),
         Field::new("c", DataType::Utf8, true),
     ]));
-    for &(a, b, c) in rows {
+    for (a, b, c) in rows {
         let batch = RecordBatch::try_new(
             Arc::clone(&schema),
             vec![
@@ -120,7 +121,7 @@ fn flink_rows(rows: &[&str]) -> Vec<String> {
 /// in Flink's order; Flink compares them in any order).
 fn program(sql: &str, incremental: Option<bool>, before: &[&str], after: &[&str]) {
     let mut a = chain(sql, incremental);
-    run(&mut a, &BEFORE);
+    run(&mut a, BEFORE);
     a.barrier();
     assert_eq!(
         per_key(&a.changelog),
@@ -136,7 +137,7 @@ fn program(sql: &str, incremental: Option<bool>, before: &[&str], after: &[&str]
         to[0].restore(&bytes).unwrap();
     }
     b.table = a.table.clone();
-    run(&mut b, &AFTER);
+    run(&mut b, AFTER);
     b.barrier();
     assert_eq!(
         per_key(&b.changelog),
@@ -150,12 +151,7 @@ fn program(sql: &str, incremental: Option<bool>, before: &[&str], after: &[&str]
 #[test]
 fn flink_incremental_group_aggregate_simple() {
     assert_eq!(plan(SIMPLE, None).phases(), 3, "PARTIAL, then FINAL");
-    program(
-        SIMPLE,
-        None,
-        &["+I[1, 1]", "+I[2, 1]", "-U[2, 1]", "+U[2, 2]"],
-        &["-U[2, 2]", "+U[2, 3]", "+I[4, 1]"],
-    );
+    program(SIMPLE, None, SIMPLE_CHANGES.0, SIMPLE_CHANGES.1);
 }
 
 #[test]
@@ -165,26 +161,7 @@ fn flink_incremental_group_aggregate_complex() {
         4,
         "inner, PARTIAL, FINAL"
     );
-    program(
-        COMPLEX,
-        Some(true),
-        &[
-            "+I[1, 1, 1, 1]",
-            "-U[1, 1, 1, 1]",
-            "+U[1, 3, 2, 2]",
-            "-U[1, 3, 2, 2]",
-            "+U[1, 5, 2, 3]",
-        ],
-        &[
-            "-U[1, 5, 2, 3]",
-            "+U[1, 3, 2, 2]",
-            "+I[2, 2, 1, 1]",
-            "-U[1, 3, 2, 2]",
-            "+U[1, 7, 3, 3]",
-            "-U[1, 7, 3, 3]",
-            "+U[1, 9, 3, 4]",
-        ],
-    );
+    program(COMPLEX, Some(true), COMPLEX_CHANGES.0, COMPLEX_CHANGES.1);
 }
 
 /// Without the incremental aggregate the FINAL consumes the PARTIAL's `-U` and `+U` of a bucket
@@ -194,10 +171,10 @@ fn flink_incremental_group_aggregate_complex() {
 #[test]
 fn without_the_incremental_aggregate_the_final_sees_the_partial_changes_apart() {
     let mut off = chain(COMPLEX, Some(false));
-    run(&mut off, &BEFORE);
+    run(&mut off, BEFORE);
     off.barrier();
     let mut on = chain(COMPLEX, Some(true));
-    run(&mut on, &BEFORE);
+    run(&mut on, BEFORE);
     on.barrier();
     assert!(
         off.changelog.len() > on.changelog.len(),

@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::common::tally_run;
 
-/// The source rows of Flink's programs (`a INT, b BIGINT, c VARCHAR`), before and after the
-/// restore.
-const BEFORE: &str = "1,1,hi\n2,2,hello\n3,2,hello world\n";
-const AFTER: &str = "3,2,foo\n4,4,bar\n5,2,foo bar\n";
+#[path = "../flink_programs/incremental_group_aggregate.rs"]
+mod programs;
+use programs::{AFTER, BEFORE, COMPLEX, COMPLEX_CHANGES, SIMPLE, SIMPLE_CHANGES};
 
 /// The programs' options: mini-batch of one row, a 10 s latency, split-distinct on; one worker.
 const SETTINGS: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
@@ -19,14 +18,6 @@ const SETTINGS: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
                         SET 'table.exec.mini-batch.size' = '1'; \
                         SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
                         SET 'table.exec.resource.default-parallelism' = '1';";
-
-/// `incremental-group-aggregate-simple`.
-const SIMPLE: &str = "SELECT b, COUNT(DISTINCT a) AS a FROM source_t GROUP BY b;";
-
-/// `incremental-group-aggregate-complex`.
-const COMPLEX: &str = "SELECT b, SUM(b1) AS sum_b, COUNT(DISTINCT b1) AS cnt_distinct_b, \
-                       COUNT(1) AS cnt_1 FROM (SELECT a, COUNT(b) AS b, MAX(b) AS b1 \
-                       FROM source_t GROUP BY a) GROUP BY b;";
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tally-it-{}-inc-{name}", std::process::id()));
@@ -38,7 +29,7 @@ fn scratch(name: &str) -> PathBuf {
 fn script(dir: &Path, settings: &str, query: &str) -> String {
     format!(
         "CREATE TABLE source_t (a INT, b BIGINT, c STRING) WITH ('connector' = 'filesystem', \
-         'path' = '{}', 'format' = 'csv'); {SETTINGS} {settings} {query}",
+         'path' = '{}', 'format' = 'csv'); {SETTINGS} {settings} {query};",
         dir.join("source.csv").display()
     )
 }
@@ -136,36 +127,12 @@ fn program(name: &str, query: &str, before: &[&str], after: &[&str]) {
 
 #[test]
 fn flink_incremental_group_aggregate_simple() {
-    program(
-        "simple",
-        SIMPLE,
-        &["+I[1, 1]", "+I[2, 1]", "-U[2, 1]", "+U[2, 2]"],
-        &["-U[2, 2]", "+U[2, 3]", "+I[4, 1]"],
-    );
+    program("simple", SIMPLE, SIMPLE_CHANGES.0, SIMPLE_CHANGES.1);
 }
 
 #[test]
 fn flink_incremental_group_aggregate_complex() {
-    program(
-        "complex",
-        COMPLEX,
-        &[
-            "+I[1, 1, 1, 1]",
-            "-U[1, 1, 1, 1]",
-            "+U[1, 3, 2, 2]",
-            "-U[1, 3, 2, 2]",
-            "+U[1, 5, 2, 3]",
-        ],
-        &[
-            "-U[1, 5, 2, 3]",
-            "+U[1, 3, 2, 2]",
-            "+I[2, 2, 1, 1]",
-            "-U[1, 3, 2, 2]",
-            "+U[1, 7, 3, 3]",
-            "-U[1, 7, 3, 3]",
-            "+U[1, 9, 3, 4]",
-        ],
-    );
+    program("complex", COMPLEX, COMPLEX_CHANGES.0, COMPLEX_CHANGES.1);
 }
 
 /// Without the incremental aggregate the FINAL consumes the PARTIAL's `-U` and `+U` of a bucket
