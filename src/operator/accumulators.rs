@@ -118,6 +118,17 @@ impl Accumulators {
         })
     }
 
+    /// Makes these a local phase's accumulators, whose state is only read by flushes: a
+    /// DISTINCT argument's inner aggregates are not updated
+    /// ([`DistinctAccumulator::for_local_phase`]).
+    pub(crate) fn for_local_phase(&mut self) {
+        for slot in &mut self.slots {
+            if let Slot::Distinct { acc, .. } = slot {
+                acc.for_local_phase();
+            }
+        }
+    }
+
     /// Stops applying rows to the first COUNT(*) without FILTER, whose counts are exactly the
     /// owner's signed row counts (`count1`: +1 per accumulating row, -1 per retracting one), and
     /// returns the position of its column in [`Accumulators::state`], which the owner fills

@@ -69,6 +69,7 @@ impl LocalGroupAggregate {
         let mut state = Accumulators::try_new(&plan)?;
         let schema = accumulator_schema(&plan, &state);
         let count_star_column = state.count_rows_elsewhere();
+        state.for_local_phase();
         let groups = new_group_values(&plan.key_types)
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         Ok(Self {

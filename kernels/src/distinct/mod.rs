@@ -90,6 +90,9 @@ pub struct DistinctAccumulator {
     order_matters: bool,
     /// Scratch: the values of the batch at hand as entry bits.
     bits: Vec<u64>,
+    /// Whether this is a local phase's, whose inner aggregates are never read
+    /// ([`Self::for_local_phase`]).
+    local: bool,
 }
 
 impl std::fmt::Debug for DistinctAccumulator {
@@ -156,7 +159,15 @@ impl DistinctAccumulator {
                     )
                 }),
             bits: vec![],
+            local: false,
         })
+    }
+
+    /// Makes this the DISTINCT of a local phase, whose state is only ever read by flushes
+    /// ([`Self::state`]): its inner aggregates are no longer updated, since their results are
+    /// never asked for.
+    pub fn for_local_phase(&mut self) {
+        self.local = true;
     }
 
     /// The values of `array` as entry bits, into `self.bits` (interning them if need be).
@@ -397,6 +408,11 @@ impl DistinctAccumulator {
         self.load_bits(arg)?;
         let bits = std::mem::take(&mut self.bits);
         let nulls = arg.logical_nulls();
+        if self.local {
+            self.apply_local(&bits, nulls.as_ref(), groups, filters, delta);
+            self.bits = bits;
+            return Ok(());
+        }
         let mut flips: Vec<BooleanBufferBuilder> = (0..k)
             .map(|_| {
                 let mut b = BooleanBufferBuilder::new(n);
@@ -442,6 +458,30 @@ impl DistinctAccumulator {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::apply`] in a local phase: each selected row added to the table, without the
+    /// inner aggregates.
+    fn apply_local(
+        &mut self,
+        bits: &[u64],
+        nulls: Option<&arrow_buffer::NullBuffer>,
+        groups: &[u32],
+        filters: &[Option<&BooleanBuffer>],
+        delta: i64,
+    ) {
+        let k = self.inners.len();
+        let unfiltered = filters.iter().all(Option::is_none);
+        for (r, &g) in groups.iter().enumerate() {
+            if nulls.is_some_and(|nb| nb.is_null(r)) {
+                continue;
+            }
+            let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
+            if !unfiltered && !(0..k).any(selected) {
+                continue;
+            }
+            self.add(g, bits[r], |i| selected(i).then_some(delta), |_, _, _| {});
+        }
     }
 
     /// Merges distinct states (as produced by [`Self::state`]) into `groups`, row by row, with

@@ -169,3 +169,61 @@ fn a_flush_orders_values_where_the_order_can_change_a_sum() {
     a.sort_unstable();
     assert_eq!(a, (0..100).collect::<Vec<i64>>());
 }
+
+/// A local phase's DISTINCT, which leaves its inner aggregates alone, flushes the same state
+/// as one that updates them: a global phase fed by either holds the same results and counters,
+/// with two aggregates (one FILTERed), retractions and NULLs, mini-batch after mini-batch.
+#[test]
+fn a_local_phase_without_inner_aggregates_flushes_the_same_state() {
+    let kinds = [AggregateKind::Count, AggregateKind::Count];
+    let new = || DistinctAccumulator::try_new(&DataType::Int64, &kinds, true).unwrap();
+    let (mut local, mut full) = (new(), new());
+    local.for_local_phase();
+    let (mut global, mut reference) = (new(), new());
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let groups = 4u32;
+    let all: Vec<u32> = (0..groups).collect();
+    for batch in 0..60 {
+        // Rarely repeated values, then few values (most rows fold away locally).
+        let range = if batch < 30 { 1_000_000 } else { 20 };
+        let n = 600;
+        let values: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|_| {
+            let v = rand() % range;
+            (v % 97 != 0).then_some(v as i64)
+        })));
+        let gids: Vec<u32> = (0..n)
+            .map(|_| (rand() % u64::from(groups)) as u32)
+            .collect();
+        let even = BooleanBuffer::collect_bool(n, |i| i % 2 == 0);
+        let delta = if batch % 7 == 3 { -1 } else { 1 };
+        let filters = [None, Some(&even)];
+        local
+            .apply(&values, &gids, &filters, groups as usize, delta)
+            .unwrap();
+        full.apply(&values, &gids, &filters, groups as usize, delta)
+            .unwrap();
+        global
+            .merge(&local.state(&all).unwrap(), &all, groups as usize)
+            .unwrap();
+        reference
+            .merge(&full.state(&all).unwrap(), &all, groups as usize)
+            .unwrap();
+        local.clear(groups as usize);
+        full.clear(groups as usize);
+        assert_eq!(
+            global.evaluate(&all).unwrap(),
+            reference.evaluate(&all).unwrap(),
+            "batch {batch}"
+        );
+        let (a, b) = (global.state(&all).unwrap(), reference.state(&all).unwrap());
+        for g in 0..groups as usize {
+            assert_eq!(counters(&a, g), counters(&b, g), "batch {batch}, group {g}");
+        }
+    }
+}
