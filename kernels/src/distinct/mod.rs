@@ -409,7 +409,15 @@ impl DistinctAccumulator {
         let bits = std::mem::take(&mut self.bits);
         let nulls = arg.logical_nulls();
         if self.local {
-            self.apply_local(&bits, nulls.as_ref(), groups, filters, delta);
+            // A local phase's inner aggregates are never read: the rows only count.
+            self.add_rows(
+                &bits,
+                nulls.as_ref(),
+                groups,
+                filters,
+                delta,
+                |_, _, _, _| {},
+            );
             self.bits = bits;
             return Ok(());
         }
@@ -421,29 +429,21 @@ impl DistinctAccumulator {
             })
             .collect();
         let mut any_flip = vec![false; k];
-        let unfiltered = filters.iter().all(Option::is_none);
-        for (r, &g) in groups.iter().enumerate() {
-            if nulls.as_ref().is_some_and(|nb| nb.is_null(r)) {
-                continue;
-            }
-            let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
-            if !unfiltered && !(0..k).any(selected) {
-                continue;
-            }
-            self.add(
-                g,
-                bits[r],
-                |i| selected(i).then_some(delta),
-                |i, before, after| {
-                    if (delta > 0 && before == 0 && after == 1)
-                        || (delta < 0 && before == 1 && after == 0)
-                    {
-                        flips[i].set_bit(r, true);
-                        any_flip[i] = true;
-                    }
-                },
-            );
-        }
+        self.add_rows(
+            &bits,
+            nulls.as_ref(),
+            groups,
+            filters,
+            delta,
+            |r, i, before, after| {
+                if (delta > 0 && before == 0 && after == 1)
+                    || (delta < 0 && before == 1 && after == 0)
+                {
+                    flips[i].set_bit(r, true);
+                    any_flip[i] = true;
+                }
+            },
+        );
         self.bits = bits;
         let arg_slice = std::slice::from_ref(arg);
         for (i, mut flip) in flips.into_iter().enumerate() {
@@ -460,15 +460,17 @@ impl DistinctAccumulator {
         Ok(())
     }
 
-    /// [`Self::apply`] in a local phase: each selected row added to the table, without the
-    /// inner aggregates.
-    fn apply_local(
+    /// Adds `delta` for each non-NULL row to the counters of the aggregates whose filters
+    /// select it; `seen(row, i, before, after)` hears of each change.
+    #[inline(always)]
+    fn add_rows(
         &mut self,
         bits: &[u64],
         nulls: Option<&arrow_buffer::NullBuffer>,
         groups: &[u32],
         filters: &[Option<&BooleanBuffer>],
         delta: i64,
+        mut seen: impl FnMut(usize, usize, i64, i64),
     ) {
         let k = self.inners.len();
         let unfiltered = filters.iter().all(Option::is_none);
@@ -480,7 +482,12 @@ impl DistinctAccumulator {
             if !unfiltered && !(0..k).any(selected) {
                 continue;
             }
-            self.add(g, bits[r], |i| selected(i).then_some(delta), |_, _, _| {});
+            self.add(
+                g,
+                bits[r],
+                |i| selected(i).then_some(delta),
+                |i, before, after| seen(r, i, before, after),
+            );
         }
     }
 
