@@ -18,16 +18,21 @@
 //!   `[u64; W]` per key;
 //! * anything else (decimals among several columns, more than four words): [`RowGroupValues`],
 //!   keys encoded with arrow-row.
+//!
+//! A split-distinct PARTIAL's local phase, whose keys end in bucket columns, takes a
+//! [`BucketedGroupValues`] instead (chosen by the planner, not by the types).
 
 use arrow_array::types::*;
 use arrow_schema::{ArrowError, DataType, TimeUnit};
 
+mod bucketed;
 mod bytes;
 mod packed;
 mod primitive;
 mod rows;
 mod table;
 
+pub use bucketed::{BucketedGroupValues, MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
 pub use bytes::BytesGroupValues;
 pub use packed::PackedGroupValues;
 pub use primitive::{NoKeyGroupValues, PrimitiveGroupValues};

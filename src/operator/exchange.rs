@@ -20,11 +20,27 @@ pub(crate) struct Routed {
     pub(crate) hashes: ScalarBuffer<u64>,
 }
 
-/// Rows after Calc, with each row's key hash.
+/// Rows after Calc, with each row's key hash (or none yet: [`Hashed::hash`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Hashed {
     pub(crate) cb: CalcBatch,
     pub(crate) hashes: ScalarBuffer<u64>,
+}
+
+impl Hashed {
+    /// The rows with their key hashes, computed here if they were left out (for a local phase
+    /// whose key table hashes its keys itself).
+    pub(crate) fn hash(self) -> Result<Hashed> {
+        if !self.hashes.is_empty() || self.cb.num_rows == 0 {
+            return Ok(self);
+        }
+        let mut hashes = vec![];
+        crate::operator::keyed::hash_keys(&self.cb.keys, self.cb.num_rows, &mut hashes)?;
+        Ok(Hashed {
+            cb: self.cb,
+            hashes: hashes.into(),
+        })
+    }
 }
 
 /// A slice after Calc: hashed (for a local phase, or for the exchange once its mini-batch is
@@ -56,7 +72,11 @@ impl Rows for Hashed {
     fn slice(&self, offset: usize, len: usize) -> Self {
         Hashed {
             cb: self.cb.slice(offset, len),
-            hashes: self.hashes.slice(offset, len),
+            hashes: if self.hashes.is_empty() {
+                ScalarBuffer::from(vec![])
+            } else {
+                self.hashes.slice(offset, len)
+            },
         }
     }
 }

@@ -18,9 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::{GroupValues, new_group_values};
+use tally_kernels::group_values::{
+    BucketedGroupValues, GroupValues, MAX_BUCKET_COLUMNS, new_group_values,
+};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -70,8 +72,22 @@ impl LocalGroupAggregate {
         let schema = accumulator_schema(&plan, &state);
         let count_star_column = state.count_rows_elsewhere();
         state.for_local_phase();
-        let groups = new_group_values(&plan.key_types)
-            .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        let groups = match plan.bucket_keys {
+            // A split PARTIAL's keys: its buckets found by position.
+            Some(b)
+                if b.columns <= MAX_BUCKET_COLUMNS
+                    && b.columns <= plan.key_types.len()
+                    && plan.key_types[plan.key_types.len() - b.columns..]
+                        .iter()
+                        .all(|t| t == &DataType::Int32) =>
+            {
+                let prefix = &plan.key_types[..plan.key_types.len() - b.columns];
+                BucketedGroupValues::try_new(prefix, b.columns, b.buckets)
+                    .map(|t| Box::new(t) as Box<dyn GroupValues>)
+            }
+            _ => new_group_values(&plan.key_types),
+        }
+        .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         Ok(Self {
             plan,
             groups,
@@ -126,7 +142,14 @@ impl LocalGroupAggregate {
         result
     }
 
-    /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash).
+    /// Whether [`LocalGroupAggregate::push_evaluated`] may be given rows without their key
+    /// hashes (its key table hashes the keys it keeps itself).
+    pub(crate) fn hashes_keys_itself(&self) -> bool {
+        self.groups.hashes_keys_itself()
+    }
+
+    /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash; none at
+    /// all where [`LocalGroupAggregate::hashes_keys_itself`]).
     pub(crate) fn push_evaluated(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
         let n = cb.num_rows;
         if n == 0 {

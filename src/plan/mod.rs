@@ -75,6 +75,19 @@ pub struct AggregatePlan {
     /// The input columns (by index) that may arrive as dictionaries of their (Utf8) values:
     /// those the [`Calc`] only keys by or compares with literals ([`ColumnUses`]).
     pub dictionary_columns: BTreeSet<usize>,
+    /// Set on a split-distinct PARTIAL: its last keys are bucket columns, which its local phase
+    /// interns by position ([`tally_kernels::group_values::BucketedGroupValues`]).
+    pub bucket_keys: Option<BucketKeys>,
+}
+
+/// The keys of a split-distinct PARTIAL aggregate: the query's keys, then `columns` Int32
+/// bucket columns of values in `0..buckets` (or NULL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketKeys {
+    /// How many of the last keys are buckets.
+    pub columns: usize,
+    /// The bucket count.
+    pub buckets: u32,
 }
 
 /// Checks that `got` has `want`'s column names and types (nullability may differ); the columns
@@ -309,6 +322,7 @@ impl AggregatePlan {
             .collect();
         Ok(Self {
             dictionary_columns,
+            bucket_keys: None,
             record_schema: Arc::clone(&input_schema),
             op_column: None,
             changelog,

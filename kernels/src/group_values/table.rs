@@ -22,6 +22,13 @@ pub trait GroupValues: Send + Sync + std::fmt::Debug {
     /// The number of groups interned so far.
     fn len(&self) -> usize;
 
+    /// Whether [`GroupValues::intern`] may be given no row hashes (an empty slice): the table
+    /// then hashes each new group's key itself, as [`crate::hash::hash_columns`] would, and the
+    /// caller saves hashing every row.
+    fn hashes_keys_itself(&self) -> bool {
+        false
+    }
+
     /// Whether no group has been interned.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -248,7 +248,12 @@ impl Source<'_> {
         let cb = self.plan.calc.evaluate(&batch)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
-        if batch
+        let local_hashes = self.local.as_ref().is_some_and(|l| l.hashes_keys_itself())
+            && !self.adaptive.m.bypassed;
+        if local_hashes {
+            // The local phase hashes the keys it keeps; the rows go unhashed (and are hashed
+            // in `take` if the local phase is bypassed meanwhile).
+        } else if batch
             .data
             .schema()
             .index_of(crate::plan::SET_ID_COLUMN)
@@ -297,7 +302,10 @@ impl Source<'_> {
                 self.epoch_folded += n;
             }
             _ => {
-                for (w, part) in route(rows, self.key_groups)?.into_iter().enumerate() {
+                for (w, part) in route(rows.hash()?, self.key_groups)?
+                    .into_iter()
+                    .enumerate()
+                {
                     if part.cb.num_rows > 0 {
                         self.routed[w].push(part);
                     }

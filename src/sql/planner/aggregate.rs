@@ -12,15 +12,17 @@ use crate::config::SPLIT_ENABLED;
 use crate::error::Result;
 use crate::operator::ParallelAggregate;
 use crate::pipeline::AggregateStage;
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, BucketKeys};
 use crate::sql::explain::{AggregateShape, aggregate_label, aggregate_nodes};
 
+/// Plans `agg` over `built` in its `role`; `bucket_keys` tells a split PARTIAL's bucket keys.
 pub(super) fn aggregate_on(
     ctx: &mut Ctx<'_>,
     agg: &datafusion_expr::logical_plan::Aggregate,
     mut built: Built,
     aliases: &HashMap<String, String>,
     role: Role,
+    bucket_keys: Option<BucketKeys>,
 ) -> Result<Built> {
     let agg_index = ctx.aggregates;
     ctx.aggregates += 1;
@@ -41,6 +43,7 @@ pub(super) fn aggregate_on(
         changelog,
     )?;
     plan.rename_output(Arc::new(agg.schema.as_arrow().clone()))?;
+    plan.bucket_keys = bucket_keys;
     // The resolved kind of each call (COUNT(*) or COUNT(x), MIN/MAX, …), for EXPLAIN.
     let kinds: Vec<AggregateKind> = plan.calls.iter().map(|c| c.kind).collect();
 

@@ -319,7 +319,7 @@ fn build_aggregate(
     if split && let Some(plan) = crate::sql::split::plan_split(agg, buckets)? {
         return split::build_split(ctx, agg, built, &aliases, plan, buckets, why);
     }
-    let built = aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole)?;
+    let built = aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole, None)?;
     if let Some(why) = why {
         let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
         let unsplittable = if split {

@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::explain::PlanNode;
 use crate::operator::IncrementalAggregate;
 use crate::pipeline::{ExpandStage, IncrementalStage};
+use crate::plan::BucketKeys;
 use crate::sql::explain::show;
 
 /// Plans the split-distinct rewrite of `agg` over `built` (see [`crate::sql::split`]): Calc with the
@@ -108,8 +109,26 @@ pub(super) fn build_split(
             String::new()
         }
     ));
-    let built = aggregate_on(ctx, &split.partial, built, &HashMap::new(), Role::Partial)?;
-    let mut built = aggregate_on(ctx, &split.final_agg, built, &HashMap::new(), Role::Final)?;
+    let bucket_keys = BucketKeys {
+        columns: split.buckets.len(),
+        buckets,
+    };
+    let built = aggregate_on(
+        ctx,
+        &split.partial,
+        built,
+        &HashMap::new(),
+        Role::Partial,
+        Some(bucket_keys),
+    )?;
+    let mut built = aggregate_on(
+        ctx,
+        &split.final_agg,
+        built,
+        &HashMap::new(),
+        Role::Final,
+        None,
+    )?;
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
     // Calc: back to the original columns (AVG from its parts).
     built.project(

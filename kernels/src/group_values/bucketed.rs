@@ -1,0 +1,422 @@
+//! The keys of a split-distinct PARTIAL aggregate: the query's own keys (the prefix), then one
+//! Int32 bucket column per bucketed DISTINCT argument.
+//!
+//! A split PARTIAL sees every input row once per group set of its Expand, each time with one
+//! bucket set (in `0..buckets`) and the others NULL, or all of them NULL. As packed words, each
+//! set's rows would be hashed and probed anew; here the prefix is interned once per input batch
+//! (the sets share its columns) and a key whose buckets are all NULL, or all but one, finds its
+//! group by position: a block per (prefix, set bucket) holds the group id of every bucket value.
+//! Any other key (several buckets set, a value outside `0..buckets`, or more blocks than
+//! [`MAX_BLOCK_ENTRIES`]) goes to a hash table; which of the two holds a key depends on the key
+//! alone (and on whether its block exists, which only a `clear` undoes), so no key is in both.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array};
+use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_schema::{ArrowError, DataType};
+use hashbrown::HashTable;
+
+use super::bytes::BytesGroupValues;
+use super::new_group_values;
+use super::table::{GroupValues, index_size, out_of_range};
+use crate::hash::{NULL_HASH, combine_hashes, random_state};
+
+/// No group (in a block) and no block (in `block_of`).
+const NONE: u32 = u32::MAX;
+
+/// The most bucket columns a table takes (a key's NULL flags fit a `u32`, its values a fixed
+/// array).
+pub const MAX_BUCKET_COLUMNS: usize = 8;
+
+/// The most block entries (group ids by position) a table holds until cleared: 4 MiB of them.
+/// Keys whose block would exceed it are hashed instead.
+pub const MAX_BLOCK_ENTRIES: usize = 1 << 20;
+
+/// Keys of prefix columns (any key types) followed by Int32 bucket columns.
+#[derive(Debug)]
+pub struct BucketedGroupValues {
+    /// The prefix's table.
+    prefix: Prefix,
+    prefix_columns: usize,
+    /// Bucket columns.
+    m: usize,
+    /// Bucket values `0..buckets` have their place in a block.
+    buckets: u32,
+    /// Per group: its prefix id, which buckets are set (bit j: column j), and the m values
+    /// (0 where NULL).
+    group_prefix: Vec<u32>,
+    group_set: Vec<u32>,
+    group_values: Vec<i32>,
+    /// Per group: the row hash it was interned with.
+    hashes: Vec<u64>,
+    /// Per (prefix, slot), at `prefix * (m + 1) + slot`: where its block starts in `blocks`.
+    /// Slot 0: every bucket NULL (a block of one); slot 1 + j: only bucket j set (a block of
+    /// `buckets`).
+    block_of: Vec<u32>,
+    blocks: Vec<u32>,
+    /// The keys not in blocks, by row hash.
+    map: HashTable<u32>,
+    /// The prefix columns interned last and their ids (the group sets of an Expand share them).
+    last_prefix: Vec<ArrayRef>,
+    prefix_ids: Vec<u32>,
+    prefix_hashes: Vec<u64>,
+    hasher: ahash::RandomState,
+}
+
+/// The table of a key's prefix columns.
+#[derive(Debug)]
+enum Prefix {
+    /// No prefix columns: every row has prefix 0.
+    None,
+    /// One string column, interned by runs (hashed only where a row differs from the one
+    /// before: a day costs a comparison per row).
+    Strings(BytesGroupValues),
+    /// Any other columns, hashed.
+    Keys(Box<dyn GroupValues>),
+}
+
+impl Prefix {
+    fn table(&self) -> Option<&dyn GroupValues> {
+        match self {
+            Prefix::None => None,
+            Prefix::Strings(t) => Some(t),
+            Prefix::Keys(t) => Some(t.as_ref()),
+        }
+    }
+}
+
+/// Which bucket columns of a batch are set: all rows, none, or it varies.
+#[derive(Clone, Copy, PartialEq)]
+enum Cover {
+    All,
+    None,
+    Some,
+}
+
+impl BucketedGroupValues {
+    /// A table for keys of `prefix` types followed by `bucket_columns` Int32 columns whose
+    /// values are mostly in `0..buckets`.
+    ///
+    /// # Errors
+    /// A prefix type that cannot be a key, no bucket column or more than
+    /// [`MAX_BUCKET_COLUMNS`], no buckets.
+    pub fn try_new(
+        prefix: &[DataType],
+        bucket_columns: usize,
+        buckets: u32,
+    ) -> Result<Self, ArrowError> {
+        if bucket_columns == 0 || bucket_columns > MAX_BUCKET_COLUMNS || buckets == 0 {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "bucketed keys need 1 to {MAX_BUCKET_COLUMNS} bucket columns and some buckets, got {bucket_columns} columns of {buckets} buckets"
+            )));
+        }
+        Ok(Self {
+            prefix: match prefix {
+                [] => Prefix::None,
+                [dt @ (DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)] => {
+                    Prefix::Strings(BytesGroupValues::new(dt.clone()))
+                }
+                _ => Prefix::Keys(new_group_values(prefix)?),
+            },
+            prefix_columns: prefix.len(),
+            m: bucket_columns,
+            buckets,
+            group_prefix: vec![],
+            group_set: vec![],
+            group_values: vec![],
+            hashes: vec![],
+            block_of: vec![],
+            blocks: vec![],
+            map: HashTable::new(),
+            last_prefix: vec![],
+            prefix_ids: vec![],
+            prefix_hashes: vec![],
+            hasher: random_state(),
+        })
+    }
+
+    /// Interns the prefix columns into `self.prefix_ids`, unless they are the very arrays
+    /// interned last (since the last `clear`).
+    fn intern_prefix(&mut self, cols: &[ArrayRef], n: usize) -> Result<(), ArrowError> {
+        if matches!(self.prefix, Prefix::None) {
+            self.prefix_ids.clear();
+            self.prefix_ids.resize(n, 0);
+            return Ok(());
+        }
+        let same = self.last_prefix.len() == cols.len()
+            && self.prefix_ids.len() == n
+            && self
+                .last_prefix
+                .iter()
+                .zip(cols)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if same {
+            return Ok(());
+        }
+        self.last_prefix.clear();
+        let by_runs = match &mut self.prefix {
+            Prefix::Strings(t) => t.intern_runs(&cols[0], &mut self.prefix_ids)?,
+            _ => false,
+        };
+        if !by_runs {
+            crate::hash::hash_columns(cols, &mut self.prefix_hashes)?;
+            match &mut self.prefix {
+                Prefix::Strings(t) => t.intern(cols, &self.prefix_hashes, &mut self.prefix_ids)?,
+                Prefix::Keys(t) => t.intern(cols, &self.prefix_hashes, &mut self.prefix_ids)?,
+                Prefix::None => {}
+            }
+        }
+        self.last_prefix.extend(cols.iter().cloned());
+        Ok(())
+    }
+
+    /// The block of `slot` under prefix `p`, made if there is room (None: there is not).
+    #[inline(always)]
+    fn block(&mut self, p: u32, slot: usize) -> Option<usize> {
+        let at = p as usize * (self.m + 1) + slot;
+        if at >= self.block_of.len() {
+            self.block_of.resize(at + 1, NONE);
+        }
+        match self.block_of[at] {
+            NONE => {
+                let width = if slot == 0 { 1 } else { self.buckets as usize };
+                if self.blocks.len() + width > MAX_BLOCK_ENTRIES {
+                    return None;
+                }
+                let start = self.blocks.len();
+                self.blocks.resize(start + width, NONE);
+                self.block_of[at] = start as u32;
+                Some(start)
+            }
+            start => Some(start as usize),
+        }
+    }
+
+    /// The hash [`crate::hash::hash_columns`] gives the key (p, set, values): the prefix's
+    /// hash with each bucket's folded in.
+    fn key_hash(&self, p: u32, set: u32, values: &[i32]) -> u64 {
+        let prefix = self.prefix.table().map(|t| t.hashes()[p as usize]);
+        let mut h = prefix;
+        for (j, &v) in values.iter().enumerate() {
+            let c = if set & (1 << j) != 0 {
+                self.hasher.hash_one(v)
+            } else {
+                NULL_HASH
+            };
+            h = Some(h.map_or(c, |a| combine_hashes(a, c)));
+        }
+        h.unwrap_or(0)
+    }
+
+    /// A new group of key (p, set, values) whose row hash is `h`.
+    fn push_group(&mut self, p: u32, set: u32, values: &[i32], h: u64) -> u32 {
+        let g = self.hashes.len() as u32;
+        self.group_prefix.push(p);
+        self.group_set.push(set);
+        self.group_values.extend_from_slice(values);
+        self.hashes.push(h);
+        g
+    }
+
+    /// The group of key (p, set, values) with row hash `h` (None: the table hashes the key
+    /// where it needs the hash), found or made.
+    #[inline(always)]
+    fn find(&mut self, p: u32, set: u32, values: &[i32], h: Option<u64>) -> u32 {
+        // Its place in a block, if it has one.
+        let slot = match set {
+            0 => Some((0, 0)),
+            s if s.is_power_of_two() => {
+                let j = s.trailing_zeros() as usize;
+                let v = values[j];
+                (v >= 0 && (v as u32) < self.buckets).then_some((1 + j, v as usize))
+            }
+            _ => None,
+        };
+        if let Some((slot, v)) = slot
+            && let Some(start) = self.block(p, slot)
+        {
+            let g = self.blocks[start + v];
+            if g != NONE {
+                return g;
+            }
+            let h = h.unwrap_or_else(|| self.key_hash(p, set, values));
+            let g = self.push_group(p, set, values, h);
+            self.blocks[start + v] = g;
+            return g;
+        }
+        let h = h.unwrap_or_else(|| self.key_hash(p, set, values));
+        let m = self.m;
+        let (gp, gs, gv) = (&self.group_prefix, &self.group_set, &self.group_values);
+        let eq = |g: &u32| {
+            let g = *g as usize;
+            gp[g] == p && gs[g] == set && gv[g * m..(g + 1) * m] == *values
+        };
+        if let Some(&g) = self.map.find(h, eq) {
+            return g;
+        }
+        let g = self.push_group(p, set, values, h);
+        let hashes = &self.hashes;
+        self.map.insert_unique(h, g, |&g| hashes[g as usize]);
+        g
+    }
+}
+
+impl GroupValues for BucketedGroupValues {
+    fn intern(
+        &mut self,
+        cols: &[ArrayRef],
+        hashes: &[u64],
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        let want = self.prefix_columns + self.m;
+        if cols.len() != want {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "expected {want} key columns, got {}",
+                cols.len()
+            )));
+        }
+        let n = cols[0].len();
+        if cols.iter().any(|c| c.len() != n) || !(hashes.is_empty() || hashes.len() == n) {
+            return Err(ArrowError::InvalidArgumentError(
+                "key columns and hashes differ in length".to_string(),
+            ));
+        }
+        // Row hashes given, or none (`hashes_keys_itself`).
+        let hash = |r: usize| hashes.get(r).copied();
+        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix_columns);
+        let mut buckets: Vec<&Int32Array> = Vec::with_capacity(self.m);
+        for (j, c) in bucket_cols.iter().enumerate() {
+            buckets.push(c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
+                ArrowError::InvalidArgumentError(format!(
+                    "bucket column {j} is {}, not Int32",
+                    c.data_type()
+                ))
+            })?);
+        }
+        self.intern_prefix(prefix_cols, n)?;
+        let prefix_ids = std::mem::take(&mut self.prefix_ids);
+        groups.clear();
+        groups.reserve(n);
+        let cover: Vec<Cover> = buckets
+            .iter()
+            .map(|b| match b.null_count() {
+                0 => Cover::All,
+                k if k == n => Cover::None,
+                _ => Cover::Some,
+            })
+            .collect();
+        let set_columns: Vec<usize> = (0..self.m).filter(|&j| cover[j] == Cover::All).collect();
+        let mut values = [0i32; MAX_BUCKET_COLUMNS];
+        let values = &mut values[..self.m];
+        if cover.iter().all(|&c| c != Cover::Some) && set_columns.len() <= 1 {
+            // Every row has the same buckets set (an Expand's group set): at most one value
+            // varies.
+            let set: u32 = set_columns.iter().map(|&j| 1u32 << j).sum();
+            match set_columns.first() {
+                None => {
+                    for (r, &p) in prefix_ids.iter().enumerate() {
+                        groups.push(self.find(p, 0, values, hash(r)));
+                    }
+                }
+                Some(&j) => {
+                    let column = buckets[j].values();
+                    for (r, (&p, &v)) in prefix_ids.iter().zip(column.iter()).enumerate() {
+                        values[j] = v;
+                        groups.push(self.find(p, set, values, hash(r)));
+                    }
+                }
+            }
+        } else {
+            for (r, &p) in prefix_ids.iter().enumerate() {
+                let mut set = 0u32;
+                for (j, b) in buckets.iter().enumerate() {
+                    if b.is_valid(r) {
+                        set |= 1 << j;
+                        values[j] = b.value(r);
+                    } else {
+                        values[j] = 0;
+                    }
+                }
+                groups.push(self.find(p, set, values, hash(r)));
+            }
+        }
+        self.prefix_ids = prefix_ids;
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn hashes_keys_itself(&self) -> bool {
+        true
+    }
+
+    fn size(&self) -> usize {
+        index_size(&self.map, &self.hashes)
+            + self.prefix.table().map_or(0, GroupValues::size)
+            + (self.group_prefix.capacity() + self.group_set.capacity()) * 4
+            + self.group_values.capacity() * 4
+            + (self.block_of.capacity() + self.blocks.capacity()) * 4
+            + (self.prefix_ids.capacity() * 4 + self.prefix_hashes.capacity() * 8)
+    }
+
+    fn clear(&mut self) {
+        match &mut self.prefix {
+            Prefix::None => {}
+            Prefix::Strings(t) => t.clear(),
+            Prefix::Keys(t) => t.clear(),
+        }
+        self.group_prefix.clear();
+        self.group_set.clear();
+        self.group_values.clear();
+        self.hashes.clear();
+        self.block_of.clear();
+        self.blocks.clear();
+        self.map.clear();
+        // The prefix ids of the last columns are gone with the prefix table.
+        self.last_prefix.clear();
+        self.prefix_ids.clear();
+    }
+
+    fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.hashes.len()) {
+            return Err(out_of_range(g));
+        }
+        let mut cols = match self.prefix.table() {
+            Some(table) => {
+                let ids: Vec<u32> = groups
+                    .iter()
+                    .map(|&g| self.group_prefix[g as usize])
+                    .collect();
+                table.keys(&ids)?
+            }
+            None => vec![],
+        };
+        for j in 0..self.m {
+            let set = BooleanBuffer::collect_bool(groups.len(), |i| {
+                self.group_set[groups[i] as usize] & (1 << j) != 0
+            });
+            let nulls = NullBuffer::new(set);
+            let values: Vec<i32> = groups
+                .iter()
+                .map(|&g| self.group_values[g as usize * self.m + j])
+                .collect();
+            cols.push(Arc::new(Int32Array::new(
+                values.into(),
+                (nulls.null_count() > 0).then_some(nulls),
+            )));
+        }
+        Ok(cols)
+    }
+}
+
+#[cfg(test)]
+mod tests;
