@@ -1004,7 +1004,14 @@ fn check_interning(tys: &[Ty], seed: u64) {
         let (vals, arrays) = random_keys(tys, &mut rng);
         let n = arrays[0].len();
         hash_columns(&arrays, &mut hashes).unwrap();
-        table.intern(&arrays, &hashes, &mut groups).unwrap();
+        // A table that hashes its keys itself is given no row hashes every other batch: its
+        // groups and their hashes are the same.
+        let given: &[u64] = if table.hashes_keys_itself() && b % 2 == 1 {
+            &[]
+        } else {
+            &hashes
+        };
+        table.intern(&arrays, given, &mut groups).unwrap();
         assert_eq!(groups.len(), n, "{ctx}: one id per row");
         assert_eq!(
             table.hashes().len(),

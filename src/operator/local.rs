@@ -135,6 +135,9 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         let cb = self.plan.calc.evaluate(changes)?;
+        if self.hashes_keys_itself() {
+            return self.push_evaluated(&cb, &[]);
+        }
         let mut hashes = std::mem::take(&mut self.hashes);
         let result =
             hash_keys(&cb.keys, n, &mut hashes).and_then(|()| self.push_evaluated(&cb, &hashes));

@@ -159,10 +159,12 @@ impl BytesGroupValues {
         }
     }
 
+    /// Interns a dictionary column; `hash(row, value)` is the hash of the row's value (the
+    /// caller's row hash, or the value hashed here).
     fn intern_dictionary<K: ArrowDictionaryKeyType>(
         &mut self,
         dict: &DictionaryArray<K>,
-        hashes: &[u64],
+        hash: impl Fn(usize, &[u8]) -> u64,
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
         let values = dict.values();
@@ -172,17 +174,17 @@ impl BytesGroupValues {
             return match values.data_type() {
                 DataType::Utf8 => {
                     let a = values.as_string::<i32>();
-                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), &hash, groups);
                     Ok(())
                 }
                 DataType::LargeUtf8 => {
                     let a = values.as_string::<i64>();
-                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), &hash, groups);
                     Ok(())
                 }
                 DataType::Utf8View => {
                     let a = values.as_string_view();
-                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), hashes, groups);
+                    self.intern_dictionary_rows(dict, |k| a.value(k).as_bytes(), &hash, groups);
                     Ok(())
                 }
                 other => Err(ArrowError::InvalidArgumentError(format!(
@@ -217,7 +219,8 @@ impl BytesGroupValues {
                 cache[k] = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
                     self.null_group()
                 } else {
-                    self.intern_one(string_at(k), hashes[i])
+                    let v = string_at(k);
+                    self.intern_one(v, hash(i, v))
                 };
             }
         }
@@ -237,13 +240,46 @@ impl BytesGroupValues {
 }
 
 impl BytesGroupValues {
+    /// [`Self::intern_dictionary`] of a dictionary column of any key type.
+    fn intern_dictionary_any(
+        &mut self,
+        col: &ArrayRef,
+        hash: impl Fn(usize, &[u8]) -> u64,
+        groups: &mut Vec<u32>,
+    ) -> Result<(), ArrowError> {
+        let DataType::Dictionary(k, _) = col.data_type() else {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "unexpected key type {}",
+                col.data_type()
+            )));
+        };
+        macro_rules! dict {
+            ($t:ty) => {
+                self.intern_dictionary(col.as_dictionary::<$t>(), hash, groups)
+            };
+        }
+        match k.as_ref() {
+            DataType::Int8 => dict!(Int8Type),
+            DataType::Int16 => dict!(Int16Type),
+            DataType::Int32 => dict!(Int32Type),
+            DataType::Int64 => dict!(Int64Type),
+            DataType::UInt8 => dict!(UInt8Type),
+            DataType::UInt16 => dict!(UInt16Type),
+            DataType::UInt32 => dict!(UInt32Type),
+            DataType::UInt64 => dict!(UInt64Type),
+            other => Err(ArrowError::InvalidArgumentError(format!(
+                "unexpected dictionary key type {other}"
+            ))),
+        }
+    }
+
     /// Interns each row of `dict` by the value its key points at (`value(key)`), without a
     /// cache over the dictionary's values.
     fn intern_dictionary_rows<'a, K: ArrowDictionaryKeyType>(
         &mut self,
         dict: &DictionaryArray<K>,
         value: impl Fn(usize) -> &'a [u8],
-        hashes: &[u64],
+        hash: impl Fn(usize, &[u8]) -> u64,
         groups: &mut Vec<u32>,
     ) {
         let value_nulls = dict.values().logical_nulls();
@@ -256,7 +292,8 @@ impl BytesGroupValues {
             groups.push(if null {
                 self.null_group()
             } else {
-                self.intern_one(value(k), hashes[i])
+                let v = value(k);
+                self.intern_one(v, hash(i, v))
             });
         }
     }
@@ -296,6 +333,21 @@ impl GroupValues for BytesGroupValues {
         hashes: &[u64],
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
+        if hashes.is_empty()
+            && let [col] = cols
+            && !col.is_empty()
+        {
+            // No row hashes (`hashes_keys_itself`): plain strings by runs, a dictionary by its
+            // values, each hashed here where it is looked up.
+            if self.intern_runs(col, groups)? {
+                return Ok(());
+            }
+            groups.clear();
+            groups.reserve(col.len());
+            let rs = crate::hash::random_state();
+            let hash = |_: usize, v: &[u8]| crate::hash::hash_bytes(&rs, v);
+            return self.intern_dictionary_any(col, hash, groups);
+        }
         let n = check_len(cols, hashes, 1)?;
         groups.clear();
         groups.reserve(n);
@@ -313,27 +365,8 @@ impl GroupValues for BytesGroupValues {
                 let a = col.as_string_view();
                 self.intern_strings(n, a.nulls(), |i| a.value(i).as_bytes(), hashes, groups);
             }
-            DataType::Dictionary(k, _) => {
-                macro_rules! dict {
-                    ($t:ty) => {
-                        self.intern_dictionary(col.as_dictionary::<$t>(), hashes, groups)?
-                    };
-                }
-                match k.as_ref() {
-                    DataType::Int8 => dict!(Int8Type),
-                    DataType::Int16 => dict!(Int16Type),
-                    DataType::Int32 => dict!(Int32Type),
-                    DataType::Int64 => dict!(Int64Type),
-                    DataType::UInt8 => dict!(UInt8Type),
-                    DataType::UInt16 => dict!(UInt16Type),
-                    DataType::UInt32 => dict!(UInt32Type),
-                    DataType::UInt64 => dict!(UInt64Type),
-                    other => {
-                        return Err(ArrowError::InvalidArgumentError(format!(
-                            "unexpected dictionary key type {other}"
-                        )));
-                    }
-                }
+            DataType::Dictionary(_, _) => {
+                self.intern_dictionary_any(col, |i, _| hashes[i], groups)?;
             }
             other => {
                 return Err(ArrowError::InvalidArgumentError(format!(
@@ -342,6 +375,10 @@ impl GroupValues for BytesGroupValues {
             }
         }
         Ok(())
+    }
+
+    fn hashes_keys_itself(&self) -> bool {
+        true
     }
 
     fn len(&self) -> usize {
