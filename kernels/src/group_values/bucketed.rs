@@ -317,15 +317,40 @@ impl GroupValues for BucketedGroupValues {
             let set: u32 = set_columns.iter().map(|&j| 1u32 << j).sum();
             match set_columns.first() {
                 None => {
+                    // Every bucket NULL: one group per prefix, the last one's kept for runs.
+                    let mut last: Option<(u32, u32)> = None;
                     for (r, &p) in prefix_ids.iter().enumerate() {
-                        groups.push(self.find(p, 0, values, hash(r)));
+                        let g = match last {
+                            Some((lp, g)) if lp == p => g,
+                            _ => self.find(p, 0, values, hash(r)),
+                        };
+                        last = Some((p, g));
+                        groups.push(g);
                     }
                 }
                 Some(&j) => {
                     let column = buckets[j].values();
+                    // The block of the prefix of the row before, while the prefix stays (a run
+                    // of one day): a row in it costs a load.
+                    let mut run: Option<(u32, usize)> = None;
                     for (r, (&p, &v)) in prefix_ids.iter().zip(column.iter()).enumerate() {
+                        if let Some((rp, start)) = run
+                            && rp == p
+                            && v >= 0
+                            && (v as u32) < self.buckets
+                        {
+                            let g = self.blocks[start + v as usize];
+                            if g != NONE {
+                                groups.push(g);
+                                continue;
+                            }
+                        }
                         values[j] = v;
                         groups.push(self.find(p, set, values, hash(r)));
+                        run = self
+                            .block_of
+                            .get(p as usize * (self.m + 1) + 1 + j)
+                            .and_then(|&start| (start != NONE).then_some((p, start as usize)));
                     }
                 }
             }

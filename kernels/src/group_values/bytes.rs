@@ -64,7 +64,7 @@ impl BytesGroupValues {
             &mut keys,
             |(bytes, offsets), g| {
                 let g = g as usize;
-                &bytes[offsets[g]..offsets[g + 1]] == v && Some(g as u32) != null_group
+                same_bytes(&bytes[offsets[g]..offsets[g + 1]], v) && Some(g as u32) != null_group
             },
             |(bytes, offsets)| {
                 bytes.extend_from_slice(v);
@@ -91,7 +91,7 @@ impl BytesGroupValues {
             } else {
                 let v = value(i);
                 match last {
-                    Some((lh, lv, g)) if lh == h && lv == v => g,
+                    Some((lh, lv, g)) if lh == h && same_bytes(lv, v) => g,
                     _ => {
                         let g = self.intern_one(v, h);
                         last = Some((h, v, g));
@@ -148,7 +148,7 @@ impl BytesGroupValues {
         for i in 0..len {
             let v = (!nulls.is_some_and(|n| n.is_null(i))).then(|| value(i));
             let g = match last {
-                Some((lv, g)) if lv == v => g,
+                Some((lv, g)) if same_value(lv, v) => g,
                 _ => match v {
                     None => self.null_group(),
                     Some(v) => self.intern_one(v, crate::hash::hash_bytes(&rs, v)),
@@ -236,6 +236,33 @@ impl BytesGroupValues {
         }
         self.dict_cache = cache;
         Ok(())
+    }
+}
+
+/// Whether two values (None: NULL) are the same: short strings, as keys mostly are (a day, a
+/// code), by two overlapping word loads each instead of a call to `memcmp`.
+#[inline(always)]
+fn same_value(a: Option<&[u8]>, b: Option<&[u8]>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same_bytes(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Whether two byte strings are equal (see [`same_value`]).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+    match n {
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        _ => a == b,
     }
 }
 
@@ -436,5 +463,32 @@ impl GroupValues for BytesGroupValues {
             arrow_cast::cast(&arr, &self.data_type)?
         };
         Ok(vec![out])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pair of lengths up to 40 and a difference at each position: equal exactly when the
+    /// bytes are.
+    #[test]
+    fn same_bytes_is_byte_equality() {
+        let base: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        for n in 0..=40 {
+            let a = &base[..n];
+            assert!(same_bytes(a, a));
+            for m in 0..=40 {
+                assert_eq!(same_bytes(a, &base[..m]), n == m, "{n} vs {m}");
+            }
+            for at in 0..n {
+                let mut b = a.to_vec();
+                b[at] ^= 1;
+                assert!(!same_bytes(a, &b), "length {n}, byte {at}");
+            }
+        }
+        assert!(same_value(None, None));
+        assert!(!same_value(None, Some(b"")));
+        assert!(same_value(Some(b"2015-07-15"), Some(b"2015-07-15")));
     }
 }
