@@ -115,6 +115,14 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) -> Result<bool, ArrowError> {
         match col.data_type() {
+            DataType::Utf8 if col.null_count() == 0 => {
+                let a = col.as_string::<i32>();
+                self.intern_offsets_by_runs(a.value_offsets(), a.value_data(), groups);
+            }
+            DataType::LargeUtf8 if col.null_count() == 0 => {
+                let a = col.as_string::<i64>();
+                self.intern_offsets_by_runs(a.value_offsets(), a.value_data(), groups);
+            }
             DataType::Utf8 => {
                 let a = col.as_string::<i32>();
                 self.intern_by_runs(a.len(), a.nulls(), |i| a.value(i).as_bytes(), groups);
@@ -130,6 +138,31 @@ impl BytesGroupValues {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// [`Self::intern_by_runs`] of strings without NULLs, read straight from their offsets.
+    fn intern_offsets_by_runs<O: ArrowNativeType>(
+        &mut self,
+        offsets: &[O],
+        data: &[u8],
+        groups: &mut Vec<u32>,
+    ) {
+        let rs = crate::hash::random_state();
+        groups.clear();
+        groups.reserve(offsets.len().saturating_sub(1));
+        let mut last: Option<(&[u8], u32)> = None;
+        for w in offsets.windows(2) {
+            let v = &data[w[0].as_usize()..w[1].as_usize()];
+            let g = match last {
+                Some((lv, g)) if same_bytes(lv, v) => g,
+                _ => {
+                    let g = self.intern_one(v, crate::hash::hash_bytes(&rs, v));
+                    last = Some((v, g));
+                    g
+                }
+            };
+            groups.push(g);
+        }
     }
 
     fn intern_by_runs<'a>(
