@@ -18,18 +18,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::{
-    BucketedGroupValues, GroupValues, MAX_BUCKET_COLUMNS, new_group_values,
-};
+use tally_kernels::group_values::GroupValues;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::exchange::partition;
 use crate::operator::key_groups::KeyGroups;
-use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed};
+use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed, key_table};
 use crate::plan::{AggregatePlan, CalcBatch};
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
@@ -72,22 +70,7 @@ impl LocalGroupAggregate {
         let schema = accumulator_schema(&plan, &state);
         let count_star_column = state.count_rows_elsewhere();
         state.for_local_phase();
-        let groups = match plan.bucket_keys {
-            // A split PARTIAL's keys: its buckets found by position.
-            Some(b)
-                if b.columns <= MAX_BUCKET_COLUMNS
-                    && b.columns <= plan.key_types.len()
-                    && plan.key_types[plan.key_types.len() - b.columns..]
-                        .iter()
-                        .all(|t| t == &DataType::Int32) =>
-            {
-                let prefix = &plan.key_types[..plan.key_types.len() - b.columns];
-                BucketedGroupValues::try_new(prefix, b.columns, b.buckets)
-                    .map(|t| Box::new(t) as Box<dyn GroupValues>)
-            }
-            _ => new_group_values(&plan.key_types),
-        }
-        .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        let groups = key_table(&plan)?;
         Ok(Self {
             plan,
             groups,
