@@ -3,12 +3,14 @@
 //!
 //! A split PARTIAL sees every input row once per group set of its Expand, each time with one
 //! bucket set (in `0..buckets`) and the others NULL, or all of them NULL. As packed words, each
-//! set's rows would be hashed and probed anew; here the prefix is interned once per input batch
-//! (the sets share its columns) and a key whose buckets are all NULL, or all but one, finds its
-//! group by position: a block per (prefix, set bucket) holds the group id of every bucket value.
-//! Any other key (several buckets set, a value outside `0..buckets`, or more blocks than
-//! [`MAX_BLOCK_ENTRIES`]) goes to a hash table; which of the two holds a key depends on the key
-//! alone (and on whether its block exists, which only a `clear` undoes), so no key is in both.
+//! set's rows would be hashed and probed anew; here the prefix is interned once for the sets
+//! that share its columns (a string by runs), and a key whose buckets are all NULL, or all but
+//! one, finds its group by position: a block per (prefix, set bucket) holds the group id of every
+//! bucket value. Any other key (several buckets set, a value outside `0..buckets`, or more
+//! blocks than [`MAX_BLOCK_ENTRIES`]) goes to a hash table; which of the two holds a key depends
+//! on the key alone (and on whether its block exists, which only a `clear` undoes), so no key is
+//! in both. The table hashes only the keys it keeps (the prefix's hash with the buckets' folded
+//! in, as [`crate::hash::hash_columns`] would), so its caller need not hash the rows.
 
 use std::sync::Arc;
 

@@ -248,21 +248,22 @@ impl Source<'_> {
         let cb = self.plan.calc.evaluate(&batch)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
+        // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
+        // are hashed in `take` if the local phase is bypassed meanwhile).
         let local_hashes = self.local.as_ref().is_some_and(|l| l.hashes_keys_itself())
             && !self.adaptive.m.bypassed;
-        if local_hashes {
-            // The local phase hashes the keys it keeps; the rows go unhashed (and are hashed
-            // in `take` if the local phase is bypassed meanwhile).
-        } else if batch
-            .data
-            .schema()
-            .index_of(crate::plan::SET_ID_COLUMN)
-            .is_ok()
-        {
-            // A group set's batch of an Expand: the sets share their first key column.
-            hash_keys_reusing(&cb.keys, n, &mut self.first_key, &mut hashes)?;
-        } else {
-            hash_keys(&cb.keys, n, &mut hashes)?;
+        if !local_hashes {
+            if batch
+                .data
+                .schema()
+                .index_of(crate::plan::SET_ID_COLUMN)
+                .is_ok()
+            {
+                // A group set's batch of an Expand: the sets share their first key column.
+                hash_keys_reusing(&cb.keys, n, &mut self.first_key, &mut hashes)?;
+            } else {
+                hash_keys(&cb.keys, n, &mut hashes)?;
+            }
         }
         let hashed = Hashed {
             cb,
