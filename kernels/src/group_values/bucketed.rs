@@ -23,7 +23,7 @@ use hashbrown::HashTable;
 
 use super::bytes::BytesGroupValues;
 use super::new_group_values;
-use super::table::{GroupValues, index_size, out_of_range};
+use super::table::{GroupValues, check_ids, index_size};
 use crate::hash::{NULL_HASH, combine_hashes, random_state};
 
 /// No group (in a block) and no block (in `block_of`).
@@ -414,9 +414,7 @@ impl GroupValues for BucketedGroupValues {
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.hashes.len()) {
-            return Err(out_of_range(g));
-        }
+        check_ids(groups, self.hashes.len())?;
         let mut cols = match self.prefix.table() {
             Some(table) => {
                 let ids: Vec<u32> = groups

@@ -10,7 +10,7 @@ use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
 use super::bytes::BytesGroupValues;
-use super::table::{GroupValues, check_len, find_or_insert, index_size, out_of_range};
+use super::table::{GroupValues, check_ids, check_len, find_or_insert, index_size};
 use crate::bits::with_bits_type;
 
 /// A bit position in a packed key: a word and the shift inside it.
@@ -352,9 +352,7 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.keys.len()) {
-            return Err(out_of_range(g));
-        }
+        check_ids(groups, self.keys.len())?;
         (0..self.types.len())
             .map(|c| self.column(c, groups))
             .collect()

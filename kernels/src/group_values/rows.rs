@@ -6,7 +6,7 @@ use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
 use super::table::{
-    GroupValues, check_len, find_or_insert, index_size, key_type_supported, out_of_range,
+    GroupValues, check_ids, check_len, find_or_insert, index_size, key_type_supported,
 };
 
 /// Any key columns, encoded with arrow-row into comparable byte rows.
@@ -115,9 +115,7 @@ impl GroupValues for RowGroupValues {
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        if let Some(&g) = groups.iter().find(|&&g| g as usize >= self.hashes.len()) {
-            return Err(out_of_range(g));
-        }
+        check_ids(groups, self.hashes.len())?;
         let cols = self
             .converter
             .convert_rows(groups.iter().map(|&g| self.rows.row(g as usize)))?;

@@ -105,6 +105,15 @@ pub(crate) fn out_of_range(g: u32) -> ArrowError {
     ArrowError::InvalidArgumentError(format!("group id {g} out of range"))
 }
 
+/// The error of [`GroupValues::keys`] for the first of `groups` that is not below `len`, the
+/// table's group count.
+pub(crate) fn check_ids(groups: &[u32], len: usize) -> Result<(), ArrowError> {
+    match groups.iter().find(|&&g| g as usize >= len) {
+        Some(&g) => Err(out_of_range(g)),
+        None => Ok(()),
+    }
+}
+
 /// The group of a key whose hash is `h`: the one `eq` recognizes in `keys` among the groups of
 /// that hash, or a new group (numbered by `hashes`, whose entry it appends) whose key `store`
 /// adds to `keys`. The find-or-insert step of every key table.
