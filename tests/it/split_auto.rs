@@ -107,6 +107,26 @@ fn a_hot_key_splits_where_its_worker_would_be_overloaded() {
     assert!(!err.contains("has no effect"), "{err}");
 }
 
+/// With two DISTINCT arguments the Expand triples the PARTIAL's rows (a set per argument and
+/// one for COUNT(*)): the same hot key splits only where its worker would do 6x a fair share.
+#[test]
+fn an_expand_raises_the_bar() {
+    let dir = scratch("expand");
+    let path = dir.join("t.csv");
+    write_rows(&path, 4000, 60);
+    let two = "EXPLAIN SELECT k, COUNT(DISTINCT u) AS users, COUNT(DISTINCT u % 7) AS sevens, \
+               COUNT(*) AS n FROM t GROUP BY k;";
+    let (plan, _) = run(&["-e", &script(&path, 4, "", two)]);
+    assert!(
+        plan.contains("2.40x a fair share at P = 4 (split pays from 6x here: its Expand feeds the PARTIAL 3 copies of every row)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("partialFinalType=[PARTIAL]"), "{plan}");
+    let (plan, _) = run(&["-e", &script(&path, 12, "", two)]);
+    assert!(plan.contains("split into 128 buckets"), "{plan}");
+    assert!(plan.contains("partialFinalType=[PARTIAL]"), "{plan}");
+}
+
 #[test]
 fn even_keys_do_not_split() {
     let dir = scratch("even");
