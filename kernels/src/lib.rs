@@ -44,3 +44,5 @@ pub mod group_values;
 pub mod hash;
 pub mod min_max;
 pub mod numeric;
+#[cfg(test)]
+mod test_rng;

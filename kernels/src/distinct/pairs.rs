@@ -130,13 +130,8 @@ mod tests {
     /// Random inserts, finds and removes against a map, through growth.
     #[test]
     fn the_table_holds_what_a_map_holds() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = crate::test_rng::XorShift(0x2545_f491_4f6c_dd1du64);
+        let mut rand = move || rng.next();
         let mut table = PairTable::default();
         let mut model: HashMap<(u32, u64), i32> = HashMap::new();
         for step in 0..60_000u32 {

@@ -180,13 +180,8 @@ fn a_local_phase_without_inner_aggregates_flushes_the_same_state() {
     let (mut local, mut full) = (new(), new());
     local.for_local_phase();
     let (mut global, mut reference) = (new(), new());
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rand = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15u64);
+    let mut rand = move || rng.next();
     let groups = 4u32;
     let all: Vec<u32> = (0..groups).collect();
     for batch in 0..60 {

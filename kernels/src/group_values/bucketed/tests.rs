@@ -1,20 +1,7 @@
 use super::*;
 use arrow_array::StringArray;
 
-/// A xorshift generator: seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_rng::XorShift as Rng;
 
 /// How a batch's bucket columns are filled.
 #[derive(Clone, Copy, Debug)]
