@@ -10,19 +10,20 @@
 //!
 //! NULL values are skipped: every inner function ignores NULLs, so they cannot change a result.
 //!
-//! One table per argument ([`pairs`]) holds a 16-byte entry per live (group, value) pair: the
-//! value's 64 bits, the group's id in the table and a 32-bit counter (with several sharing
-//! aggregates, the index of their 64-bit counters; a counter that outgrows 32 bits moves to a
-//! side map). The 64 bits are a primitive value's own bits or, for other types (strings, say),
-//! the id the value was interned under once ([`crate::group_values`]). A row of a primitive
-//! argument so costs one probe of one table, whose entry holds everything the row updates. An
-//! emptied group's pairs are dropped in O(1) by giving the group a fresh id; the pairs left
-//! under old ids are purged once they are half the table.
+//! One table per argument ([`pairs`]) holds an entry per live (group, value) pair: the value's
+//! 64 bits, the group's id in the table and, as the input calls for ([`Pairs`]), a 32-bit counter
+//! (16 bytes). With retractions the counter is the aggregate's own (a counter that outgrows 32
+//! bits moves to a side map) or, with several sharing aggregates, the index of their 64-bit
+//! counters. Insert-only input needs no counts, since a counter only ever grows: the 32 bits flag
+//! which of several aggregates have seen the pair, and with one aggregate the entry has no
+//! counter at all (12 bytes). The 64 bits are a primitive value's own bits or, for other types
+//! (strings, say), the id the value was interned under once ([`crate::group_values`]). A row of
+//! a primitive argument so costs one probe of one table, whose entry holds everything the row
+//! updates. An emptied group's pairs are dropped in O(1) by giving the group a fresh id; the
+//! pairs left under old ids are purged once they are half the table.
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::{ArrowError, DataType};
@@ -38,13 +39,10 @@ mod pairs;
 mod state;
 
 use bits::{bits_type, to_bits};
-use pairs::{Pair, PairTable, pair_hash};
+use pairs::{Bare, MAX_FLAGGED, Pair, PairTable, Pairs, SPILLED, count_at, pair_hash, set_count};
 
 /// No group has this id: the top of the id space, below which fresh ids are counted down.
 const NO_ID: u32 = u32::MAX;
-
-/// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
-const SPILLED: i32 = i32::MIN;
 
 /// Pairs under old ids are purged once they are at least this many (and half the table).
 const PURGE_MIN_STALE: usize = 4096;
@@ -67,7 +65,7 @@ enum Values {
 pub struct DistinctAccumulator {
     arg_type: DataType,
     values: Values,
-    table: PairTable,
+    pairs: Pairs,
     /// Each group's id in the table: its own number until it is emptied, then a fresh id,
     /// counted down from the top of the id space.
     ids: Vec<u32>,
@@ -90,6 +88,9 @@ pub struct DistinctAccumulator {
     order_matters: bool,
     /// Scratch: the values of the batch at hand as entry bits.
     bits: Vec<u64>,
+    /// Scratch: per row of the batch at hand, the aggregates that take it (bit `i`: aggregate
+    /// `i`'s FILTER selects it and its value is not NULL; in a merge, its counter is past 0).
+    selected: Vec<u32>,
     /// Whether this is a local phase's, whose inner aggregates are never read
     /// ([`Self::for_local_phase`]).
     local: bool,
@@ -99,7 +100,7 @@ impl std::fmt::Debug for DistinctAccumulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DistinctAccumulator")
             .field("arg_type", &self.arg_type)
-            .field("entries", &self.table.len())
+            .field("entries", &self.pairs.len())
             .field("inners", &self.inners)
             .finish()
     }
@@ -111,8 +112,9 @@ fn owner(owners: &[u32], id: u32) -> u32 {
 }
 
 impl DistinctAccumulator {
-    /// DISTINCT aggregates `kinds` over one argument of type `arg_type`. `retractable` as in
-    /// [`new_accumulator`].
+    /// DISTINCT aggregates `kinds` over one argument of type `arg_type`. `retractable`: whether
+    /// the input may retract (as in [`new_accumulator`]); without it the pairs need no counts
+    /// ([`Pairs`]) and a retraction is an error.
     ///
     /// # Errors
     /// When the type cannot be a distinct key or an inner function does not accept it.
@@ -142,7 +144,13 @@ impl DistinctAccumulator {
         Ok(Self {
             arg_type: arg_type.clone(),
             values,
-            table: PairTable::default(),
+            pairs: if retractable || kinds.len() > MAX_FLAGGED {
+                Pairs::Counted(PairTable::default())
+            } else if kinds.len() == 1 {
+                Pairs::Bare(PairTable::default())
+            } else {
+                Pairs::Flagged(PairTable::default())
+            },
             ids: vec![],
             owners: vec![],
             pairs_of: vec![],
@@ -159,6 +167,7 @@ impl DistinctAccumulator {
                     )
                 }),
             bits: vec![],
+            selected: vec![],
             local: false,
         })
     }
@@ -216,59 +225,86 @@ impl DistinctAccumulator {
         (self.ids.get(g as usize) == Some(&id)).then_some(g)
     }
 
-    /// The counter of one aggregate held in bucket `at` by the pair (id, value).
-    #[inline(always)]
-    fn count_at(&self, at: usize, id: u32, value: u64) -> i64 {
-        match self.table.get(at).count {
-            SPILLED => self.wide[&(id, value)],
-            c => i64::from(c),
+    /// What a listed pair's counter stands for: one aggregate's count (a bare pair's: 1), with
+    /// several the index of their counters or their flags ([`Self::listed_count`] reads it).
+    fn counter_of(&self, id: u32, value: u64, count: i32) -> i64 {
+        match (&self.pairs, self.inners.len(), count) {
+            (Pairs::Counted(_), 1, SPILLED) => self.wide[&(id, value)],
+            (Pairs::Counted(_) | Pairs::Bare(_), 1, c) => i64::from(c),
+            (_, _, c) => i64::from(c as u32),
         }
     }
 
-    /// Sets one aggregate's counter of the pair (id, value) in bucket `at`.
-    #[inline(always)]
-    fn set_count(&mut self, at: usize, id: u32, value: u64, count: i64) {
-        let slot = self.table.count_mut(at);
-        match i32::try_from(count) {
-            Ok(c) if c != SPILLED => {
-                if *slot == SPILLED {
-                    self.wide.remove(&(id, value));
-                }
-                *slot = c;
-            }
-            _ => {
-                *slot = SPILLED;
-                self.wide.insert((id, value), count);
-            }
-        }
-    }
-
-    /// The counter a listed pair holds: one aggregate's count, or with several the index of
-    /// their counters.
-    fn counter_of(&self, s: &Pair) -> i64 {
-        match (self.inners.len(), s.count) {
-            (1, SPILLED) => self.wide[&(s.id, s.value)],
-            (1, c) => i64::from(c),
-            (_, c) => i64::from(c as u32),
+    /// Aggregate `j`'s counter of a pair whose [`Self::counter_of`] is `c`: with flags, 1 for
+    /// an aggregate that has seen the pair and 0 for one that has not.
+    fn listed_count(&self, c: i64, j: usize) -> i64 {
+        let k = self.inners.len();
+        match &self.pairs {
+            _ if k == 1 => c,
+            Pairs::Flagged(_) => (c >> j) & 1,
+            _ => self.counts[c as usize * k + j],
         }
     }
 
     /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i`
     /// it selects (None: not selected), creating the pair and dropping it once every counter
-    /// is 0; `seen(i, before, after)` hears of each change.
+    /// is 0; `seen(i, before, after)` hears of each change. Without counts (insert-only input)
+    /// only the aggregates in `gains` count (bit `i`: `delta(i)` is past 0), and `seen` hears of
+    /// each counter that leaves 0.
     #[inline(always)]
     fn add(
         &mut self,
         group: u32,
         value: u64,
         delta: impl Fn(usize) -> Option<i64>,
+        gains: u32,
         mut seen: impl FnMut(usize, i64, i64),
     ) {
         let k = self.inners.len();
         let id = self.ids[group as usize];
-        let (pos, inserted) = self
-            .table
-            .find_or_insert(pair_hash(id, value), id, value, 0);
+        let hash = pair_hash(id, value);
+        let table = match &mut self.pairs {
+            Pairs::Bare(table) => {
+                if gains != 0 && table.find_or_insert(hash, Bare::new(id, value)).1 {
+                    self.pairs_of[group as usize] += 1;
+                    seen(0, 0, 1);
+                }
+                return;
+            }
+            Pairs::Flagged(table) => {
+                if gains == 0 {
+                    return;
+                }
+                let (pos, inserted) = table.find_or_insert(
+                    hash,
+                    Pair {
+                        value,
+                        id,
+                        count: 0,
+                    },
+                );
+                if inserted {
+                    self.pairs_of[group as usize] += 1;
+                }
+                let flags = table.count_mut(pos);
+                let mut new = gains & !(*flags as u32);
+                *flags |= new as i32;
+                while new != 0 {
+                    seen(new.trailing_zeros() as usize, 0, 1);
+                    new &= new - 1;
+                }
+                return;
+            }
+            Pairs::Counted(table) => table,
+        };
+        let (pos, inserted) = table.find_or_insert(
+            hash,
+            Pair {
+                value,
+                id,
+                count: 0,
+            },
+        );
         if inserted {
             self.pairs_of[group as usize] += 1;
             if k > 1 {
@@ -283,22 +319,22 @@ impl DistinctAccumulator {
                         self.counts.len() / k - 1
                     }
                 };
-                *self.table.count_mut(pos) = c as u32 as i32;
+                *table.count_mut(pos) = c as u32 as i32;
             }
         }
         let empty = if k == 1 {
-            let before = self.count_at(pos, id, value);
+            let before = count_at(table, &self.wide, pos, id, value);
             match delta(0) {
                 Some(d) => {
                     let after = before + d;
-                    self.set_count(pos, id, value, after);
+                    set_count(table, &mut self.wide, pos, id, value, after);
                     seen(0, before, after);
                     after == 0
                 }
                 None => before == 0,
             }
         } else {
-            let c = self.table.get(pos).count as u32 as usize;
+            let c = table.get(pos).count as u32 as usize;
             let counters = &mut self.counts[c * k..(c + 1) * k];
             for (i, counter) in counters.iter_mut().enumerate() {
                 if let Some(d) = delta(i) {
@@ -314,7 +350,7 @@ impl DistinctAccumulator {
             empty
         };
         if empty {
-            self.table.remove_at(pos);
+            table.remove_at(pos);
             self.pairs_of[group as usize] -= 1;
         }
     }
@@ -325,17 +361,19 @@ impl DistinctAccumulator {
         let (ids, owners) = (&self.ids, &self.owners);
         let mut old_wide = std::mem::take(&mut self.wide);
         let wide = &mut self.wide;
-        self.table.rebuild(|p| {
-            let g = owner(owners, p.id);
-            if ids.get(g as usize) != Some(&p.id) {
+        let counted = matches!(self.pairs, Pairs::Counted(_));
+        self.pairs.rebuild(|id, value, count| {
+            let g = owner(owners, id);
+            if ids.get(g as usize) != Some(&id) {
                 return None;
             }
-            if p.count == SPILLED
-                && let Some(c) = old_wide.remove(&(p.id, p.value))
+            if counted
+                && count == SPILLED
+                && let Some(c) = old_wide.remove(&(id, value))
             {
-                wide.insert((g, p.value), c);
+                wide.insert((g, value), c);
             }
-            Some(Pair { id: g, ..p })
+            Some(g)
         });
         for (g, id) in self.ids.iter_mut().enumerate() {
             *id = g as u32;
@@ -347,7 +385,7 @@ impl DistinctAccumulator {
     /// The (group, value) pairs held: live ones, and those of emptied groups until they are
     /// purged.
     pub fn entries(&self) -> usize {
-        self.table.len()
+        self.pairs.len()
     }
 
     /// The number of aggregates sharing the map.
@@ -364,7 +402,8 @@ impl DistinctAccumulator {
     /// the rows of aggregate `i` (None: all rows).
     ///
     /// # Errors
-    /// When the argument's type or length is wrong.
+    /// When the argument's type or length is wrong, or a retraction of an accumulator built
+    /// for insert-only input.
     pub fn apply(
         &mut self,
         arg: &ArrayRef,
@@ -393,6 +432,9 @@ impl DistinctAccumulator {
             return Err(ArrowError::InvalidArgumentError(
                 "filter and group ids differ in length".into(),
             ));
+        }
+        if delta < 0 && !matches!(self.pairs, Pairs::Counted(_)) {
+            return Err(insert_only());
         }
         self.grow_groups(total_groups)?;
         // No row selected by any aggregate (a split's Expand hands every set's rows to every
@@ -473,103 +515,55 @@ impl DistinctAccumulator {
         mut seen: impl FnMut(usize, usize, i64, i64),
     ) {
         let k = self.inners.len();
-        let unfiltered = filters.iter().all(Option::is_none);
-        for (r, &g) in groups.iter().enumerate() {
-            if nulls.is_some_and(|nb| nb.is_null(r)) {
-                continue;
-            }
-            let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
-            if !unfiltered && !(0..k).any(selected) {
-                continue;
-            }
-            self.add(
-                g,
-                bits[r],
-                |i| selected(i).then_some(delta),
-                |i, before, after| seen(r, i, before, after),
-            );
-        }
-    }
-
-    /// Merges distinct states (as produced by [`Self::state`]) into `groups`, row by row, with
-    /// Flink's counter merge: aggregate `i` gains a value when its counter goes from ≤ 0 to > 0
-    /// and loses it when it goes from > 0 to ≤ 0.
-    ///
-    /// # Errors
-    /// When `state` is not a distinct state of this argument type.
-    pub fn merge(
-        &mut self,
-        state: &ArrayRef,
-        groups: &[u32],
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        let k = self.inners.len();
-        let bad = || ArrowError::InvalidArgumentError("bad DISTINCT state".into());
-        let list = state.as_list_opt::<i32>().ok_or_else(bad)?;
-        if list.len() != groups.len() {
-            return Err(bad());
-        }
-        let entries = list.values().as_struct_opt().ok_or_else(bad)?;
-        if entries.num_columns() != k + 1 {
-            return Err(bad());
-        }
-        let values = entries.column(0);
-        let counters = (0..k)
-            .map(|i| {
-                entries
-                    .column(i + 1)
-                    .as_primitive_opt::<Int64Type>()
-                    .ok_or_else(bad)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // One flattened row per (group, value) entry.
-        let offsets = list.value_offsets();
-        let start = offsets[0] as usize;
-        let end = offsets[groups.len()] as usize;
-        let values = values.slice(start, end - start);
-        let mut flat_groups = Vec::with_capacity(end - start);
-        for (i, &g) in groups.iter().enumerate() {
-            let len = (offsets[i + 1] - offsets[i]) as usize;
-            flat_groups.extend(std::iter::repeat_n(g, len));
-        }
-        self.grow_groups(total_groups)?;
-        let m = flat_groups.len();
-        self.load_bits(&values)?;
-        let bits = std::mem::take(&mut self.bits);
-        let mk = || {
-            let mut b = BooleanBufferBuilder::new(m);
-            b.append_n(m, false);
-            b
+        // The gains of a row every aggregate takes (none to count past a word's bits).
+        let all = match k {
+            1..=MAX_FLAGGED if delta > 0 => u32::MAX >> (u32::BITS as usize - k),
+            _ => 0,
         };
-        let mut gains: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
-        let mut losses: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
-        for (r, &g) in flat_groups.iter().enumerate() {
-            self.add(
-                g,
-                bits[r],
-                |i| Some(counters[i].value(start + r)),
-                |i, before, after| {
-                    if before <= 0 && after > 0 {
-                        gains[i].set_bit(r, true);
-                    } else if before > 0 && after <= 0 {
-                        losses[i].set_bit(r, true);
-                    }
-                },
-            );
-        }
-        self.bits = bits;
-        let arg_slice = std::slice::from_ref(&values);
-        for i in 0..k {
-            let gain = gains[i].finish();
-            let loss = losses[i].finish();
-            if gain.count_set_bits() > 0 {
-                self.inners[i].update(arg_slice, &flat_groups, Some(&gain), total_groups)?;
+        if filters.iter().all(Option::is_none) {
+            for (r, &g) in groups.iter().enumerate() {
+                if nulls.is_none_or(|nb| nb.is_valid(r)) {
+                    self.add(g, bits[r], |_| Some(delta), all, |i, b, a| seen(r, i, b, a));
+                }
             }
-            if loss.count_set_bits() > 0 {
-                self.inners[i].retract(arg_slice, &flat_groups, Some(&loss), total_groups)?;
+            return;
+        }
+        if k > u32::BITS as usize {
+            for (r, &g) in groups.iter().enumerate() {
+                let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
+                if nulls.is_some_and(|nb| nb.is_null(r)) || !(0..k).any(selected) {
+                    continue;
+                }
+                // Counted: more aggregates than a word's bits have no gains.
+                let delta = |i| selected(i).then_some(delta);
+                self.add(g, bits[r], delta, 0, |i, b, a| seen(r, i, b, a));
+            }
+            return;
+        }
+        // Each row's aggregates as one word, from the FILTERs' set bits: a row no aggregate
+        // takes costs one load.
+        let mut selected = std::mem::take(&mut self.selected);
+        selected.clear();
+        selected.resize(groups.len(), 0);
+        for (i, filter) in filters.iter().enumerate() {
+            match filter {
+                Some(f) => f.set_indices().for_each(|r| selected[r] |= 1 << i),
+                None => selected.iter_mut().for_each(|s| *s |= 1 << i),
             }
         }
-        Ok(())
+        if let Some(nb) = nulls {
+            nb.inner()
+                .iter()
+                .zip(&mut selected)
+                .for_each(|(valid, s)| *s = if valid { *s } else { 0 });
+        }
+        for (r, (&g, &s)) in groups.iter().zip(&selected).enumerate() {
+            if s != 0 {
+                let delta = |i: usize| (s >> i & 1 == 1).then_some(delta);
+                self.add(g, bits[r], delta, s & all, |i, b, a| seen(r, i, b, a));
+            }
+        }
+        self.selected = selected;
     }
 
     /// The result of every sharing aggregate for `groups`: one array per aggregate.
@@ -583,7 +577,7 @@ impl DistinctAccumulator {
     /// Forgets every entry of groups `0..groups` and resets their inner aggregates, keeping the
     /// allocations: a local phase starts each mini-batch so, without growing its table again.
     pub fn clear(&mut self, groups: usize) {
-        self.table.clear();
+        self.pairs.clear();
         self.counts.clear();
         self.free.clear();
         self.wide.clear();
@@ -618,7 +612,7 @@ impl DistinctAccumulator {
             self.ids[g] = NO_ID - 1 - self.owners.len() as u32;
             self.owners.push(g as u32);
         }
-        if self.stale >= PURGE_MIN_STALE && self.stale * 2 >= self.table.len() {
+        if self.stale >= PURGE_MIN_STALE && self.stale * 2 >= self.pairs.len() {
             self.purge();
         }
         for a in &mut self.inners {
@@ -626,7 +620,7 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Bytes held, from capacity: the table (17 bytes a bucket), each group's id and pair count,
+    /// Bytes held, from capacity: the table (17 or 13 bytes a bucket), each group's id and pair count,
     /// the counters of several aggregates and those past 32 bits, the interned values, the
     /// inner aggregates, the scratch.
     pub fn size(&self) -> usize {
@@ -638,15 +632,23 @@ impl DistinctAccumulator {
                 vids,
             } => table.size() + hashes.capacity() * 8 + vids.capacity() * 4,
         };
-        self.table.bytes()
+        self.pairs.bytes()
             + (self.ids.capacity() + self.owners.capacity() + self.pairs_of.capacity()) * 4
             + self.wide.capacity() * (std::mem::size_of::<((u32, u64), i64)>() + 1)
             + self.counts.capacity() * 8
             + self.free.capacity() * 4
             + self.bits.capacity() * 8
+            + self.selected.capacity() * 4
             + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }
+}
+
+/// The error of a retraction into pairs kept without counts.
+fn insert_only() -> ArrowError {
+    ArrowError::InvalidArgumentError(
+        "DISTINCT over insert-only input cannot retract; build it retractable".into(),
+    )
 }
 
 #[cfg(test)]

@@ -1,20 +1,93 @@
-//! The (group, value) pairs of a DISTINCT argument: one hash table of 16-byte entries.
+//! The (group, value) pairs of a DISTINCT argument: one hash table of 16- or 12-byte entries.
 //!
-//! An entry holds the value's 64 bits, the id its group has in the table and a 32-bit counter;
-//! with hashbrown's control byte a bucket is 17 bytes. Entries are addressed by bucket index,
-//! which holds until the next insertion or removal.
+//! A [`Pair`] holds the value's 64 bits, the id its group has in the table and a 32-bit counter
+//! (16 bytes; with hashbrown's control byte a bucket is 17); a [`Bare`] pair, for an insert-only
+//! argument with one aggregate, holds only the value and the id (12 bytes, 13 a bucket): that it
+//! is held says all there is to count. Entries are addressed by bucket index, which holds until
+//! the next insertion or removal.
 
-use hashbrown::HashTable;
+use hashbrown::{HashMap, HashTable};
 
-/// One (group, value) pair.
+/// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
+pub(super) const SPILLED: i32 = i32::MIN;
+
+/// The most aggregates over insert-only input whose pairs are flagged ([`Pairs::Flagged`]):
+/// one bit each in an entry's counter.
+pub(super) const MAX_FLAGGED: usize = 32;
+
+/// An entry of a [`PairTable`]: a (group id, value) pair and what it counts.
+pub(super) trait Entry: Copy {
+    /// The group's id in the table.
+    fn id(&self) -> u32;
+    /// The value's bits, or its interned id.
+    fn value(&self) -> u64;
+    /// The entry's 32-bit counter (a bare pair's: 1).
+    fn count(&self) -> i32;
+    /// The same entry under group id `id`.
+    fn with_id(self, id: u32) -> Self;
+}
+
+/// One (group, value) pair with a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pair {
     /// The value's bits, or its interned id.
     pub value: u64,
     /// The group's id in the table.
     pub id: u32,
-    /// The owner's counter (or the index of its counters; see the accumulator).
+    /// The owner's counter (or what stands for its counters; see the accumulator).
     pub count: i32,
+}
+
+impl Entry for Pair {
+    #[inline(always)]
+    fn id(&self) -> u32 {
+        self.id
+    }
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        self.value
+    }
+    #[inline(always)]
+    fn count(&self) -> i32 {
+        self.count
+    }
+    fn with_id(self, id: u32) -> Self {
+        Self { id, ..self }
+    }
+}
+
+/// One (group, value) pair without a counter, packed into 12 bytes.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+pub(super) struct Bare {
+    value: u64,
+    id: u32,
+}
+
+impl Bare {
+    /// The pair (id, value).
+    #[inline(always)]
+    pub fn new(id: u32, value: u64) -> Self {
+        Self { value, id }
+    }
+}
+
+impl Entry for Bare {
+    #[inline(always)]
+    fn id(&self) -> u32 {
+        self.id
+    }
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        self.value
+    }
+    #[inline(always)]
+    fn count(&self) -> i32 {
+        1
+    }
+    fn with_id(self, id: u32) -> Self {
+        Self::new(id, self.value())
+    }
 }
 
 /// The hash of `value` under group id `id`: both mixed into 64 bits (the bits of a primitive
@@ -31,17 +104,17 @@ pub(super) fn pair_hash(id: u32, value: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-fn rehash(p: &Pair) -> u64 {
-    pair_hash(p.id, p.value)
+fn rehash<E: Entry>(e: &E) -> u64 {
+    pair_hash(e.id(), e.value())
 }
 
 /// The table of pairs.
 #[derive(Debug)]
-pub(super) struct PairTable {
-    table: HashTable<Pair>,
+pub(super) struct PairTable<E> {
+    table: HashTable<E>,
 }
 
-impl Default for PairTable {
+impl<E: Entry> Default for PairTable<E> {
     fn default() -> Self {
         Self {
             table: HashTable::with_capacity(64),
@@ -49,7 +122,7 @@ impl Default for PairTable {
     }
 }
 
-impl PairTable {
+impl<E: Entry> PairTable<E> {
     /// The pairs held.
     pub fn len(&self) -> usize {
         self.table.len()
@@ -57,7 +130,7 @@ impl PairTable {
 
     /// Bytes held, from capacity: an entry and a control byte per bucket.
     pub fn bytes(&self) -> usize {
-        self.table.num_buckets() * (std::mem::size_of::<Pair>() + 1)
+        self.table.num_buckets() * (std::mem::size_of::<E>() + 1)
     }
 
     /// Forgets every pair, keeping the buckets.
@@ -65,18 +138,18 @@ impl PairTable {
         self.table.clear();
     }
 
-    /// The bucket of the pair (id, value), whose [`pair_hash`] is `hash`, inserted with
-    /// counter `count` if absent, and whether it was inserted.
+    /// The bucket of the pair `entry` (matched by id and value), whose [`pair_hash`] is `hash`,
+    /// inserted if absent, and whether it was inserted.
     #[inline(always)]
-    pub fn find_or_insert(&mut self, hash: u64, id: u32, value: u64, count: i32) -> (usize, bool) {
+    pub fn find_or_insert(&mut self, hash: u64, entry: E) -> (usize, bool) {
+        let (id, value) = (entry.id(), entry.value());
         match self
             .table
-            .find_bucket_index(hash, |p| p.id == id && p.value == value)
+            .find_bucket_index(hash, |p| p.id() == id && p.value() == value)
         {
             Some(at) => (at, false),
             None => {
-                let pair = Pair { value, id, count };
-                let at = self.table.insert_unique(hash, pair, rehash).bucket_index();
+                let at = self.table.insert_unique(hash, entry, rehash).bucket_index();
                 (at, true)
             }
         }
@@ -84,18 +157,8 @@ impl PairTable {
 
     /// The pair in bucket `at` (as [`Self::find_or_insert`] gave it).
     #[inline(always)]
-    pub fn get(&self, at: usize) -> &Pair {
+    pub fn get(&self, at: usize) -> &E {
         self.table.get_bucket(at).expect("a held pair's bucket")
-    }
-
-    /// The counter of the pair in bucket `at`.
-    #[inline(always)]
-    pub fn count_mut(&mut self, at: usize) -> &mut i32 {
-        &mut self
-            .table
-            .get_bucket_mut(at)
-            .expect("a held pair's bucket")
-            .count
     }
 
     /// Removes the pair in bucket `at`.
@@ -106,12 +169,12 @@ impl PairTable {
     }
 
     /// The pairs held.
-    pub fn iter(&self) -> impl Iterator<Item = &Pair> {
+    pub fn iter(&self) -> impl Iterator<Item = &E> {
         self.table.iter()
     }
 
     /// Replaces every pair by what `map` makes of it, dropping those it maps to None.
-    pub fn rebuild(&mut self, mut map: impl FnMut(Pair) -> Option<Pair>) {
+    pub fn rebuild(&mut self, mut map: impl FnMut(E) -> Option<E>) {
         let mut table = HashTable::with_capacity(self.table.len());
         for p in self.table.drain() {
             if let Some(p) = map(p) {
@@ -119,6 +182,124 @@ impl PairTable {
             }
         }
         self.table = table;
+    }
+}
+
+impl PairTable<Pair> {
+    /// The counter of the pair in bucket `at`.
+    #[inline(always)]
+    pub fn count_mut(&mut self, at: usize) -> &mut i32 {
+        &mut self
+            .table
+            .get_bucket_mut(at)
+            .expect("a held pair's bucket")
+            .count
+    }
+}
+
+/// The pairs of an argument and what their entries count, chosen by the input and the number
+/// of sharing aggregates.
+pub(super) enum Pairs {
+    /// Input with retractions (or more than [`MAX_FLAGGED`] aggregates): each aggregate's
+    /// counter of the pair. With one aggregate the entry's counter is its own (or [`SPILLED`]);
+    /// with several, the index of their counters in `DistinctAccumulator::counts`.
+    Counted(PairTable<Pair>),
+    /// Insert-only input, several aggregates: a counter only grows, so all that matters is
+    /// whether it is past 0; the entry's counter flags the aggregates that have seen the pair
+    /// (bit `i`: aggregate `i`).
+    Flagged(PairTable<Pair>),
+    /// Insert-only input, one aggregate: a pair is held once it has been seen, and that is all.
+    Bare(PairTable<Bare>),
+}
+
+impl Pairs {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Counted(t) | Self::Flagged(t) => t.len(),
+            Self::Bare(t) => t.len(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        match self {
+            Self::Counted(t) | Self::Flagged(t) => t.bytes(),
+            Self::Bare(t) => t.bytes(),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        match self {
+            Self::Counted(t) | Self::Flagged(t) => t.clear(),
+            Self::Bare(t) => t.clear(),
+        }
+    }
+
+    /// Calls `f(id, value, counter)` for every pair held.
+    pub fn for_each(&self, mut f: impl FnMut(u32, u64, i32)) {
+        fn each<E: Entry>(t: &PairTable<E>, f: &mut impl FnMut(u32, u64, i32)) {
+            for e in t.iter() {
+                f(e.id(), e.value(), e.count());
+            }
+        }
+        match self {
+            Self::Counted(t) | Self::Flagged(t) => each(t, &mut f),
+            Self::Bare(t) => each(t, &mut f),
+        }
+    }
+
+    /// Moves every pair to the id `map(id, value, counter)` gives it, dropping those it maps to
+    /// None.
+    pub fn rebuild(&mut self, mut map: impl FnMut(u32, u64, i32) -> Option<u32>) {
+        fn each<E: Entry>(
+            t: &mut PairTable<E>,
+            map: &mut impl FnMut(u32, u64, i32) -> Option<u32>,
+        ) {
+            t.rebuild(|e| map(e.id(), e.value(), e.count()).map(|id| e.with_id(id)));
+        }
+        match self {
+            Self::Counted(t) | Self::Flagged(t) => each(t, &mut map),
+            Self::Bare(t) => each(t, &mut map),
+        }
+    }
+}
+
+/// One aggregate's counter held in bucket `at` by the pair (id, value) of a counted table.
+#[inline(always)]
+pub(super) fn count_at(
+    table: &PairTable<Pair>,
+    wide: &HashMap<(u32, u64), i64>,
+    at: usize,
+    id: u32,
+    value: u64,
+) -> i64 {
+    match table.get(at).count {
+        SPILLED => wide[&(id, value)],
+        c => i64::from(c),
+    }
+}
+
+/// Sets one aggregate's counter of the pair (id, value) in bucket `at` of a counted table.
+#[inline(always)]
+pub(super) fn set_count(
+    table: &mut PairTable<Pair>,
+    wide: &mut HashMap<(u32, u64), i64>,
+    at: usize,
+    id: u32,
+    value: u64,
+    count: i64,
+) {
+    let slot = table.count_mut(at);
+    match i32::try_from(count) {
+        Ok(c) if c != SPILLED => {
+            if *slot == SPILLED {
+                wide.remove(&(id, value));
+            }
+            *slot = c;
+        }
+        _ => {
+            *slot = SPILLED;
+            wide.insert((id, value), count);
+        }
     }
 }
 
@@ -137,7 +318,14 @@ mod tests {
         for step in 0..60_000u32 {
             let value = rand() % 5_000;
             let id = (rand() % 3) as u32;
-            let (at, inserted) = table.find_or_insert(pair_hash(id, value), id, value, step as i32);
+            let (at, inserted) = table.find_or_insert(
+                pair_hash(id, value),
+                Pair {
+                    value,
+                    id,
+                    count: step as i32,
+                },
+            );
             let pair = *table.get(at);
             assert_eq!((pair.id, pair.value), (id, value));
             match model.get(&(id, value)) {
@@ -168,10 +356,52 @@ mod tests {
         table.rebuild(|p| (p.id != 1).then_some(Pair { id: p.id + 10, ..p }));
         want.retain(|w| w.0 != 1);
         for &(id, value, count) in &want {
-            let (at, inserted) = table.find_or_insert(pair_hash(id + 10, value), id + 10, value, 0);
+            let pair = Pair {
+                value,
+                id: id + 10,
+                count: 0,
+            };
+            let (at, inserted) = table.find_or_insert(pair_hash(id + 10, value), pair);
             assert!(!inserted);
             assert_eq!(table.get(at).count, count);
         }
         assert_eq!(table.len(), want.len());
+    }
+
+    /// Bare pairs: random inserts, finds and removes against a set, through growth and a
+    /// renumbering; 12 bytes an entry.
+    #[test]
+    fn bare_pairs_are_a_set() {
+        assert_eq!(std::mem::size_of::<Bare>(), 12);
+        let mut rng = crate::test_rng::XorShift(0x5851_f42d_4c95_7f2du64);
+        let mut rand = move || rng.next();
+        let mut table = PairTable::<Bare>::default();
+        let mut model: std::collections::HashSet<(u32, u64)> = Default::default();
+        for _ in 0..60_000u32 {
+            let (id, value) = ((rand() % 3) as u32, rand() % 5_000 + (1 << 40));
+            let (at, inserted) = table.find_or_insert(pair_hash(id, value), Bare::new(id, value));
+            let pair = *table.get(at);
+            assert_eq!((pair.id(), pair.value(), pair.count()), (id, value, 1));
+            assert_eq!(inserted, model.insert((id, value)));
+            if rand() % 3 == 0 {
+                table.remove_at(at);
+                model.remove(&(id, value));
+            }
+            assert_eq!(table.len(), model.len());
+        }
+        let mut held: Vec<(u32, u64)> = table.iter().map(|p| (p.id(), p.value())).collect();
+        let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
+        held.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(held, want);
+        table.rebuild(|p| (p.id() != 2).then(|| p.with_id(p.id() + 7)));
+        want.retain(|w| w.0 != 2);
+        for &(id, value) in &want {
+            let (_, inserted) =
+                table.find_or_insert(pair_hash(id + 7, value), Bare::new(id + 7, value));
+            assert!(!inserted);
+        }
+        assert_eq!(table.len(), want.len());
+        assert_eq!(table.bytes(), table.table.num_buckets() * 13);
     }
 }

@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, Int64Array};
+use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::HashMap;
 
 use super::bits::from_bits;
-use super::pairs::Pair;
-use super::{DistinctAccumulator, Values};
+use super::pairs::Pairs;
+use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
 
 impl DistinctAccumulator {
@@ -50,11 +53,11 @@ impl DistinctAccumulator {
         }
         // Each requested group's (value, counter) pairs.
         let mut per_slot: Vec<Vec<(u64, i64)>> = vec![vec![]; groups.len()];
-        for e in self.table.iter() {
-            if let Some(&s) = self.live_group(e.id).and_then(|g| slot.get(&g)) {
-                per_slot[s].push((e.value, self.counter_of(e)));
+        self.pairs.for_each(|id, value, count| {
+            if let Some(&s) = self.live_group(id).and_then(|g| slot.get(&g)) {
+                per_slot[s].push((value, self.counter_of(id, value, count)));
             }
-        }
+        });
         let mut offsets = vec![0i32];
         let mut bits = vec![];
         let mut cols: Vec<Vec<i64>> = vec![vec![]; k];
@@ -67,11 +70,7 @@ impl DistinctAccumulator {
             for &(value, c) in &per_slot[s] {
                 bits.push(value);
                 for (j, col) in cols.iter_mut().enumerate() {
-                    col.push(if k == 1 {
-                        c
-                    } else {
-                        self.counts[c as usize * k + j]
-                    });
+                    col.push(self.listed_count(c, j));
                 }
             }
             offsets.push(bits.len() as i32);
@@ -87,27 +86,29 @@ impl DistinctAccumulator {
     fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
         let k = self.inners.len();
         let n = slots.len();
-        let live = |e: &Pair| {
-            self.live_group(e.id)
+        let live = |id: u32| {
+            self.live_group(id)
                 .and_then(|g| slots.get(g as usize).map(|&s| s as usize))
         };
         let mut offsets = vec![0i32; n + 1];
-        for s in self.table.iter().filter_map(live) {
-            offsets[s + 1] += 1;
-        }
+        self.pairs.for_each(|id, _, _| {
+            if let Some(s) = live(id) {
+                offsets[s + 1] += 1;
+            }
+        });
         for s in 0..n {
             offsets[s + 1] += offsets[s];
         }
         let total = offsets[n] as usize;
         let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
-        for e in self.table.iter() {
-            if let Some(s) = live(e) {
+        self.pairs.for_each(|id, value, count| {
+            if let Some(s) = live(id) {
                 let at = &mut next[s];
-                placed[*at] = (e.value, self.counter_of(e));
+                placed[*at] = (value, self.counter_of(id, value, count));
                 *at += 1;
             }
-        }
+        });
         if self.order_matters {
             for s in 0..n {
                 placed[offsets[s] as usize..offsets[s + 1] as usize].sort_unstable();
@@ -118,17 +119,115 @@ impl DistinctAccumulator {
             .map(|j| {
                 placed
                     .iter()
-                    .map(|&(_, c)| {
-                        if k == 1 {
-                            c
-                        } else {
-                            self.counts[c as usize * k + j]
-                        }
-                    })
+                    .map(|&(_, c)| self.listed_count(c, j))
                     .collect()
             })
             .collect();
         self.lists(&bits, cols, offsets)
+    }
+
+    /// Merges distinct states (as produced by [`Self::state`]) into `groups`, row by row, with
+    /// Flink's counter merge: aggregate `i` gains a value when its counter goes from ≤ 0 to > 0
+    /// and loses it when it goes from > 0 to ≤ 0.
+    ///
+    /// # Errors
+    /// When `state` is not a distinct state of this argument type, or holds a negative counter
+    /// for an accumulator built for insert-only input.
+    pub fn merge(
+        &mut self,
+        state: &ArrayRef,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let k = self.inners.len();
+        let bad = || ArrowError::InvalidArgumentError("bad DISTINCT state".into());
+        let list = state.as_list_opt::<i32>().ok_or_else(bad)?;
+        if list.len() != groups.len() {
+            return Err(bad());
+        }
+        let entries = list.values().as_struct_opt().ok_or_else(bad)?;
+        if entries.num_columns() != k + 1 {
+            return Err(bad());
+        }
+        let values = entries.column(0);
+        let counters = (0..k)
+            .map(|i| {
+                entries
+                    .column(i + 1)
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // One flattened row per (group, value) entry.
+        let offsets = list.value_offsets();
+        let start = offsets[0] as usize;
+        let end = offsets[groups.len()] as usize;
+        if !matches!(self.pairs, Pairs::Counted(_))
+            && counters
+                .iter()
+                .any(|c| c.values()[start..end].iter().any(|&n| n < 0))
+        {
+            return Err(insert_only());
+        }
+        let values = values.slice(start, end - start);
+        let mut flat_groups = Vec::with_capacity(end - start);
+        for (i, &g) in groups.iter().enumerate() {
+            let len = (offsets[i + 1] - offsets[i]) as usize;
+            flat_groups.extend(std::iter::repeat_n(g, len));
+        }
+        self.grow_groups(total_groups)?;
+        let m = flat_groups.len();
+        self.load_bits(&values)?;
+        let bits = std::mem::take(&mut self.bits);
+        let mk = || {
+            let mut b = BooleanBufferBuilder::new(m);
+            b.append_n(m, false);
+            b
+        };
+        let mut gains: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
+        let mut losses: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
+        // Without counts: which aggregates each entry's counters take it into, a column at a time.
+        let mut gained = std::mem::take(&mut self.selected);
+        gained.clear();
+        gained.resize(m, 0);
+        if !matches!(self.pairs, Pairs::Counted(_)) {
+            for (i, col) in counters.iter().enumerate() {
+                let col = &col.values()[start..end];
+                gained
+                    .iter_mut()
+                    .zip(col)
+                    .for_each(|(g, &c)| *g |= u32::from(c > 0) << i);
+            }
+        }
+        for (r, (&g, &gained)) in flat_groups.iter().zip(&gained).enumerate() {
+            self.add(
+                g,
+                bits[r],
+                |i| Some(counters[i].value(start + r)),
+                gained,
+                |i, before, after| {
+                    if before <= 0 && after > 0 {
+                        gains[i].set_bit(r, true);
+                    } else if before > 0 && after <= 0 {
+                        losses[i].set_bit(r, true);
+                    }
+                },
+            );
+        }
+        self.selected = gained;
+        self.bits = bits;
+        let arg_slice = std::slice::from_ref(&values);
+        for i in 0..k {
+            let gain = gains[i].finish();
+            let loss = losses[i].finish();
+            if gain.count_set_bits() > 0 {
+                self.inners[i].update(arg_slice, &flat_groups, Some(&gain), total_groups)?;
+            }
+            if loss.count_set_bits() > 0 {
+                self.inners[i].retract(arg_slice, &flat_groups, Some(&loss), total_groups)?;
+            }
+        }
+        Ok(())
     }
 
     /// The list column of entries: values from their `bits`, the counters `cols`, cut by

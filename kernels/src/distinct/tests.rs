@@ -1,4 +1,6 @@
 use super::*;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use arrow_array::{Float64Array, Int64Array, ListArray, StructArray};
 
 /// The values of group 0's list in a state.
@@ -220,5 +222,109 @@ fn a_local_phase_without_inner_aggregates_flushes_the_same_state() {
         for g in 0..groups as usize {
             assert_eq!(counters(&a, g), counters(&b, g), "batch {batch}, group {g}");
         }
+    }
+}
+
+/// Over insert-only input the pairs keep no counts (bare with one aggregate, flags with
+/// several, counters again past `MAX_FLAGGED` aggregates): local phases flushed into a global
+/// one give the results and listed pairs of counted accumulators, with FILTERs, NULLs and
+/// emptied groups; a bare pair takes 13 bytes a bucket; a retraction is refused.
+#[test]
+fn insert_only_pairs_keep_no_counts() {
+    let all_kinds = [AggregateKind::Count; MAX_FLAGGED + 1];
+    for k in [1, 3, MAX_FLAGGED, MAX_FLAGGED + 1] {
+        let kinds = &all_kinds[..k];
+        let new = |retractable| {
+            DistinctAccumulator::try_new(&DataType::Int64, kinds, retractable).unwrap()
+        };
+        let (mut local, mut global) = (new(false), new(false));
+        let (mut counted_local, mut counted) = (new(true), new(true));
+        let mut rng = crate::test_rng::XorShift(0x2545_f491_4f6c_dd1d ^ k as u64);
+        let mut rand = move || rng.next();
+        let groups = 5u32;
+        let all: Vec<u32> = (0..groups).collect();
+        for batch in 0..40 {
+            let n = 500;
+            let range = if batch % 2 == 0 { 50 } else { 100_000 };
+            let values: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|_| {
+                let v = rand() % range;
+                (v % 31 != 0).then_some(v as i64)
+            })));
+            let gids: Vec<u32> = (0..n)
+                .map(|_| (rand() % u64::from(groups)) as u32)
+                .collect();
+            let masks: Vec<BooleanBuffer> = (0..k)
+                .map(|i| BooleanBuffer::collect_bool(n, |r| (r + i) % (i + 1) == 0))
+                .collect();
+            let filters: Vec<Option<&BooleanBuffer>> = masks
+                .iter()
+                .map(|m| Some(m).filter(|_| k > 1 && batch % 4 != 1))
+                .collect();
+            for acc in [&mut local, &mut counted_local] {
+                acc.apply(&values, &gids, &filters, groups as usize, 1)
+                    .unwrap();
+            }
+            if batch % 3 == 2 {
+                global
+                    .merge(&local.state(&all).unwrap(), &all, groups as usize)
+                    .unwrap();
+                counted
+                    .merge(&counted_local.state(&all).unwrap(), &all, groups as usize)
+                    .unwrap();
+                local.clear(groups as usize);
+                counted_local.clear(groups as usize);
+            }
+            if batch % 10 == 9 {
+                global.reset(&[1, 3]);
+                counted.reset(&[1, 3]);
+            }
+            let ctx = format!("k = {k}, batch {batch}");
+            assert_eq!(
+                global.evaluate(&all).unwrap(),
+                counted.evaluate(&all).unwrap(),
+                "{ctx}"
+            );
+            // Listed: the same values; each counter 1 where the counted one is past 0.
+            let (a, b) = (global.state(&all).unwrap(), counted.state(&all).unwrap());
+            let entries = |s: &ArrayRef| {
+                s.as_list::<i32>()
+                    .values()
+                    .as_struct()
+                    .columns()
+                    .iter()
+                    .map(|c| c.as_primitive::<Int64Type>().values().to_vec())
+                    .collect::<Vec<_>>()
+            };
+            let (mut a, b) = (entries(&a), entries(&b));
+            if k <= MAX_FLAGGED {
+                for (i, col) in b.iter().enumerate().skip(1) {
+                    assert!(col.iter().all(|&c| c >= 0), "{ctx}");
+                    a[i] = a[i].iter().map(|&c| c.min(1)).collect();
+                    assert_eq!(a[i], col.iter().map(|&c| c.min(1)).collect::<Vec<_>>());
+                }
+            } else {
+                assert_eq!(a, b, "{ctx}: counted past {MAX_FLAGGED}");
+            }
+            assert_eq!(a[0].len(), b[0].len(), "{ctx}");
+        }
+        assert_eq!(
+            matches!(global.pairs, Pairs::Bare(_)),
+            k == 1,
+            "k = {k}: bare pairs"
+        );
+        if k == 1 {
+            assert_eq!(global.pairs.bytes() * 17, counted.pairs.bytes() * 13);
+        }
+        let values: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let err = global.apply(&values, &[0], &vec![None; k], groups as usize, -1);
+        assert_eq!(err.is_err(), k <= MAX_FLAGGED, "k = {k}");
+        // A negative counter in a state is refused likewise.
+        let neg = counted_local
+            .lists(&[5], vec![vec![-1]; k], vec![0, 1])
+            .unwrap();
+        assert_eq!(
+            global.merge(&neg, &[0], groups as usize).is_err(),
+            k <= MAX_FLAGGED
+        );
     }
 }
