@@ -528,7 +528,7 @@ impl DistinctAccumulator {
             }
             return;
         }
-        if k > u32::BITS as usize {
+        if k > MAX_FLAGGED {
             for (r, &g) in groups.iter().enumerate() {
                 let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
                 if nulls.is_some_and(|nb| nb.is_null(r)) || !(0..k).any(selected) {
