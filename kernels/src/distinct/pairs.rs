@@ -3,8 +3,9 @@
 //! A [`Pair`] holds the value's 64 bits, the id its group has in the table and a 32-bit counter
 //! (16 bytes; with hashbrown's control byte a bucket is 17); a [`Bare`] pair, for an insert-only
 //! argument with one aggregate, holds only the value and the id (12 bytes, 13 a bucket): that it
-//! is held says all there is to count. Entries are addressed by bucket index, which holds until
-//! the next insertion or removal.
+//! is held says all there is to count. [`Pairs`] is the table an argument keeps, of the kind its
+//! input calls for. Entries are addressed by bucket index, which holds until the next insertion
+//! or removal.
 
 use hashbrown::{HashMap, HashTable};
 
@@ -213,6 +214,7 @@ pub(super) enum Pairs {
 }
 
 impl Pairs {
+    /// The pairs held.
     pub fn len(&self) -> usize {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.len(),
@@ -220,6 +222,7 @@ impl Pairs {
         }
     }
 
+    /// Bytes held, from capacity.
     pub fn bytes(&self) -> usize {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.bytes(),
@@ -227,6 +230,7 @@ impl Pairs {
         }
     }
 
+    /// Forgets every pair, keeping the buckets.
     pub fn clear(&mut self) {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.clear(),
