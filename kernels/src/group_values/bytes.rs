@@ -140,7 +140,10 @@ impl BytesGroupValues {
         Ok(true)
     }
 
-    /// [`Self::intern_by_runs`] of strings without NULLs, read straight from their offsets.
+    /// [`Self::intern_by_runs`] of strings without NULLs, read straight from their offsets, a
+    /// run at a time: the rows after a run's first that have its length lie back to back in
+    /// `data`, so the run goes on while those chunks equal its value (a block of up to
+    /// [`RUN_STEP`] rows at a time), and its rows take its group at once.
     fn intern_offsets_by_runs<O: ArrowNativeType>(
         &mut self,
         offsets: &[O],
@@ -148,20 +151,43 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) {
         let rs = crate::hash::random_state();
+        let n = offsets.len().saturating_sub(1);
         groups.clear();
-        groups.reserve(offsets.len().saturating_sub(1));
+        groups.reserve(n);
+        let at = |i: usize| offsets[i].as_usize();
         let mut last: Option<(&[u8], u32)> = None;
-        for w in offsets.windows(2) {
-            let v = &data[w[0].as_usize()..w[1].as_usize()];
+        let mut i = 0;
+        while i < n {
+            let (start, len) = (at(i), at(i + 1) - at(i));
+            let v = &data[start..start + len];
             let g = match last {
                 Some((lv, g)) if same_bytes(lv, v) => g,
-                _ => {
-                    let g = self.intern_one(v, crate::hash::hash_bytes(&rs, v));
-                    last = Some((v, g));
-                    g
-                }
+                _ => self.intern_one(v, crate::hash::hash_bytes(&rs, v)),
             };
-            groups.push(g);
+            last = Some((v, g));
+            // The run goes on 64 rows at a time: those of the same length that follow, then
+            // those of them equal to `v`, until one is not.
+            let mut end = i + 1;
+            loop {
+                let stop = (end + RUN_STEP).min(n);
+                let mut same_len = end;
+                while same_len < stop && at(same_len + 1) - at(same_len) == len {
+                    same_len += 1;
+                }
+                end += if len == 0 {
+                    same_len - end
+                } else {
+                    data[at(end)..at(same_len)]
+                        .chunks_exact(len)
+                        .take_while(|c| same_bytes(c, v))
+                        .count()
+                };
+                if end != stop || stop == n {
+                    break;
+                }
+            }
+            groups.resize(groups.len() + (end - i), g);
+            i = end;
         }
     }
 
@@ -298,6 +324,10 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         _ => a == b,
     }
 }
+
+/// Rows a run of strings is extended by at a time ([`BytesGroupValues::intern_runs`]): long
+/// enough to take a run as blocks, short enough that a run which ends costs little past it.
+const RUN_STEP: usize = 64;
 
 impl BytesGroupValues {
     /// [`Self::intern_dictionary`] of a dictionary column of any key type.
@@ -502,6 +532,50 @@ impl GroupValues for BytesGroupValues {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
+
+    /// Runs of every length around the step a run is taken in, of values of one length and
+    /// of several (the empty string among them), in sliced arrays: each row's group is the
+    /// group its value gets alone.
+    #[test]
+    fn runs_give_each_row_its_values_group() {
+        let pool = [
+            "2023-11-14",
+            "2023-11-15",
+            "2023-11-1",
+            "",
+            "a",
+            "2023-11-14x",
+        ];
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for case in 0..200 {
+            let (mut rows, mut n) = (vec![], 0);
+            while n < 600 {
+                let v = pool[rng.below(if case % 2 == 0 { 2 } else { 6 }) as usize];
+                let run = match rng.below(4) {
+                    0 => 1 + rng.below(3) as usize,
+                    1 => RUN_STEP - 2 + rng.below(5) as usize,
+                    _ => 1 + rng.below(3 * RUN_STEP as u64) as usize,
+                };
+                rows.extend(std::iter::repeat_n(v, run));
+                n += run;
+            }
+            let all = StringArray::from(rows.clone());
+            let skip = rng.below(5) as usize;
+            let col: ArrayRef = Arc::new(all.slice(skip, all.len() - skip));
+            let mut table = BytesGroupValues::new(DataType::Utf8);
+            let mut groups = vec![];
+            assert!(table.intern_runs(&col, &mut groups).unwrap());
+            let mut alone = BytesGroupValues::new(DataType::Utf8);
+            let rs = crate::hash::random_state();
+            let want: Vec<u32> = rows[skip..]
+                .iter()
+                .map(|v| alone.intern_one(v.as_bytes(), crate::hash::hash_bytes(&rs, v.as_bytes())))
+                .collect();
+            assert_eq!(groups, want, "case {case}");
+            assert_eq!(table.len(), alone.len(), "case {case}");
+        }
+    }
 
     /// Every pair of lengths up to 40 and a difference at each position: equal exactly when the
     /// bytes are.
