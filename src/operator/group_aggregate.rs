@@ -26,6 +26,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::operator::GroupAggregateBuilder;
+use crate::operator::deltas::Deltas;
 use crate::operator::exchange::Routed;
 use crate::operator::keyed::{KeyedState, UNSTAMPED, intern_hashed};
 use crate::operator::local::Flushed;
@@ -105,6 +106,9 @@ pub struct GroupAggregate {
     hashes: Vec<u64>,
     pub(super) gids: Vec<u32>,
     pub(super) pending: Pending,
+    /// Set while its firings go to a fold that takes delta rows ([`Deltas`]): the transitions
+    /// wait here, as delta rows, instead of in `pending`.
+    pub(super) deltas: Option<Deltas>,
     pub(super) metrics: Metrics,
     /// Settings that had no effect, found by the builder.
     pub(super) warnings: Vec<String>,
@@ -146,6 +150,7 @@ impl GroupAggregate {
             hashes: vec![],
             gids: vec![],
             pending: Pending::default(),
+            deltas: None,
             metrics: Metrics::default(),
             warnings: vec![],
         })
@@ -240,6 +245,13 @@ impl GroupAggregate {
     /// [`crate::ParallelAggregate::set_emit_update_before`]).
     pub(crate) fn set_emit_update_before(&mut self, emit: bool) {
         self.config.emit_update_before = emit;
+    }
+
+    /// Emits each firing as delta rows ([`crate::operator::deltas`]) instead of the changelog,
+    /// or the changelog again; for a split-distinct PARTIAL whose firings its worker's fold
+    /// takes. Nothing may be pending.
+    pub(crate) fn set_emit_deltas(&mut self, on: bool) {
+        self.deltas = on.then(|| Deltas::new(&self.plan.output_schema, self.plan.calls.len()));
     }
 
     /// Consumes one record batch of the builder's schema (its changelog column, if any, read as

@@ -25,6 +25,7 @@ use crate::changelog::ChangeBatch;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::Result;
+use crate::operator::deltas;
 use crate::operator::metrics::AggregateStep;
 use crate::operator::{
     AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics,
@@ -49,20 +50,27 @@ pub struct IncrementalAggregate {
 #[derive(Debug)]
 pub struct DeltaFold {
     deltas: LocalGroupAggregate,
+    /// The PARTIAL's output schema (the FINAL's input), to know its delta rows.
+    partial_output: SchemaRef,
     metrics: Arc<Mutex<StageMetrics>>,
 }
 
 impl DeltaFold {
-    /// One firing's delta accumulator rows (none for an empty firing).
+    /// One firing's delta accumulator rows (none for an empty firing): the firing is the
+    /// PARTIAL's changes, or its delta rows where its worker emits them
+    /// ([`crate::operator::deltas`]).
     ///
     /// # Errors
-    /// A batch of another schema than the PARTIAL's output.
+    /// A batch of another schema than the PARTIAL's output (or its delta rows').
     pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<RecordBatch>> {
         if firing.num_rows() == 0 {
             return Ok(None);
         }
         let start = Instant::now();
-        self.deltas.push_changes(firing)?;
+        match deltas::split(firing, &self.partial_output) {
+            Some((rows, keys_delta)) => self.deltas.push_deltas(&rows, keys_delta.values())?,
+            None => self.deltas.push_changes(firing)?,
+        }
         let deltas = self.deltas.flush()?;
         let busy = start.elapsed();
         let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
@@ -94,6 +102,7 @@ impl IncrementalAggregate {
             plan: Arc::clone(&plan),
             fold: DeltaFold {
                 deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+                partial_output: Arc::clone(&plan.input_schema),
                 metrics: Arc::new(Mutex::new(StageMetrics::new(
                     AggregateStep::LocalGroupAggregate,
                 ))),
@@ -111,9 +120,16 @@ impl IncrementalAggregate {
         move || {
             Ok(DeltaFold {
                 deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
+                partial_output: Arc::clone(&plan.input_schema),
                 metrics: Arc::clone(&metrics),
             })
         }
+    }
+
+    /// Whether its folds take the firings of the PARTIAL aggregate `partial` as delta rows
+    /// ([`crate::operator::deltas::fits`]).
+    pub fn takes_deltas_from(&self, partial: &AggregatePlan) -> bool {
+        deltas::fits(partial, &self.plan)
     }
 
     /// The resolved FINAL aggregate.

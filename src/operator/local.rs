@@ -43,7 +43,8 @@ pub struct LocalGroupAggregate {
     /// Per group: the input rows it received since the last flush, kept only once a row
     /// retracted (until then they are `count1`, which counts the same rows).
     group_rows: Vec<u64>,
-    /// Whether a retracting row was folded since the last flush.
+    /// Whether `count1` no longer counts the rows folded since the last flush (a retracting
+    /// row or a delta row was folded): `group_rows` does.
     retracted: bool,
     /// The state column of a COUNT(*) without FILTER, which is `count1` (counted once, not
     /// twice: [`Accumulators::count_rows_elsewhere`]).
@@ -126,6 +127,46 @@ impl LocalGroupAggregate {
             hash_keys(&cb.keys, n, &mut hashes).and_then(|()| self.push_evaluated(&cb, &hashes));
         self.hashes = hashes;
         result
+    }
+
+    /// Folds delta rows ([`crate::operator::deltas`]): `rows` (insert-only, of the plan's input
+    /// schema) each accumulated as they are, and `keys_delta[r]`, the change in live keys row
+    /// `r` stands for, added to its key's record count.
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::push_changes`]; a `keys_delta` of another length.
+    pub(crate) fn push_deltas(&mut self, rows: &ChangeBatch, keys_delta: &[i64]) -> Result<()> {
+        self.plan.check_input(rows)?;
+        let n = rows.num_rows();
+        if keys_delta.len() != n || rows.op.is_some() {
+            return Err(Error::internal(
+                "delta rows: one insert and one change in live keys per row",
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let cb = self.plan.calc.evaluate(rows)?;
+        if self.hashes_keys_itself() {
+            intern_hashed(self.groups.as_mut(), &cb.keys, &[], &mut self.gids)?;
+        } else {
+            hash_keys(&cb.keys, n, &mut self.hashes)?;
+            intern_hashed(self.groups.as_mut(), &cb.keys, &self.hashes, &mut self.gids)?;
+        }
+        let total = self.groups.len();
+        self.count1.resize(total, 0);
+        if !self.retracted {
+            self.group_rows.clear();
+            self.group_rows
+                .extend(self.count1.iter().map(|&c| c as u64));
+            self.retracted = true;
+        }
+        self.group_rows.resize(total, 0);
+        for (&g, &d) in self.gids.iter().zip(keys_delta) {
+            self.count1[g as usize] += d;
+            self.group_rows[g as usize] += 1;
+        }
+        self.state.apply(&cb, &self.gids, None, None, total)
     }
 
     /// Whether [`LocalGroupAggregate::push_evaluated`] may be given rows without their key

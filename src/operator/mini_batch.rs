@@ -6,7 +6,8 @@
 //! marked and its current results are kept (vectorized `evaluate` over the newly touched groups).
 //! When the mini-batch fires, each touched group gets at most one transition: `+I` (new),
 //! `-U`/`+U` (changed values), nothing (unchanged), `-D` (record count back to 0). Old and new
-//! values are compared column-wise and the output is assembled with `interleave`. Applying
+//! values are compared column-wise and the output is assembled with `interleave` (or, for a
+//! split-distinct PARTIAL whose fold takes them, as delta rows: `operator/deltas.rs`). Applying
 //! rows eagerly and emitting at the end is equivalent to Flink's buffering because every
 //! accumulator is order-insensitive within a key; only the leading-retraction rule depends on
 //! order, and it is applied in arrival order.
@@ -381,7 +382,8 @@ impl GroupAggregate {
         } else {
             None
         };
-        let ub = self.config.emit_update_before;
+        // Delta rows take an update's old results too.
+        let ub = self.config.emit_update_before || self.deltas.is_some();
         let ttl = self.ttl_ms > 0;
         let mut kinds = Vec::with_capacity(touched.len());
         let mut picks: Vec<(usize, usize)> = Vec::with_capacity(touched.len());
@@ -423,13 +425,27 @@ impl GroupAggregate {
         self.mini_batch.had_state = had_state;
         self.mini_batch.next();
         if !kinds.is_empty() {
-            self.pending.add(kinds, emit_groups, &picks, old, new);
+            match &mut self.deltas {
+                Some(deltas) => deltas.add(&kinds, &emit_groups, &picks, &old, &new)?,
+                None => self.pending.add(kinds, emit_groups, &picks, old, new),
+            }
         }
         Ok(())
     }
 
     /// Emits the transitions collected since the last call as one changelog batch.
     pub(super) fn emit(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        if let Some(deltas) = &mut self.deltas {
+            if !deltas.groups().is_empty() {
+                let keys = self.keyed.groups.keys(deltas.groups())?;
+                if let Some(batch) = deltas.take(keys)? {
+                    self.metrics.rows_out += batch.num_rows() as u64;
+                    self.metrics.batches_out += 1;
+                    out.push(batch);
+                }
+            }
+            return self.maybe_compact();
+        }
         let Some(pending) = self.pending.take() else {
             return self.maybe_compact();
         };

@@ -8,7 +8,9 @@
 //! - [`LocalGroupAggregate`] is the stateless first phase of local-global aggregation
 //!   ([`local`]).
 //! - [`IncrementalAggregate`] is split-distinct's FINAL aggregate under Flink's incremental
-//!   aggregate: delta accumulators per PARTIAL firing, merged by a global phase ([`incremental`]).
+//!   aggregate: delta accumulators per PARTIAL firing, merged by a global phase ([`incremental`]);
+//!   where it only sums the PARTIAL's counts, the PARTIAL's workers fire [`deltas`] rows for it
+//!   instead of their changelog.
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
 //!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`]: on the ordered
 //!   runtime (pushed batches, a barrier per step) or on the pipelined runtime over input splits
@@ -19,6 +21,7 @@
 pub(crate) mod accumulators;
 pub mod adaptive;
 mod builder;
+pub mod deltas;
 pub mod exchange;
 pub mod group_aggregate;
 pub mod incremental;

@@ -194,6 +194,15 @@ impl ParallelAggregate {
         }
     }
 
+    /// Has every worker emit its firings as delta rows ([`crate::operator::deltas`]), or the
+    /// changelog again: for a split-distinct PARTIAL whose workers' folds take them. Nothing
+    /// may be pending.
+    pub(crate) fn set_emit_deltas(&mut self, on: bool) {
+        for w in &mut self.workers {
+            w.agg.set_emit_deltas(on);
+        }
+    }
+
     /// Keeps the settings that had no effect on this aggregate (see
     /// [`ParallelAggregate::warnings`]).
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {

@@ -456,6 +456,12 @@ impl Pipeline {
         let agg_schema = agg.snapshot_schema();
         // The next stage's share of the work done on the aggregate's workers, if it has one.
         let fold = after.first().and_then(|s| s.firing_fold());
+        // Where the fold can, the PARTIAL's workers fire delta rows instead of their changelog.
+        let deltas = fold.is_some()
+            && after
+                .first()
+                .and_then(|s| s.as_incremental())
+                .is_some_and(|i| i.takes_deltas_from(agg.plan()));
         let post = fold
             .as_deref()
             .map(|f| f as &(dyn Fn() -> Result<FiringFold> + Sync));
@@ -498,7 +504,11 @@ impl Pipeline {
                 }
             }
         };
-        agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through)?;
+        agg.set_emit_deltas(deltas);
+        let run =
+            agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through);
+        agg.set_emit_deltas(false);
+        run?;
         // The later stages' pending mini-batches fire at the end of input.
         for c in self.finish()? {
             deliver(Output::Changes(c))?;

@@ -1,0 +1,394 @@
+//! Delta rows: a split-distinct PARTIAL's firing as one row per transition, for its
+//! incremental FINAL.
+//!
+//! Flink's `IncrementalGroupAggregate` folds each bundle of the PARTIAL into delta accumulators
+//! of the FINAL inside one function: the FINAL never sees the PARTIAL's `-U` apart from its
+//! `+U`. Where the FINAL only adds the PARTIAL's counts up (every FINAL call a `$SUM0` of a
+//! PARTIAL column, every PARTIAL result a BIGINT count that is never NULL: COUNT, COUNT(*),
+//! COUNT(DISTINCT), as split-distinct makes of COUNT), a transition is worth exactly its
+//! difference: `+I new` adds `new`, `-U old`/`+U new` adds `new - old`, `-D old` takes `old`.
+//! So a PARTIAL worker whose firings its own fold takes emits, instead of the changelog, one
+//! row per transition: the key, each count's difference, and the change in the number of live
+//! PARTIAL keys (`+1` for `+I`, `0` for an update, `-1` for `-D`), which is the FINAL's record
+//! count. The fold ([`crate::operator::LocalGroupAggregate::push_deltas`]) sums them per FINAL
+//! key; the delta accumulators, and so the FINAL's changelog, are those the changelog would
+//! have given, from half the rows and without retracting.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion_physical_expr::expressions::Column;
+use tally_kernels::aggregates::AggregateKind;
+
+use crate::changelog::{ChangeBatch, RowKind};
+use crate::error::{Error, Result};
+use crate::plan::AggregatePlan;
+
+/// The name of a delta batch's last column: the change in live PARTIAL keys a row stands for.
+pub const KEYS_DELTA: &str = "$keys_delta";
+
+/// Whether the FINAL aggregate `fin` can take the firings of the PARTIAL aggregate `partial`
+/// as delta rows (see the module docs): every PARTIAL result a BIGINT count, every FINAL call
+/// a `$SUM0` without FILTER or DISTINCT of one of the PARTIAL's result columns, read as it is.
+pub fn fits(partial: &AggregatePlan, fin: &AggregatePlan) -> bool {
+    let keys = partial.key_types.len();
+    let counts = partial.calls.iter().all(|c| {
+        c.result_type == DataType::Int64
+            && match c.kind {
+                AggregateKind::Count | AggregateKind::CountStar => true,
+                // A $SUM0 of BIGINT is a BIGINT that is never NULL.
+                AggregateKind::Sum0 => true,
+                _ => false,
+            }
+    });
+    let sums = fin.calls.iter().all(|c| {
+        c.kind == AggregateKind::Sum0
+            && !c.distinct
+            && c.filter.is_none()
+            && c.arg.is_some_and(|a| {
+                fin.calc.args[a]
+                    .downcast_ref::<Column>()
+                    .is_some_and(|col| col.index() >= keys)
+            })
+    });
+    counts && sums && fin.input_schema.fields() == partial.output_schema.fields()
+}
+
+/// The schema of the delta batches of a PARTIAL whose output schema is `output`: its columns,
+/// then [`KEYS_DELTA`].
+pub fn delta_schema(output: &Schema) -> SchemaRef {
+    let mut fields: Vec<Arc<Field>> = output.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(KEYS_DELTA, DataType::Int64, false)));
+    Arc::new(Schema::new_with_metadata(fields, output.metadata().clone()))
+}
+
+/// Splits a delta batch into the rows (of the PARTIAL's output schema) and the change in live
+/// keys of each; `None` when `batch` is not one (another schema, or row kinds).
+pub fn split(batch: &ChangeBatch, output: &Schema) -> Option<(ChangeBatch, Int64Array)> {
+    let data = &batch.data;
+    let n = data.num_columns();
+    if batch.op.is_some()
+        || n != output.fields().len() + 1
+        || data.schema().field(n - 1).name() != KEYS_DELTA
+        || data.schema().fields()[..n - 1] != output.fields()[..]
+    {
+        return None;
+    }
+    let keys_delta = data.column(n - 1).as_primitive_opt::<Int64Type>()?.clone();
+    let rows = data.project(&(0..n - 1).collect::<Vec<_>>()).ok()?;
+    Some((ChangeBatch::inserts(rows), keys_delta))
+}
+
+/// A PARTIAL worker's delta rows since its last emit: per row the group, the change in live
+/// keys, and each result column's difference.
+#[derive(Debug)]
+pub(crate) struct Deltas {
+    schema: SchemaRef,
+    groups: Vec<u32>,
+    keys_delta: Vec<i64>,
+    values: Vec<Vec<i64>>,
+}
+
+impl Deltas {
+    /// Delta rows for a PARTIAL with output schema `output` and `calls` result columns.
+    pub(crate) fn new(output: &Schema, calls: usize) -> Self {
+        Self {
+            schema: delta_schema(output),
+            groups: vec![],
+            keys_delta: vec![],
+            values: vec![vec![]; calls],
+        }
+    }
+
+    /// Adds one firing's transitions, given as the changelog would emit them (`kinds`, their
+    /// `groups`, and `picks` of `(0 = old | 1 = new, position)` into `old` and `new`, the
+    /// results before and after, BIGINT without NULLs). A `-U` is followed by its `+U`.
+    ///
+    /// # Errors
+    /// A `+U` without its `-U`, or results that are not BIGINT (a bug: [`fits`] rules them out).
+    pub(crate) fn add(
+        &mut self,
+        kinds: &[RowKind],
+        groups: &[u32],
+        picks: &[(usize, usize)],
+        old: &[ArrayRef],
+        new: &[ArrayRef],
+    ) -> Result<()> {
+        fn bigints(arrays: &[ArrayRef]) -> Result<Vec<&[i64]>> {
+            arrays
+                .iter()
+                .map(|a| {
+                    a.as_primitive_opt::<Int64Type>()
+                        .filter(|a| a.null_count() == 0)
+                        .map(|a| &a.values()[..])
+                        .ok_or_else(|| Error::internal("delta rows need BIGINT results"))
+                })
+                .collect()
+        }
+        let (old, new) = (bigints(old)?, bigints(new)?);
+        // Each row's position in `old` and `new`, and its change in live keys.
+        let mut rows: Vec<(usize, i64)> = Vec::with_capacity(kinds.len());
+        let mut i = 0;
+        while i < kinds.len() {
+            let delta = match kinds[i] {
+                RowKind::Insert => 1,
+                RowKind::Delete => -1,
+                RowKind::UpdateBefore if kinds.get(i + 1) == Some(&RowKind::UpdateAfter) => {
+                    i += 1;
+                    0
+                }
+                _ => return Err(Error::internal("delta rows: a +U without its -U")),
+            };
+            rows.push((picks[i].1, delta));
+            self.groups.push(groups[i]);
+            i += 1;
+        }
+        self.keys_delta.extend(rows.iter().map(|&(_, d)| d));
+        // Column by column: `new` less `old`, where `new` is all zeros for a `-D` and `old`
+        // for a `+I` (masks, not branches).
+        for ((out, o), n) in self.values.iter_mut().zip(&old).zip(&new) {
+            out.extend(rows.iter().map(|&(p, d)| {
+                let (keep_new, keep_old) = (-i64::from(d >= 0), -i64::from(d <= 0));
+                (n[p] & keep_new).wrapping_sub(o[p] & keep_old)
+            }));
+        }
+        Ok(())
+    }
+
+    /// The groups of the rows waiting, to build their key columns.
+    pub(crate) fn groups(&self) -> &[u32] {
+        &self.groups
+    }
+
+    /// The rows waiting as one delta batch with `keys` (the key columns of
+    /// [`Deltas::groups`]), leaving none; `None` when there are none.
+    ///
+    /// # Errors
+    /// Key columns that do not fit the schema (a bug).
+    pub(crate) fn take(&mut self, keys: Vec<ArrayRef>) -> Result<Option<ChangeBatch>> {
+        if self.groups.is_empty() {
+            return Ok(None);
+        }
+        let mut columns = keys;
+        for v in &mut self.values {
+            columns.push(Arc::new(Int64Array::from(std::mem::take(v))));
+        }
+        columns.push(Arc::new(Int64Array::from(std::mem::take(
+            &mut self.keys_delta,
+        ))));
+        self.groups.clear();
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)
+            .map_err(|e| Error::internal(format!("delta batch: {e}")))?;
+        Ok(Some(ChangeBatch::inserts(batch)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int8Array, Int64Array, RecordBatch, StringArray};
+    use arrow::compute::concat_batches;
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion_expr::{Expr, ExprFunctionExt, col, lit};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::fits;
+    use crate::aggregates::{count, count_star, max, sum0};
+    use crate::changelog::ChangeBatch;
+    use crate::clock::ManualClock;
+    use crate::operator::{GroupAggregate, IncrementalAggregate, ParallelAggregate};
+
+    /// A PARTIAL as split-distinct makes one: grouped by a key and a bucket, counts only.
+    fn partial(input: SchemaRef, extra: Option<Expr>) -> GroupAggregate {
+        let mut calls = vec![
+            count(col("u")).distinct().build().unwrap().alias("d"),
+            count(col("u"))
+                .distinct()
+                .filter(col("u").gt(lit(4i64)))
+                .build()
+                .unwrap()
+                .alias("dh"),
+            count_star().alias("n"),
+        ];
+        calls.extend(extra);
+        GroupAggregate::builder(input)
+            .changelog_column("op")
+            .group_by([col("k"), col("b")])
+            .aggregate(calls)
+            .option("table.exec.mini-batch.enabled", "true")
+            .unwrap()
+            .option("table.exec.mini-batch.size", "7")
+            .unwrap()
+            .option("table.exec.mini-batch.allow-latency", "1 h")
+            .unwrap()
+            .clock(Arc::new(ManualClock::new(0)))
+            .build()
+            .unwrap()
+    }
+
+    /// The FINAL over the PARTIAL's changes: the counts added up per key.
+    fn final_agg(partial: &GroupAggregate, calls: Vec<Expr>) -> ParallelAggregate {
+        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new("op", DataType::Int8, false))];
+        fields.extend(partial.output_schema().fields().iter().cloned());
+        GroupAggregate::builder(Arc::new(Schema::new(fields)))
+            .changelog_column("op")
+            .group_by([col("k")])
+            .aggregate(calls)
+            .option("table.exec.mini-batch.enabled", "true")
+            .unwrap()
+            .option("table.exec.mini-batch.size", "5")
+            .unwrap()
+            .option("table.exec.mini-batch.allow-latency", "1 h")
+            .unwrap()
+            .option("table.optimizer.agg-phase-strategy", "TWO_PHASE")
+            .unwrap()
+            .build_parallel()
+            .unwrap()
+    }
+
+    fn sums() -> Vec<Expr> {
+        vec![
+            sum0(col("d")).alias("d"),
+            sum0(col("dh")).alias("dh"),
+            sum0(col("n")).alias("n"),
+        ]
+    }
+
+    /// A changelog of (k, b, u): inserts, and retractions of live rows (some of them updates).
+    fn stream(rng: &mut StdRng, input: &SchemaRef) -> Vec<ChangeBatch> {
+        let mut live: Vec<(Option<String>, i64)> = vec![];
+        let mut batches = vec![];
+        for _ in 0..40 {
+            let (mut op, mut k, mut b, mut u) = (vec![], vec![], vec![], vec![]);
+            for _ in 0..rng.random_range(1..30) {
+                let retract = !live.is_empty() && rng.random_bool(0.3);
+                let (key, user) = if retract {
+                    live.swap_remove(rng.random_range(0..live.len()))
+                } else {
+                    let key = (!rng.random_bool(0.05)).then(|| {
+                        format!("k{}", rng.random_range(0..3).min(rng.random_range(0..3)))
+                    });
+                    let row = (key, rng.random_range(0..12i64));
+                    live.push(row.clone());
+                    row
+                };
+                op.push(if retract { 3i8 } else { 0 });
+                b.push(user % 4);
+                k.push(key);
+                u.push(user);
+            }
+            let data = RecordBatch::try_new(
+                Arc::clone(input),
+                vec![
+                    Arc::new(Int8Array::from(op)),
+                    Arc::new(StringArray::from(k)),
+                    Arc::new(Int64Array::from(b)),
+                    Arc::new(Int64Array::from(u)),
+                ],
+            )
+            .unwrap();
+            batches.push(data);
+        }
+        batches
+            .into_iter()
+            .map(|b| {
+                let op = b.column(0).clone();
+                ChangeBatch::try_new(Some(op), b.project(&[1, 2, 3]).unwrap()).unwrap()
+            })
+            .collect()
+    }
+
+    /// The FINAL's changelog from the PARTIAL's firings folded as they are or as delta rows.
+    fn final_changes(input: &SchemaRef, seed: u64, deltas: bool) -> RecordBatch {
+        let mut p = partial(Arc::clone(input), None);
+        let fin = final_agg(&p, sums());
+        assert!(fits(p.plan(), fin.plan()));
+        p.set_emit_deltas(deltas);
+        let mut inc = IncrementalAggregate::try_new(
+            fin.shared_plan(),
+            fin.config().clone(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap();
+        let mut fold = inc.fold_factory()().unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut out = vec![];
+        for batch in stream(&mut rng, input) {
+            let mut firings = p.push_changes(&batch).unwrap();
+            firings.extend(p.finish().unwrap());
+            for firing in firings {
+                let is_delta = firing.data.num_columns() == p.output_schema().fields().len() + 1;
+                assert_eq!(is_delta, deltas, "the PARTIAL fires what it was told");
+                if let Some(d) = fold.fold(&firing).unwrap() {
+                    out.extend(inc.push(&[ChangeBatch::inserts(d)]).unwrap());
+                }
+            }
+        }
+        out.extend(inc.finish().unwrap());
+        let with_op: Vec<RecordBatch> = out
+            .iter()
+            .map(|c| {
+                let op =
+                    c.op.clone()
+                        .unwrap_or_else(|| Arc::new(Int8Array::from(vec![0i8; c.num_rows()])));
+                let names = ["op", "k", "d", "dh", "n"];
+                let cols = std::iter::once(op).chain(c.data.columns().iter().cloned());
+                RecordBatch::try_from_iter_with_nullable(
+                    names.into_iter().zip(cols).map(|(n, c)| (n, c, true)),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(!with_op.is_empty(), "seed {seed}: no changes");
+        concat_batches(&with_op[0].schema(), &with_op).unwrap()
+    }
+
+    #[test]
+    fn delta_rows_give_the_final_the_changelog_it_would_get() {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Int8, false),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("b", DataType::Int64, false),
+            Field::new("u", DataType::Int64, false),
+        ]));
+        for seed in 0..8 {
+            let changelog = final_changes(&input, seed, false);
+            let deltas = final_changes(&input, seed, true);
+            assert!(changelog.num_rows() > 10, "seed {seed}");
+            assert_eq!(deltas, changelog, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn only_sums_of_counts_take_delta_rows() {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Int8, false),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("b", DataType::Int64, false),
+            Field::new("u", DataType::Int64, false),
+        ]));
+        let p = partial(Arc::clone(&input), None);
+        assert!(fits(p.plan(), final_agg(&p, sums()).plan()));
+        // A MAX in the FINAL, a FILTER, or an expression over a count: not a sum of counts.
+        let not = [
+            max(col("d")).alias("m"),
+            sum0(col("d"))
+                .filter(col("n").gt(lit(1i64)))
+                .build()
+                .unwrap()
+                .alias("f"),
+            sum0(col("d") * lit(2i64)).alias("x"),
+            sum0(col("b")).alias("b"),
+        ];
+        for call in not {
+            let shown = call.to_string();
+            assert!(!fits(p.plan(), final_agg(&p, vec![call]).plan()), "{shown}");
+        }
+        // A PARTIAL result that is not a count.
+        let p = partial(input, Some(max(col("u")).alias("m")));
+        assert!(!fits(p.plan(), final_agg(&p, sums()).plan()));
+    }
+}
