@@ -155,18 +155,25 @@ impl LocalGroupAggregate {
         }
         let total = self.groups.len();
         self.count1.resize(total, 0);
+        self.count_rows_apart(total);
+        for (&g, &d) in self.gids.iter().zip(keys_delta) {
+            self.count1[g as usize] += d;
+            self.group_rows[g as usize] += 1;
+        }
+        self.state.apply(&cb, &self.gids, None, None, total)
+    }
+
+    /// From now until the flush, counts each group's rows in `group_rows` (of `total` groups),
+    /// apart from `count1`, which they no longer equal.
+    fn count_rows_apart(&mut self, total: usize) {
         if !self.retracted {
+            // Until now `count1` counted the rows: each group's rows are its count.
             self.group_rows.clear();
             self.group_rows
                 .extend(self.count1.iter().map(|&c| c as u64));
             self.retracted = true;
         }
         self.group_rows.resize(total, 0);
-        for (&g, &d) in self.gids.iter().zip(keys_delta) {
-            self.count1[g as usize] += d;
-            self.group_rows[g as usize] += 1;
-        }
-        self.state.apply(&cb, &self.gids, None, None, total)
     }
 
     /// Whether [`LocalGroupAggregate::push_evaluated`] may be given rows without their key
@@ -187,14 +194,7 @@ impl LocalGroupAggregate {
         self.count1.resize(total, 0);
         match &cb.retract {
             Some(retract) if retract.count_set_bits() > 0 => {
-                if !self.retracted {
-                    // Until now every row accumulated: each group's rows are its count.
-                    self.group_rows.clear();
-                    self.group_rows
-                        .extend(self.count1.iter().map(|&c| c as u64));
-                    self.retracted = true;
-                }
-                self.group_rows.resize(total, 0);
+                self.count_rows_apart(total);
                 for (r, &g) in self.gids.iter().enumerate() {
                     self.count1[g as usize] += if retract.value(r) { -1 } else { 1 };
                     self.group_rows[g as usize] += 1;

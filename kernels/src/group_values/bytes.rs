@@ -141,9 +141,8 @@ impl BytesGroupValues {
     }
 
     /// [`Self::intern_by_runs`] of strings without NULLs, read straight from their offsets, a
-    /// run at a time: the rows after a run's first that have its length lie back to back in
-    /// `data`, so the run goes on while those chunks equal its value (a block of up to
-    /// [`RUN_STEP`] rows at a time), and its rows take its group at once.
+    /// run at a time: a row continues the run when it ends one run value's length after the
+    /// previous row and its bytes are the value's; the run's rows then take its group at once.
     fn intern_offsets_by_runs<O: ArrowNativeType>(
         &mut self,
         offsets: &[O],
@@ -165,28 +164,18 @@ impl BytesGroupValues {
                 _ => self.intern_one(v, crate::hash::hash_bytes(&rs, v)),
             };
             last = Some((v, g));
-            // The run goes on 64 rows at a time: those of the same length that follow, then
-            // those of them equal to `v`, until one is not.
+            // The run goes on while the next row has its length and its bytes.
             let mut end = i + 1;
-            loop {
-                let stop = (end + RUN_STEP).min(n);
-                let mut same_len = end;
-                while same_len < stop && at(same_len + 1) - at(same_len) == len {
-                    same_len += 1;
-                }
-                end += if len == 0 {
-                    same_len - end
-                } else {
-                    data[at(end)..at(same_len)]
-                        .chunks_exact(len)
-                        .take_while(|c| same_bytes(c, v))
-                        .count()
-                };
-                if end != stop || stop == n {
-                    break;
-                }
+            let mut next = start + len;
+            while end < n && at(end + 1) - next == len && same_bytes(&data[next..next + len], v) {
+                next += len;
+                end += 1;
             }
-            groups.resize(groups.len() + (end - i), g);
+            if end == i + 1 {
+                groups.push(g);
+            } else {
+                groups.resize(groups.len() + (end - i), g);
+            }
             i = end;
         }
     }
@@ -324,10 +313,6 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         _ => a == b,
     }
 }
-
-/// Rows a run of strings is extended by at a time ([`BytesGroupValues::intern_runs`]): long
-/// enough to take a run as blocks, short enough that a run which ends costs little past it.
-const RUN_STEP: usize = 64;
 
 impl BytesGroupValues {
     /// [`Self::intern_dictionary`] of a dictionary column of any key type.
@@ -534,9 +519,8 @@ mod tests {
     use super::*;
     use crate::test_rng::XorShift;
 
-    /// Runs of every length around the step a run is taken in, of values of one length and
-    /// of several (the empty string among them), in sliced arrays: each row's group is the
-    /// group its value gets alone.
+    /// Short and long runs, of values of one length and of several (the empty string among
+    /// them), in sliced arrays: each row's group is the group its value gets alone.
     #[test]
     fn runs_give_each_row_its_values_group() {
         let pool = [
@@ -554,8 +538,8 @@ mod tests {
                 let v = pool[rng.below(if case % 2 == 0 { 2 } else { 6 }) as usize];
                 let run = match rng.below(4) {
                     0 => 1 + rng.below(3) as usize,
-                    1 => RUN_STEP - 2 + rng.below(5) as usize,
-                    _ => 1 + rng.below(3 * RUN_STEP as u64) as usize,
+                    1 => 60 + rng.below(8) as usize,
+                    _ => 1 + rng.below(200) as usize,
                 };
                 rows.extend(std::iter::repeat_n(v, run));
                 n += run;
