@@ -30,7 +30,8 @@ pub const KEYS_DELTA: &str = "$keys_delta";
 
 /// Whether the FINAL aggregate `fin` can take the firings of the PARTIAL aggregate `partial`
 /// as delta rows (see the module docs): every PARTIAL result a BIGINT count, every FINAL call
-/// a `$SUM0` without FILTER or DISTINCT of one of the PARTIAL's result columns, read as it is.
+/// a `$SUM0` without FILTER or DISTINCT of one of the PARTIAL's result columns, read as it is,
+/// and every FINAL key one of the PARTIAL's key columns.
 pub fn fits(partial: &AggregatePlan, fin: &AggregatePlan) -> bool {
     let keys = partial.key_types.len();
     let counts = partial.calls.iter().all(|c| {
@@ -52,7 +53,12 @@ pub fn fits(partial: &AggregatePlan, fin: &AggregatePlan) -> bool {
                     .is_some_and(|col| col.index() >= keys)
             })
     });
-    counts && sums && fin.input_schema.fields() == partial.output_schema.fields()
+    // The FINAL's keys are the PARTIAL's (a delta row carries its key as it is).
+    let keyed = fin.calc.keys.iter().all(|k| {
+        k.downcast_ref::<Column>()
+            .is_some_and(|col| col.index() < keys)
+    });
+    counts && sums && keyed && fin.input_schema.fields() == partial.output_schema.fields()
 }
 
 /// The schema of the delta batches of a PARTIAL whose output schema is `output`: its columns,
@@ -387,6 +393,16 @@ mod tests {
             let shown = call.to_string();
             assert!(!fits(p.plan(), final_agg(&p, vec![call]).plan()), "{shown}");
         }
+        // A FINAL keyed by a count.
+        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new("op", DataType::Int8, false))];
+        fields.extend(p.output_schema().fields().iter().cloned());
+        let by_count = GroupAggregate::builder(Arc::new(Schema::new(fields)))
+            .changelog_column("op")
+            .group_by([col("n")])
+            .aggregate(sums())
+            .build()
+            .unwrap();
+        assert!(!fits(p.plan(), by_count.plan()));
         // A PARTIAL result that is not a count.
         let p = partial(input, Some(max(col("u")).alias("m")));
         assert!(!fits(p.plan(), final_agg(&p, sums()).plan()));
