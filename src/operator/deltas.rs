@@ -207,6 +207,16 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::operator::{GroupAggregate, IncrementalAggregate, ParallelAggregate};
 
+    /// The PARTIAL's input: a changelog of (k, b, u), b the bucket.
+    fn input_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Int8, false),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("b", DataType::Int64, false),
+            Field::new("u", DataType::Int64, false),
+        ]))
+    }
+
     /// A PARTIAL as split-distinct makes one: grouped by a key and a bucket, counts only.
     fn partial(input: SchemaRef, extra: Option<Expr>) -> GroupAggregate {
         let mut calls = vec![
@@ -235,13 +245,14 @@ mod tests {
             .unwrap()
     }
 
-    /// The FINAL over the PARTIAL's changes: the counts added up per key.
-    fn final_agg(partial: &GroupAggregate, calls: Vec<Expr>) -> ParallelAggregate {
+    /// The FINAL over the PARTIAL's changes: `calls` per `keys` (split-distinct's: the counts
+    /// added up per `k`).
+    fn final_agg(partial: &GroupAggregate, keys: Vec<Expr>, calls: Vec<Expr>) -> ParallelAggregate {
         let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new("op", DataType::Int8, false))];
         fields.extend(partial.output_schema().fields().iter().cloned());
         GroupAggregate::builder(Arc::new(Schema::new(fields)))
             .changelog_column("op")
-            .group_by([col("k")])
+            .group_by(keys)
             .aggregate(calls)
             .option("table.exec.mini-batch.enabled", "true")
             .unwrap()
@@ -310,7 +321,7 @@ mod tests {
     /// The FINAL's changelog from the PARTIAL's firings folded as they are or as delta rows.
     fn final_changes(input: &SchemaRef, seed: u64, deltas: bool) -> RecordBatch {
         let mut p = partial(Arc::clone(input), None);
-        let fin = final_agg(&p, sums());
+        let fin = final_agg(&p, vec![col("k")], sums());
         assert!(fits(p.plan(), fin.plan()));
         p.set_emit_deltas(deltas);
         let mut inc = IncrementalAggregate::try_new(
@@ -354,12 +365,7 @@ mod tests {
 
     #[test]
     fn delta_rows_give_the_final_the_changelog_it_would_get() {
-        let input = Arc::new(Schema::new(vec![
-            Field::new("op", DataType::Int8, false),
-            Field::new("k", DataType::Utf8, true),
-            Field::new("b", DataType::Int64, false),
-            Field::new("u", DataType::Int64, false),
-        ]));
+        let input = input_schema();
         for seed in 0..8 {
             let changelog = final_changes(&input, seed, false);
             let deltas = final_changes(&input, seed, true);
@@ -370,14 +376,9 @@ mod tests {
 
     #[test]
     fn only_sums_of_counts_take_delta_rows() {
-        let input = Arc::new(Schema::new(vec![
-            Field::new("op", DataType::Int8, false),
-            Field::new("k", DataType::Utf8, true),
-            Field::new("b", DataType::Int64, false),
-            Field::new("u", DataType::Int64, false),
-        ]));
+        let input = input_schema();
         let p = partial(Arc::clone(&input), None);
-        assert!(fits(p.plan(), final_agg(&p, sums()).plan()));
+        assert!(fits(p.plan(), final_agg(&p, vec![col("k")], sums()).plan()));
         // A MAX in the FINAL, a FILTER, or an expression over a count: not a sum of counts.
         let not = [
             max(col("d")).alias("m"),
@@ -391,20 +392,19 @@ mod tests {
         ];
         for call in not {
             let shown = call.to_string();
-            assert!(!fits(p.plan(), final_agg(&p, vec![call]).plan()), "{shown}");
+            assert!(
+                !fits(p.plan(), final_agg(&p, vec![col("k")], vec![call]).plan()),
+                "{shown}"
+            );
         }
         // A FINAL keyed by a count.
-        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new("op", DataType::Int8, false))];
-        fields.extend(p.output_schema().fields().iter().cloned());
-        let by_count = GroupAggregate::builder(Arc::new(Schema::new(fields)))
-            .changelog_column("op")
-            .group_by([col("n")])
-            .aggregate(sums())
-            .build()
-            .unwrap();
+        let by_count = final_agg(&p, vec![col("n")], sums());
         assert!(!fits(p.plan(), by_count.plan()));
         // A PARTIAL result that is not a count.
         let p = partial(input, Some(max(col("u")).alias("m")));
-        assert!(!fits(p.plan(), final_agg(&p, sums()).plan()));
+        assert!(!fits(
+            p.plan(),
+            final_agg(&p, vec![col("k")], sums()).plan()
+        ));
     }
 }
