@@ -266,6 +266,51 @@ impl BucketedGroupValues {
     }
 }
 
+impl BucketedGroupValues {
+    /// The groups of rows that all have prefix `p` and only bucket column `j` set (or none),
+    /// into `groups`: with no bucket set, one group; with bucket `j`, a load per row from the
+    /// block of (`p`, `j`), and a row whose bucket has no group yet (or lies outside the block)
+    /// found or made. `false` (and nothing done) when (`p`, `j`) has no block and there is no
+    /// room for one.
+    fn intern_one_prefix(
+        &mut self,
+        p: u32,
+        j: Option<usize>,
+        buckets: &[&Int32Array],
+        hash: impl Fn(usize) -> Option<u64>,
+        groups: &mut Vec<u32>,
+    ) -> bool {
+        let mut values = [0i32; MAX_BUCKET_COLUMNS];
+        let values = &mut values[..self.m];
+        let n = buckets.first().map_or(0, |b| b.len());
+        let Some(j) = j else {
+            let g = self.find(p, 0, values, hash(0));
+            groups.resize(n, g);
+            return true;
+        };
+        let Some(start) = self.block(p, 1 + j) else {
+            return false;
+        };
+        let column = buckets[j].values();
+        let b = self.buckets;
+        for (r, &v) in column.iter().enumerate() {
+            // `v as u32` puts a negative bucket past the block too.
+            let g = if (v as u32) < b {
+                self.blocks[start + v as usize]
+            } else {
+                NONE
+            };
+            groups.push(if g != NONE {
+                g
+            } else {
+                values[j] = v;
+                self.find(p, 1 << j, values, hash(r))
+            });
+        }
+        true
+    }
+}
+
 impl GroupValues for BucketedGroupValues {
     fn intern(
         &mut self,
@@ -317,6 +362,17 @@ impl GroupValues for BucketedGroupValues {
             // Every row has the same buckets set (an Expand's group set): at most one value
             // varies.
             let set: u32 = set_columns.iter().map(|&j| 1u32 << j).sum();
+            // One prefix in every row (a run of one day): the rows' groups by whole slices.
+            let one_prefix = prefix_ids
+                .first()
+                .copied()
+                .filter(|&p0| prefix_ids.iter().all(|&p| p == p0));
+            if let Some(p) = one_prefix
+                && self.intern_one_prefix(p, set_columns.first().copied(), &buckets, hash, groups)
+            {
+                self.prefix_ids = prefix_ids;
+                return Ok(());
+            }
             match set_columns.first() {
                 None => {
                     // Every bucket NULL: one group per prefix, the last one's kept for runs.

@@ -26,6 +26,23 @@ pub struct BytesGroupValues {
     dict_cache: Vec<u32>,
 }
 
+/// Whether `offsets` (a block of [`RUN_BLOCK`]) are `from + len`, `from + 2 len`, and so on:
+/// rows of `len` bytes each, one after the other. Every offset is compared (no early exit), so
+/// that the loop vectorizes.
+fn steps_of<O: ArrowNativeType>(offsets: &[O], from: usize, len: usize) -> bool {
+    let Ok(block) = <&[O; RUN_BLOCK]>::try_from(offsets) else {
+        return false;
+    };
+    (0..RUN_BLOCK).fold(true, |ok, k| {
+        ok & (block[k].as_usize() == from + (k + 1) * len)
+    })
+}
+
+/// Rows a run of one string value goes on row by row before it is followed by blocks.
+const LONG_RUN: usize = 16;
+/// Rows of a long run compared at once.
+const RUN_BLOCK: usize = 64;
+
 impl BytesGroupValues {
     /// An empty table for keys of `data_type`.
     pub fn new(data_type: DataType) -> Self {
@@ -164,12 +181,27 @@ impl BytesGroupValues {
                 _ => self.intern_one(v, crate::hash::hash_bytes(&rs, v)),
             };
             last = Some((v, g));
-            // The run goes on while the next row has its length and its bytes.
+            // The run goes on while the next row has its length and its bytes: row by row,
+            // and once it is long, a block of rows at a time (their offsets a step of `len`
+            // apart, their bytes each a repeat of the value before: one comparison of the
+            // block's bytes with themselves shifted by one value).
             let mut end = i + 1;
             let mut next = start + len;
             while end < n && at(end + 1) - next == len && same_bytes(&data[next..next + len], v) {
                 next += len;
                 end += 1;
+                if end - i == LONG_RUN {
+                    // A long run: blocks of rows while they continue it (then row by row again
+                    // to its end).
+                    while end + RUN_BLOCK <= n
+                        && steps_of(&offsets[end + 1..=end + RUN_BLOCK], next, len)
+                        && data[next..next + RUN_BLOCK * len]
+                            == data[next - len..next + (RUN_BLOCK - 1) * len]
+                    {
+                        next += RUN_BLOCK * len;
+                        end += RUN_BLOCK;
+                    }
+                }
             }
             if end == i + 1 {
                 groups.push(g);

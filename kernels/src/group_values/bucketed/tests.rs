@@ -12,10 +12,19 @@ enum Shape {
     Mixed,
 }
 
-/// A batch of `n` rows: a string prefix of few values (NULL among them) and `m` bucket columns.
-fn batch(rng: &mut Rng, n: usize, m: usize, buckets: u32, shape: Shape) -> Vec<ArrayRef> {
+/// A batch of `n` rows: a string prefix of few values (NULL among them; with `one_day`, one of
+/// them in every row) and `m` bucket columns.
+fn batch(
+    rng: &mut Rng,
+    n: usize,
+    m: usize,
+    buckets: u32,
+    shape: Shape,
+    one_day: bool,
+) -> Vec<ArrayRef> {
+    let fixed = one_day.then(|| rng.below(6));
     let days: Vec<Option<String>> = (0..n)
-        .map(|_| match rng.below(6) {
+        .map(|_| match fixed.unwrap_or_else(|| rng.below(6)) {
             0 => None,
             d => Some(format!("day-{d}")),
         })
@@ -24,7 +33,11 @@ fn batch(rng: &mut Rng, n: usize, m: usize, buckets: u32, shape: Shape) -> Vec<A
     for j in 0..m {
         let values: Vec<Option<i32>> = (0..n)
             .map(|_| match shape {
-                Shape::Set(s) if s == Some(j) => Some(rng.below(u64::from(buckets)) as i32),
+                Shape::Set(s) if s == Some(j) => Some(match rng.below(16) {
+                    0 => -(rng.below(3) as i32) - 1,
+                    1 => buckets as i32 + rng.below(3) as i32,
+                    _ => rng.below(u64::from(buckets)) as i32,
+                }),
                 Shape::Set(_) => None,
                 Shape::Mixed => match rng.below(8) {
                     0 | 1 => None,
@@ -75,8 +88,8 @@ fn check_alike(
     }
 }
 
-/// Randomized batches of every shape, the group sets of one Expand sharing their prefix column,
-/// against the generic table of the same types; cleared now and then, as a local phase does.
+/// Randomized batches of every shape, the group sets of one Expand sharing their prefix column
+/// (of one value or several, buckets in and out of the blocks), against the generic table of the same types; cleared now and then, as a local phase does.
 #[test]
 fn groups_rows_as_the_generic_table_does() {
     for (seed, m, buckets) in [(1u64, 1usize, 16u32), (2, 2, 64), (3, 3, 5), (4, 2, 1)] {
@@ -98,16 +111,18 @@ fn groups_rows_as_the_generic_table_does() {
                 check_alike(
                     &mut bucketed,
                     generic.as_mut(),
-                    &batch(&mut rng, n, m, buckets, Shape::Mixed),
+                    &batch(&mut rng, n, m, buckets, Shape::Mixed, false),
                     &mut pairs,
                     round % 2 == 0,
                 );
                 continue;
             }
-            // An Expand: one batch per set over the same prefix array, then the all-NULL set.
-            let first = batch(&mut rng, n, m, buckets, Shape::Set(Some(0)));
+            // An Expand: one batch per set over the same prefix array (every other time one
+            // prefix value throughout, as a day is), then the all-NULL set.
+            let one_day = round % 2 == 1;
+            let first = batch(&mut rng, n, m, buckets, Shape::Set(Some(0)), one_day);
             for s in (0..m).map(Some).chain([None]) {
-                let mut cols = batch(&mut rng, n, m, buckets, Shape::Set(s));
+                let mut cols = batch(&mut rng, n, m, buckets, Shape::Set(s), false);
                 cols[0] = Arc::clone(&first[0]);
                 check_alike(
                     &mut bucketed,
@@ -158,7 +173,7 @@ fn no_prefix_and_bad_input() {
     let mut pairs = std::collections::HashMap::new();
     let mut rng = Rng(7);
     for shape in [Shape::Set(Some(1)), Shape::Set(None), Shape::Mixed] {
-        let mut cols = batch(&mut rng, 100, 2, 8, shape);
+        let mut cols = batch(&mut rng, 100, 2, 8, shape, false);
         cols.remove(0);
         check_alike(&mut bucketed, generic.as_mut(), &cols, &mut pairs, false);
     }
