@@ -31,7 +31,11 @@ pub(crate) fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
     }
     let values = a.as_primitive::<Int64Type>().values();
     let v = values[0];
-    values.iter().all(|&x| x == v).then_some((c, v))
+    // Every value compared (no early exit), so that the loop vectorizes.
+    values
+        .iter()
+        .fold(true, |same, &x| same & (x == v))
+        .then_some((c, v))
 }
 
 /// `expr` with column `column` replaced by `value`, and every comparison of two literals, and
