@@ -264,9 +264,7 @@ impl BucketedGroupValues {
         self.map.insert_unique(h, g, |&g| hashes[g as usize]);
         g
     }
-}
 
-impl BucketedGroupValues {
     /// The groups of rows that all have prefix `p` and only bucket column `j` set (or none),
     /// into `groups`: with no bucket set, one group; with bucket `j`, a load per row from the
     /// block of (`p`, `j`), and a row whose bucket has no group yet (or lies outside the block)

@@ -89,7 +89,8 @@ fn check_alike(
 }
 
 /// Randomized batches of every shape, the group sets of one Expand sharing their prefix column
-/// (of one value or several, buckets in and out of the blocks), against the generic table of the same types; cleared now and then, as a local phase does.
+/// (of one value or several, buckets in and out of the blocks), against the generic table of
+/// the same types; cleared now and then, as a local phase does.
 #[test]
 fn groups_rows_as_the_generic_table_does() {
     for (seed, m, buckets) in [(1u64, 1usize, 16u32), (2, 2, 64), (3, 3, 5), (4, 2, 1)] {

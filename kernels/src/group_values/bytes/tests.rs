@@ -1,0 +1,66 @@
+use super::*;
+use crate::test_rng::XorShift;
+
+/// Short and long runs, of values of one length and of several (the empty string among
+/// them), in sliced arrays: each row's group is the group its value gets alone.
+#[test]
+fn runs_give_each_row_its_values_group() {
+    let pool = [
+        "2023-11-14",
+        "2023-11-15",
+        "2023-11-1",
+        "",
+        "a",
+        "2023-11-14x",
+    ];
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    for case in 0..200 {
+        let (mut rows, mut n) = (vec![], 0);
+        while n < 600 {
+            let v = pool[rng.below(if case % 2 == 0 { 2 } else { 6 }) as usize];
+            let run = match rng.below(4) {
+                0 => 1 + rng.below(3) as usize,
+                1 => 60 + rng.below(8) as usize,
+                _ => 1 + rng.below(200) as usize,
+            };
+            rows.extend(std::iter::repeat_n(v, run));
+            n += run;
+        }
+        let all = StringArray::from(rows.clone());
+        let skip = rng.below(5) as usize;
+        let col: ArrayRef = Arc::new(all.slice(skip, all.len() - skip));
+        let mut table = BytesGroupValues::new(DataType::Utf8);
+        let mut groups = vec![];
+        assert!(table.intern_runs(&col, &mut groups).unwrap());
+        let mut alone = BytesGroupValues::new(DataType::Utf8);
+        let rs = crate::hash::random_state();
+        let want: Vec<u32> = rows[skip..]
+            .iter()
+            .map(|v| alone.intern_one(v.as_bytes(), crate::hash::hash_bytes(&rs, v.as_bytes())))
+            .collect();
+        assert_eq!(groups, want, "case {case}");
+        assert_eq!(table.len(), alone.len(), "case {case}");
+    }
+}
+
+/// Every pair of lengths up to 40 and a difference at each position: equal exactly when the
+/// bytes are.
+#[test]
+fn same_bytes_is_byte_equality() {
+    let base: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+    for n in 0..=40 {
+        let a = &base[..n];
+        assert!(same_bytes(a, a));
+        for m in 0..=40 {
+            assert_eq!(same_bytes(a, &base[..m]), n == m, "{n} vs {m}");
+        }
+        for at in 0..n {
+            let mut b = a.to_vec();
+            b[at] ^= 1;
+            assert!(!same_bytes(a, &b), "length {n}, byte {at}");
+        }
+    }
+    assert!(same_value(None, None));
+    assert!(!same_value(None, Some(b"")));
+    assert!(same_value(Some(b"2015-07-15"), Some(b"2015-07-15")));
+}
