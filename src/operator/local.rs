@@ -119,14 +119,20 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         let cb = self.plan.calc.evaluate(changes)?;
-        if self.hashes_keys_itself() {
-            return self.push_evaluated(&cb, &[]);
-        }
-        let mut hashes = std::mem::take(&mut self.hashes);
-        let result =
-            hash_keys(&cb.keys, n, &mut hashes).and_then(|()| self.push_evaluated(&cb, &hashes));
-        self.hashes = hashes;
-        result
+        self.intern(&cb)?;
+        self.fold_interned(&cb)
+    }
+
+    /// Interns the keys of evaluated rows into `gids`, hashing them first unless the key table
+    /// hashes the keys it keeps itself.
+    fn intern(&mut self, cb: &CalcBatch) -> Result<()> {
+        let hashes: &[u64] = if self.hashes_keys_itself() {
+            &[]
+        } else {
+            hash_keys(&cb.keys, cb.num_rows, &mut self.hashes)?;
+            &self.hashes
+        };
+        intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)
     }
 
     /// Folds delta rows ([`crate::operator::deltas`]): `rows` (insert-only, of the plan's input
@@ -147,12 +153,7 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         let cb = self.plan.calc.evaluate(rows)?;
-        if self.hashes_keys_itself() {
-            intern_hashed(self.groups.as_mut(), &cb.keys, &[], &mut self.gids)?;
-        } else {
-            hash_keys(&cb.keys, n, &mut self.hashes)?;
-            intern_hashed(self.groups.as_mut(), &cb.keys, &self.hashes, &mut self.gids)?;
-        }
+        self.intern(&cb)?;
         let total = self.groups.len();
         self.count1.resize(total, 0);
         self.count_rows_apart(total);
@@ -185,11 +186,15 @@ impl LocalGroupAggregate {
     /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash; none at
     /// all where [`LocalGroupAggregate::hashes_keys_itself`]).
     pub(crate) fn push_evaluated(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
-        let n = cb.num_rows;
-        if n == 0 {
+        if cb.num_rows == 0 {
             return Ok(());
         }
         intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)?;
+        self.fold_interned(cb)
+    }
+
+    /// Folds evaluated rows whose groups are in `gids`.
+    fn fold_interned(&mut self, cb: &CalcBatch) -> Result<()> {
         let total = self.groups.len();
         self.count1.resize(total, 0);
         match &cb.retract {

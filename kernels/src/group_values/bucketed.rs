@@ -265,7 +265,7 @@ impl BucketedGroupValues {
         g
     }
 
-    /// The groups of rows that all have prefix `p` and only bucket column `j` set (or none),
+    /// The groups of `n` rows that all have prefix `p` and only bucket column `j` set (or none),
     /// into `groups`: with no bucket set, one group; with bucket `j`, a load per row from the
     /// block of (`p`, `j`), and a row whose bucket has no group yet (or lies outside the block)
     /// found or made. `false` (and nothing done) when (`p`, `j`) has no block and there is no
@@ -273,6 +273,7 @@ impl BucketedGroupValues {
     fn intern_one_prefix(
         &mut self,
         p: u32,
+        n: usize,
         j: Option<usize>,
         buckets: &[&Int32Array],
         hash: impl Fn(usize) -> Option<u64>,
@@ -280,7 +281,6 @@ impl BucketedGroupValues {
     ) -> bool {
         let mut values = [0i32; MAX_BUCKET_COLUMNS];
         let values = &mut values[..self.m];
-        let n = buckets.first().map_or(0, |b| b.len());
         let Some(j) = j else {
             let g = self.find(p, 0, values, hash(0));
             groups.resize(n, g);
@@ -366,7 +366,14 @@ impl GroupValues for BucketedGroupValues {
                 .copied()
                 .filter(|&p0| prefix_ids.iter().all(|&p| p == p0));
             if let Some(p) = one_prefix
-                && self.intern_one_prefix(p, set_columns.first().copied(), &buckets, hash, groups)
+                && self.intern_one_prefix(
+                    p,
+                    n,
+                    set_columns.first().copied(),
+                    &buckets,
+                    hash,
+                    groups,
+                )
             {
                 self.prefix_ids = prefix_ids;
                 return Ok(());
