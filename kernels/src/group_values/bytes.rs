@@ -5,7 +5,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, DictionaryArray, StringArray};
-use arrow_buffer::{ArrowNativeType, BooleanBufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{ArrowNativeType, BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
@@ -513,23 +513,35 @@ impl GroupValues for BytesGroupValues {
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        let mut offsets = Vec::with_capacity(groups.len() + 1);
-        offsets.push(0i32);
-        let mut data = Vec::new();
-        let mut valid = BooleanBufferBuilder::new(groups.len());
+        // The bytes are counted first, so that they are copied once into a buffer of their
+        // size (growing it as they come copied them again at each doubling).
+        let mut total = 0usize;
         for &g in groups {
             let gi = g as usize;
             if gi + 1 >= self.offsets.len() {
                 return Err(out_of_range(g));
             }
-            data.extend_from_slice(&self.bytes[self.offsets[gi]..self.offsets[gi + 1]]);
-            let len = i32::try_from(data.len()).map_err(|_| {
-                ArrowError::ComputeError("key bytes exceed the Utf8 offset range".into())
-            })?;
-            offsets.push(len);
-            valid.append(Some(g) != self.null_group);
+            total += self.offsets[gi + 1] - self.offsets[gi];
         }
-        let nulls = self.null_group.map(|_| NullBuffer::new(valid.finish()));
+        if i32::try_from(total).is_err() {
+            return Err(ArrowError::ComputeError(
+                "key bytes exceed the Utf8 offset range".into(),
+            ));
+        }
+        let mut offsets = Vec::with_capacity(groups.len() + 1);
+        offsets.push(0i32);
+        let mut data = Vec::with_capacity(total);
+        for &g in groups {
+            let gi = g as usize;
+            data.extend_from_slice(&self.bytes[self.offsets[gi]..self.offsets[gi + 1]]);
+            // At most `total`, which fits.
+            offsets.push(data.len() as i32);
+        }
+        let nulls = self.null_group.map(|null| {
+            NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {
+                groups[i] != null
+            }))
+        });
         // The bytes came from valid UTF-8 strings.
         let arr = StringArray::try_new(
             OffsetBuffer::new(ScalarBuffer::from(offsets)),
