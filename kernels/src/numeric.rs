@@ -51,10 +51,6 @@ impl CountAccumulator {
     ) -> Result<(), ArrowError> {
         check_filter(filter, groups)?;
         grow(&mut self.counts, total_groups, 0);
-        if filter.is_some_and(|f| f.count_set_bits() == 0) {
-            // Every row filtered out (a split's Expand hands each set's rows to every call).
-            return Ok(());
-        }
         let nulls = if self.star {
             None
         } else {

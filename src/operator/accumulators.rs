@@ -176,6 +176,14 @@ impl Accumulators {
                         None => &[],
                     };
                     let f = filter.map(|f| &batch.filters[f]);
+                    if f.is_some_and(|f| f.count_set_bits() == 0) {
+                        // The FILTER drops the whole batch (an Expand hands each group set's
+                        // rows to every call, and a call's `$e` FILTER drops the other sets'):
+                        // no pass over the rows, a zero-row update that only grows the state.
+                        let none: Vec<ArrayRef> = values.iter().map(|v| v.slice(0, 0)).collect();
+                        acc.update(&none, &[], None, total_groups)?;
+                        continue;
+                    }
                     let m = and(f, acc_mask);
                     acc.update(values, groups, m.as_ref(), total_groups)?;
                     if let Some(r) = ret_mask {
