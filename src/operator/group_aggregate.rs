@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::operator::GroupAggregateBuilder;
 use crate::operator::deltas::Deltas;
 use crate::operator::exchange::Routed;
-use crate::operator::keyed::{KeyedState, UNSTAMPED, intern_hashed};
+use crate::operator::keyed::{KeyedState, UNSTAMPED};
 use crate::operator::local::Flushed;
 use crate::operator::metrics::Metrics;
 use crate::operator::mini_batch::{MiniBatch, Pending, Trigger};
@@ -254,6 +254,22 @@ impl GroupAggregate {
         self.deltas = on.then(|| Deltas::new(&self.plan.output_schema, self.plan.calls.len()));
     }
 
+    /// Keys a split-distinct PARTIAL's state by the query's keys alone, its buckets only
+    /// routing rows, or by every key again (see [`KeyedState::merge_buckets`]); for a worker
+    /// whose firings an incremental FINAL folds, in a run without checkpoints. Returns whether
+    /// the state is keyed as asked (an operator that holds state keeps its keying).
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
+        if self.has_pending() {
+            return Ok(false);
+        }
+        self.keyed.merge_buckets(on)
+    }
+
+    /// Whether its state merges a split PARTIAL's buckets ([`GroupAggregate::merge_buckets`]).
+    pub(crate) fn merges_buckets(&self) -> bool {
+        self.keyed.merges_buckets()
+    }
+
     /// Consumes one record batch of the builder's schema (its changelog column, if any, read as
     /// row kinds) and returns the changes that became due; see
     /// [`GroupAggregate::push_changes`].
@@ -294,23 +310,20 @@ impl GroupAggregate {
         };
         crate::operator::keyed::hash_keys(&cb.keys, n, &mut self.hashes)?;
         let mut gids = std::mem::take(&mut self.gids);
-        let result = intern_hashed(
-            self.keyed.groups.as_mut(),
-            &cb.keys,
-            &self.hashes,
-            &mut gids,
-        )
-        .and_then(|()| {
-            self.grow();
-            self.metrics.rows_in += n as u64;
-            if self.config.mini_batch_enabled {
-                self.push_mini_batch(&cb, &gids, &mut out)
-            } else {
-                // One changelog batch per pushed batch, in input order.
-                self.run_records(&cb, &gids)
-                    .and_then(|()| self.emit(&mut out))
-            }
-        });
+        let result = self
+            .keyed
+            .intern(&cb.keys, &self.hashes, cb.keys.len(), n, &mut gids)
+            .and_then(|()| {
+                self.grow();
+                self.metrics.rows_in += n as u64;
+                if self.config.mini_batch_enabled {
+                    self.push_mini_batch(&cb, &gids, &mut out)
+                } else {
+                    // One changelog batch per pushed batch, in input order.
+                    self.run_records(&cb, &gids)
+                        .and_then(|()| self.emit(&mut out))
+                }
+            });
         self.gids = gids;
         result?;
         Ok(out)
@@ -344,12 +357,8 @@ impl GroupAggregate {
         crate::operator::keyed::hash_keys(&batch.columns()[..k], n, &mut self.hashes)?;
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
-            intern_hashed(
-                self.keyed.groups.as_mut(),
-                &batch.columns()[..k],
-                &self.hashes,
-                &mut gids,
-            )?;
+            self.keyed
+                .intern(&batch.columns()[..k], &self.hashes, k, n, &mut gids)?;
             self.grow();
             let pieces = match &mut self.firing {
                 Firing::Own(trigger) => trigger.cut(n),
@@ -414,10 +423,11 @@ impl GroupAggregate {
                 if n == 0 {
                     continue;
                 }
-                intern_hashed(
-                    self.keyed.groups.as_mut(),
+                self.keyed.intern(
                     &part.cb.keys,
                     &part.hashes,
+                    part.cb.keys.len(),
+                    n,
                     &mut gids,
                 )?;
                 self.grow();
@@ -456,10 +466,11 @@ impl GroupAggregate {
                 if n == 0 {
                     continue;
                 }
-                intern_hashed(
-                    self.keyed.groups.as_mut(),
+                self.keyed.intern(
                     &batch.columns()[..k],
                     &part.hashes,
+                    part.hashed_keys,
+                    n,
                     &mut gids,
                 )?;
                 self.grow();

@@ -142,6 +142,12 @@ pub(crate) struct KeyedState {
     /// Groups with state.
     pub(crate) live: u64,
     ttl: bool,
+    /// How many of the plan's keys key the state: all of them, or, where a split PARTIAL's
+    /// state merges buckets ([`KeyedState::merge_buckets`]), the query's keys before the
+    /// buckets.
+    state_keys: usize,
+    /// Scratch: the hashes of the state's keys where they are fewer than the plan's.
+    state_hashes: Vec<u64>,
 }
 
 impl KeyedState {
@@ -151,7 +157,6 @@ impl KeyedState {
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         let accs = Accumulators::try_new(&plan)?;
         Ok(Self {
-            plan,
             groups,
             accs,
             alive: vec![],
@@ -160,7 +165,86 @@ impl KeyedState {
             key_rows: vec![],
             live: 0,
             ttl,
+            state_keys: plan.key_types.len(),
+            state_hashes: vec![],
+            plan,
         })
+    }
+
+    /// Keys the state of a split PARTIAL by the query's keys alone (`on`), its buckets only
+    /// routing rows to workers, or by every key again. A worker then holds one group per key,
+    /// with the DISTINCT pairs (and MIN/MAX values) of every bucket it owns, instead of one group
+    /// per (key, bucket): the FINAL adds up the workers' partial results as it adds up the
+    /// buckets', since the buckets a worker owns are whole. Such state cannot be cut by key
+    /// group (a snapshot refuses it: `GroupAggregate::snapshot`), so a run that takes
+    /// checkpoints keeps every key. Returns whether the state is keyed as asked: a plan without buckets, or state
+    /// already held, keeps its keying.
+    ///
+    /// # Errors
+    /// A key type that cannot be a key (a bug: the plan's keys were checked).
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
+        let all = self.plan.key_types.len();
+        let want = match (on, self.plan.bucket_keys) {
+            (true, Some(b)) if b.columns <= all => all - b.columns,
+            (true, _) => return Ok(false),
+            (false, _) => all,
+        };
+        if want == self.state_keys {
+            return Ok(true);
+        }
+        if !self.groups.is_empty() {
+            return Ok(false);
+        }
+        self.groups = new_group_values(&self.plan.key_types[..want])
+            .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        self.state_keys = want;
+        Ok(true)
+    }
+
+    /// Whether the state merges a split PARTIAL's buckets ([`KeyedState::merge_buckets`]).
+    pub(crate) fn merges_buckets(&self) -> bool {
+        self.state_keys < self.plan.key_types.len()
+    }
+
+    /// Interns `n` rows of the plan's key columns `keys` into group ids: by every key, or by
+    /// the query's keys where the state merges buckets. `hashes` are the rows' hashes over the
+    /// first `hashed` keys (all of them, or the query's keys where a local phase merged the
+    /// buckets too); where they are not over the keys the state is keyed by, those are hashed
+    /// here, unless the table hashes them itself.
+    ///
+    /// # Errors
+    /// Key columns of the wrong types.
+    pub(crate) fn intern(
+        &mut self,
+        keys: &[ArrayRef],
+        hashes: &[u64],
+        hashed: usize,
+        n: usize,
+        gids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let keys = &keys[..self.state_keys];
+        if hashed == self.state_keys {
+            return intern_hashed(self.groups.as_mut(), keys, hashes, gids);
+        }
+        if self.groups.hashes_keys_itself() && !keys.is_empty() {
+            self.state_hashes.clear();
+        } else {
+            hash_keys(keys, n, &mut self.state_hashes)?;
+        }
+        intern_hashed(self.groups.as_mut(), keys, &self.state_hashes, gids)
+    }
+
+    /// The plan's key columns of groups `ids`: the keys the state holds and, where it merges
+    /// buckets, NULL buckets (a worker's group stands for every bucket it owns).
+    ///
+    /// # Errors
+    /// An id out of range.
+    pub(crate) fn key_columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
+        let mut cols = self.groups.keys(ids)?;
+        for t in &self.plan.key_types[self.state_keys..] {
+            cols.push(arrow::array::new_null_array(t, ids.len()));
+        }
+        Ok(cols)
     }
 
     /// Groups in the table, dead ones included.
@@ -240,7 +324,7 @@ impl KeyedState {
 
     /// The snapshot rows of groups `ids` (all live), of `schema` ([`KeyedState::snapshot_schema`]).
     pub(crate) fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
-        let mut cols = self.groups.keys(ids)?;
+        let mut cols = self.key_columns(ids)?;
         cols.extend(self.accs.state(ids)?);
         let gather = |v: &[i64], none: i64| -> ArrayRef {
             Arc::new(Int64Array::from_iter_values(
@@ -275,7 +359,7 @@ impl KeyedState {
         let k = self.plan.key_types.len();
         let width = batch.num_columns();
         let before = self.groups.len();
-        intern_hashed(self.groups.as_mut(), &batch.columns()[..k], hashes, gids)?;
+        self.intern(&batch.columns()[..k], hashes, k, n, gids)?;
         if self.groups.len() != before + n {
             return Err(Error::invalid_input(
                 "snapshot holds a group key twice (or a key this operator already has)",
@@ -317,6 +401,7 @@ impl KeyedState {
     /// relative order), exported and imported `chunk` groups at a time.
     pub(crate) fn rebuilt(&self, chunk: usize) -> Result<Self> {
         let mut fresh = Self::try_new(Arc::clone(&self.plan), self.ttl)?;
+        fresh.merge_buckets(self.merges_buckets())?;
         let schema = self.snapshot_schema();
         let all_hashes = self.groups.hashes();
         let mut gids = vec![];

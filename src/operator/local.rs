@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::GroupValues;
+use tally_kernels::group_values::{GroupValues, new_group_values};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -51,6 +51,9 @@ pub struct LocalGroupAggregate {
     count_star_column: Option<usize>,
     /// Lane copies of `count1` for counting into few groups.
     count_lanes: Lanes<i64>,
+    /// How many of the plan's keys the groups are keyed by: all of them, or a split PARTIAL's
+    /// keys before the buckets ([`LocalGroupAggregate::merge_buckets`]).
+    state_keys: usize,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -58,6 +61,10 @@ pub struct LocalGroupAggregate {
 pub(crate) struct Flushed {
     pub(crate) batch: RecordBatch,
     pub(crate) hashes: Vec<u64>,
+    /// How many of the first key columns `hashes` are over: all of them, or a split
+    /// PARTIAL's keys before the buckets where the local phase merged them
+    /// ([`LocalGroupAggregate::merge_buckets`]).
+    pub(crate) hashed_keys: usize,
     pub(crate) rows: Vec<u64>,
 }
 
@@ -73,7 +80,6 @@ impl LocalGroupAggregate {
         state.for_local_phase();
         let groups = key_table(&plan)?;
         Ok(Self {
-            plan,
             groups,
             state,
             count1: vec![],
@@ -84,7 +90,41 @@ impl LocalGroupAggregate {
             retracted: false,
             count_star_column,
             count_lanes: Lanes::default(),
+            state_keys: plan.key_types.len(),
+            plan,
         })
+    }
+
+    /// Folds a split PARTIAL's rows by the query's keys alone (`on`), or by every key again.
+    /// For a PARTIAL with one worker whose state merges its buckets
+    /// ([`crate::ParallelAggregate`]'s workers, `KeyedState::merge_buckets`): the buckets then
+    /// route nowhere, and the rows of a key's buckets and group sets fold into one accumulator
+    /// row instead of one per (set, bucket). Its rows carry NULL buckets. Nothing may be folded.
+    ///
+    /// # Errors
+    /// Rows folded since the last flush; a key type that cannot be a key (a bug).
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
+        let all = self.plan.key_types.len();
+        let want = match (on, self.plan.bucket_keys) {
+            (true, Some(b)) if b.columns <= all => all - b.columns,
+            _ => all,
+        };
+        if want == self.state_keys {
+            return Ok(());
+        }
+        if !self.groups.is_empty() {
+            return Err(Error::internal(
+                "a local phase changed its keys with rows folded",
+            ));
+        }
+        self.groups = if want == all {
+            key_table(&self.plan)?
+        } else {
+            new_group_values(&self.plan.key_types[..want])
+                .map_err(|e| Error::plan(format!("group keys: {e}")))?
+        };
+        self.state_keys = want;
+        Ok(())
     }
 
     /// The schema of the accumulator batches [`LocalGroupAggregate::flush`] emits.
@@ -126,13 +166,23 @@ impl LocalGroupAggregate {
     /// Interns the keys of evaluated rows into `gids`, hashing them first unless the key table
     /// hashes the keys it keeps itself.
     fn intern(&mut self, cb: &CalcBatch) -> Result<()> {
-        let hashes: &[u64] = if self.hashes_keys_itself() {
+        self.intern_keys(cb, &[])
+    }
+
+    /// Interns the keys of evaluated rows into `gids`: with `hashes` (over every key) where
+    /// given, otherwise hashing the keys the groups are keyed by, unless the key table hashes
+    /// them itself.
+    fn intern_keys(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
+        let keys = &cb.keys[..self.state_keys];
+        let hashes: &[u64] = if !hashes.is_empty() && self.state_keys == cb.keys.len() {
+            hashes
+        } else if self.groups.hashes_keys_itself() && !keys.is_empty() {
             &[]
         } else {
-            hash_keys(&cb.keys, cb.num_rows, &mut self.hashes)?;
+            hash_keys(keys, cb.num_rows, &mut self.hashes)?;
             &self.hashes
         };
-        intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)
+        intern_hashed(self.groups.as_mut(), keys, hashes, &mut self.gids)
     }
 
     /// Folds delta rows ([`crate::operator::deltas`]): `rows` (insert-only, of the plan's input
@@ -180,7 +230,7 @@ impl LocalGroupAggregate {
     /// Whether [`LocalGroupAggregate::push_evaluated`] may be given rows without their key
     /// hashes (its key table hashes the keys it keeps itself).
     pub(crate) fn hashes_keys_itself(&self) -> bool {
-        self.groups.hashes_keys_itself()
+        self.groups.hashes_keys_itself() || self.state_keys < self.plan.key_types.len()
     }
 
     /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash; none at
@@ -189,7 +239,7 @@ impl LocalGroupAggregate {
         if cb.num_rows == 0 {
             return Ok(());
         }
-        intern_hashed(self.groups.as_mut(), &cb.keys, hashes, &mut self.gids)?;
+        self.intern_keys(cb, hashes)?;
         self.fold_interned(cb)
     }
 
@@ -336,6 +386,9 @@ impl LocalGroupAggregate {
         let hashes = self.groups.hashes();
         let order: Vec<u32> = parts.concat();
         let mut cols: Vec<ArrayRef> = self.groups.keys(&order)?;
+        for t in &self.plan.key_types[self.state_keys..] {
+            cols.push(arrow::array::new_null_array(t, order.len()));
+        }
         let keys = cols.len();
         cols.extend(self.state.state(&order)?);
         let count1: ArrayRef = Arc::new(Int64Array::from_iter_values(
@@ -354,6 +407,7 @@ impl LocalGroupAggregate {
                 let part = Flushed {
                     batch: batch.slice(offset, ids.len()),
                     hashes: ids.iter().map(|&g| hashes[g as usize]).collect(),
+                    hashed_keys: self.state_keys,
                     rows: ids.iter().map(|&g| rows[g as usize]).collect(),
                 };
                 offset += ids.len();

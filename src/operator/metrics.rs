@@ -251,6 +251,10 @@ pub struct AggregateMetrics {
     pub distinct_bytes: u64,
     /// The keys that received the most input rows, hottest first.
     pub hot_keys: Vec<(String, u64)>,
+    /// Whether the workers keyed a split-distinct PARTIAL's state by the query's keys alone,
+    /// its buckets only routing rows (an incremental FINAL on the pipelined runtime, without
+    /// checkpoints): one group per key and worker instead of one per (key, bucket).
+    pub merges_buckets: bool,
     /// The local phase (two-phase only).
     pub local: Option<LocalPhaseMetrics>,
     /// Where the time went, per task, when the last run was on the pipelined runtime.
@@ -312,6 +316,12 @@ impl fmt::Display for AggregateMetrics {
             self.compactions,
             self.dropped_retractions
         )?;
+        if self.merges_buckets {
+            writeln!(
+                f,
+                "  state keyed by the query's keys alone: the buckets only route rows to workers"
+            )?;
+        }
         if self.distinct_pairs > 0 {
             writeln!(
                 f,
@@ -437,6 +447,7 @@ impl ParallelAggregate {
             workers,
             skew_ratio,
             hot_keys,
+            merges_buckets: self.workers.iter().any(|w| w.agg.merges_buckets()),
             local: self.two_phase.then(|| self.adaptive.m.clone()),
             runtime: self.runtime_metrics.clone(),
         })

@@ -437,7 +437,7 @@ impl GroupAggregate {
     pub(super) fn emit(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
         if let Some(deltas) = &mut self.deltas {
             if !deltas.groups().is_empty() {
-                let keys = self.keyed.groups.keys(deltas.groups())?;
+                let keys = self.keyed.key_columns(deltas.groups())?;
                 if let Some(batch) = deltas.take(keys)? {
                     self.metrics.rows_out += batch.num_rows() as u64;
                     self.metrics.batches_out += 1;
@@ -450,7 +450,7 @@ impl GroupAggregate {
             return self.maybe_compact();
         };
         let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
-        columns.extend(self.keyed.groups.keys(&pending.groups)?);
+        columns.extend(self.keyed.key_columns(&pending.groups)?);
         for sources in &pending.sources {
             let refs: Vec<&dyn Array> = sources.iter().map(|a| a.as_ref()).collect();
             columns.push(interleave(&refs, &pending.picks)?);

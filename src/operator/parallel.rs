@@ -203,6 +203,24 @@ impl ParallelAggregate {
         }
     }
 
+    /// Has every worker key a split-distinct PARTIAL's state by the query's keys alone, the
+    /// buckets only routing rows to workers, or by every key again (see
+    /// [`GroupAggregate::merge_buckets`]). Returns whether every worker's state is keyed as
+    /// asked.
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
+        let mut all = true;
+        for w in &mut self.workers {
+            all &= w.agg.merge_buckets(on)?;
+        }
+        // With one worker the buckets route nowhere: its local phases fold a key's rows into
+        // one accumulator row, whatever their buckets.
+        let fold = all && on && self.workers.len() == 1;
+        for l in &mut self.locals {
+            l.merge_buckets(fold)?;
+        }
+        Ok(all)
+    }
+
     /// Keeps the settings that had no effect on this aggregate (see
     /// [`ParallelAggregate::warnings`]).
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {

@@ -42,11 +42,17 @@ impl GroupAggregate {
     /// before the snapshot is taken, so that none is lost or emitted twice on restore).
     ///
     /// # Errors
-    /// A mini-batch still pending.
+    /// A mini-batch still pending; state that merges a split PARTIAL's buckets
+    /// ([`GroupAggregate::merge_buckets`]), which a key group cannot cut.
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
         if self.has_pending() {
             return Err(Error::invalid_input(
                 "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
+            ));
+        }
+        if self.keyed.merges_buckets() && self.keyed.live > 0 {
+            return Err(Error::invalid_input(
+                "cannot snapshot a split-distinct PARTIAL whose state merges its buckets (a run without checkpoints): set the checkpoints before the run",
             ));
         }
         let schema = self.snapshot_schema();

@@ -462,6 +462,7 @@ impl Pipeline {
                 .first()
                 .and_then(|s| s.as_incremental())
                 .is_some_and(|i| i.takes_deltas_from(agg.plan()));
+        let incremental = after.first().is_some_and(|s| s.as_incremental().is_some());
         let post = fold
             .as_deref()
             .map(|f| f as &(dyn Fn() -> Result<FiringFold> + Sync));
@@ -505,6 +506,11 @@ impl Pipeline {
             }
         };
         agg.set_emit_deltas(deltas);
+        // A PARTIAL whose firings an incremental FINAL folds keys its workers' state by the
+        // query's keys alone, the buckets only routing rows (one group per key and worker, not
+        // per bucket), unless the run takes checkpoints, which cut state by key group, or the
+        // state was restored from one.
+        agg.merge_buckets(incremental && checkpoint_every.is_none())?;
         let run =
             agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through);
         agg.set_emit_deltas(false);

@@ -222,3 +222,78 @@ fn incremental_aggregate_without_two_phases_warns() {
         "{err}"
     );
 }
+
+/// On the pipelined runtime a split PARTIAL whose firings the incremental FINAL folds keys its
+/// workers' state by the query's keys alone, the buckets only routing rows: at most one group
+/// per shop and worker instead of one per (shop, set, bucket), over the bundled orders and their
+/// changelog, with the unsplit plan's final table. With checkpoints the state keeps its buckets
+/// (a checkpoint cuts state by key group), with the same table.
+#[test]
+fn a_split_partial_keys_its_state_by_the_query_keys() {
+    use tally::sql::plan_script;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("data");
+    for (file, changelog) in [
+        ("orders.parquet", ""),
+        ("orders_changelog.parquet", ", 'changelog-column' = 'op'"),
+    ] {
+        for workers in [1, 2, 3] {
+            let script = |split: bool| {
+                format!(
+                    "CREATE TABLE orders (order_id BIGINT, shop STRING, user_id BIGINT, amount BIGINT, \
+                     status STRING, ts TIMESTAMP(3)) WITH ('connector' = 'filesystem', \
+                     'path' = '{}', 'format' = 'parquet'{changelog}); \
+                     SET 'table.exec.mini-batch.enabled' = 'true'; \
+                     SET 'table.exec.mini-batch.allow-latency' = '1 h'; \
+                     SET 'table.exec.mini-batch.size' = '2000'; \
+                     SET 'table.exec.resource.default-parallelism' = '{workers}'; \
+                     SET 'table.optimizer.distinct-agg.split.enabled' = '{split}'; \
+                     SELECT shop, COUNT(*) AS orders, COUNT(DISTINCT user_id) AS buyers, \
+                     COUNT(DISTINCT status) AS statuses, MAX(amount) AS biggest \
+                     FROM orders GROUP BY shop;",
+                    data.join(file).display()
+                )
+            };
+            let ctx = format!("{file}, {workers} workers");
+            let table = |lines: &[String]| {
+                let mut m = crate::common::Materialized::default();
+                m.apply_lines(lines);
+                m.rows()
+            };
+            let (unsplit, _) =
+                crate::common::run_query(&mut plan_script(&script(false)).unwrap(), 4096);
+            let mut q = plan_script(&script(true)).unwrap();
+            let (lines, stats) = crate::common::run_query(&mut q, 4096);
+            assert!(
+                stats.runtime.starts_with("pipelined"),
+                "{ctx}: {}",
+                stats.runtime
+            );
+            assert_eq!(table(&lines), table(&unsplit), "{ctx}");
+            let partial = &stats.aggregates[0];
+            let shops = table(&unsplit).len() as u64;
+            assert!(partial.merges_buckets, "{ctx}");
+            assert!(
+                partial.keys_in_state <= shops * workers as u64,
+                "{ctx}: {} groups for {shops} shops",
+                partial.keys_in_state
+            );
+            // With checkpoints: (shop, set, bucket) groups, the same table.
+            let dir = scratch(&format!("merge-{workers}-{}", changelog.is_empty()));
+            let mut q = plan_script(&script(true)).unwrap();
+            q.job()
+                .checkpoint_every(tally::checkpoint::CheckpointDir::new(&dir), 20_000)
+                .unwrap();
+            let (lines, stats) = crate::common::run_query(&mut q, 4096);
+            assert_eq!(table(&lines), table(&unsplit), "{ctx}: with checkpoints");
+            let partial = &stats.aggregates[0];
+            assert!(!partial.merges_buckets, "{ctx}: with checkpoints");
+            assert!(
+                partial.keys_in_state > shops * workers as u64,
+                "{ctx}: {} groups with checkpoints",
+                partial.keys_in_state
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}

@@ -376,6 +376,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
     // Bypasses of a split PARTIAL's local phase on the pipelined runtime, whose key table
     // hashes its keys itself: the rows it passes on are hashed then.
     let mut split_bypasses = 0;
+    // Runs whose split PARTIAL keyed its workers' state by the query's keys alone.
+    let mut merged_buckets = 0;
     let mut chunked_changelogs = 0;
     for (s, retractions) in [false, true, true].into_iter().enumerate() {
         let stream = random_stream(&mut rng, 500, retractions);
@@ -428,6 +430,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 chunked_changelogs += usize::from(s == 1 && stats.runtime.starts_with("pipelined"));
                 let split = desc.contains("split.enabled=true");
                 for m in &stats.aggregates {
+                    merged_buckets += usize::from(m.merges_buckets);
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
                         if split && stats.runtime.starts_with("pipelined") {
@@ -448,6 +451,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     std::fs::remove_dir_all(&dir).unwrap();
     // The paths the matrix is meant to take were taken.
     assert!(bypasses > 0, "the adaptive local phase never stepped aside");
+    assert!(
+        merged_buckets > 3,
+        "{merged_buckets} runs with a split PARTIAL's state keyed by the query's keys"
+    );
     assert!(
         split_bypasses > 0,
         "a split PARTIAL's local phase never stepped aside on the pipelined runtime"

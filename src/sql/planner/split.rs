@@ -231,7 +231,8 @@ fn incremental(
     let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
     if let Some(note) = ctx.explain.strategy.last_mut() {
         *note = format!(
-            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency."
+            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.",
+            partial_keys[..final_keys].join(", ")
         );
     }
     Ok(())
