@@ -18,9 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::{GroupValues, new_group_values};
+use tally_kernels::group_values::{BucketedGroupValues, GroupValues, new_group_values};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -28,6 +29,7 @@ use crate::operator::accumulators::Accumulators;
 use crate::operator::exchange::partition;
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed, key_table};
+use crate::operator::owners::Owners;
 use crate::plan::{AggregatePlan, CalcBatch};
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
@@ -54,6 +56,9 @@ pub struct LocalGroupAggregate {
     /// How many of the plan's keys the groups are keyed by: all of them, or a split PARTIAL's
     /// keys before the buckets ([`LocalGroupAggregate::merge_buckets`]).
     state_keys: usize,
+    /// Where a split PARTIAL's rows fold by key and worker on several workers: the (key,
+    /// worker) slots, the local groups then (`groups` is not used).
+    owners: Option<Owners>,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -91,28 +96,49 @@ impl LocalGroupAggregate {
             count_star_column,
             count_lanes: Lanes::default(),
             state_keys: plan.key_types.len(),
+            owners: None,
             plan,
         })
     }
 
-    /// Folds a split PARTIAL's rows by the query's keys alone (`on`), or by every key again.
-    /// For a PARTIAL with one worker whose state merges its buckets
-    /// ([`crate::ParallelAggregate`]'s workers, `KeyedState::merge_buckets`): the buckets then
-    /// route nowhere, and the rows of a key's buckets and group sets fold into one accumulator
-    /// row instead of one per (set, bucket). Its rows carry NULL buckets. Nothing may be folded.
+    /// Folds a split PARTIAL's rows by the query's keys and the worker their buckets route
+    /// them to (`Some` of the PARTIAL's key groups), or by every key again (`None`). For a
+    /// PARTIAL whose workers' state merges its buckets (`KeyedState::merge_buckets`): the rows
+    /// of a key bound for one worker, whatever their buckets and group sets, fold into one
+    /// accumulator row instead of one per (set, bucket) ([`crate::operator::owners`]; with one
+    /// worker, one row per key). Its rows carry NULL buckets. Nothing may be folded.
     ///
     /// # Errors
     /// Rows folded since the last flush; a key type that cannot be a key (a bug).
-    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
+    pub(crate) fn merge_buckets(&mut self, key_groups: Option<&KeyGroups>) -> Result<()> {
         let all = self.plan.key_types.len();
-        let want = match (on, self.plan.bucket_keys) {
-            (true, Some(b)) if b.columns <= all => all - b.columns,
+        let want = match (key_groups, self.plan.bucket_keys) {
+            (Some(_), Some(b)) if b.columns <= all => all - b.columns,
             _ => all,
         };
-        if want == self.state_keys {
+        // On several workers, slots by (key, worker) over the bucketed key table, where the
+        // buckets fit one; otherwise rows fold by every key.
+        let mut owners = None;
+        let mut want = want;
+        if let (Some(kg), Some(b)) = (key_groups, self.plan.bucket_keys)
+            && want < all
+            && kg.workers() > 1
+        {
+            match BucketedGroupValues::try_new(&self.plan.key_types[..want], b.columns, b.buckets) {
+                Ok(keys)
+                    if self.plan.key_types[want..]
+                        .iter()
+                        .all(|t| t == &DataType::Int32) =>
+                {
+                    owners = Some(Owners::new(kg.clone(), keys));
+                }
+                _ => want = all,
+            }
+        }
+        if want == self.state_keys && owners.is_none() && self.owners.is_none() {
             return Ok(());
         }
-        if !self.groups.is_empty() {
+        if self.len() > 0 {
             return Err(Error::internal(
                 "a local phase changed its keys with rows folded",
             ));
@@ -124,7 +150,15 @@ impl LocalGroupAggregate {
                 .map_err(|e| Error::plan(format!("group keys: {e}")))?
         };
         self.state_keys = want;
+        self.owners = owners;
         Ok(())
+    }
+
+    /// Local groups folded since the last flush: keys, or (key, worker) slots.
+    fn len(&self) -> usize {
+        self.owners
+            .as_ref()
+            .map_or_else(|| self.groups.len(), Owners::len)
     }
 
     /// The schema of the accumulator batches [`LocalGroupAggregate::flush`] emits.
@@ -174,6 +208,9 @@ impl LocalGroupAggregate {
     /// them itself.
     fn intern_keys(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
         let keys = &cb.keys[..self.state_keys];
+        if let Some(owners) = &mut self.owners {
+            return owners.intern(&cb.keys, &mut self.gids);
+        }
         let hashes: &[u64] = if !hashes.is_empty() && self.state_keys == cb.keys.len() {
             hashes
         } else if self.groups.hashes_keys_itself() && !keys.is_empty() {
@@ -204,7 +241,7 @@ impl LocalGroupAggregate {
         }
         let cb = self.plan.calc.evaluate(rows)?;
         self.intern(&cb)?;
-        let total = self.groups.len();
+        let total = self.len();
         self.count1.resize(total, 0);
         self.count_rows_apart(total);
         for (&g, &d) in self.gids.iter().zip(keys_delta) {
@@ -245,7 +282,7 @@ impl LocalGroupAggregate {
 
     /// Folds evaluated rows whose groups are in `gids`.
     fn fold_interned(&mut self, cb: &CalcBatch) -> Result<()> {
-        let total = self.groups.len();
+        let total = self.len();
         self.count1.resize(total, 0);
         match &cb.retract {
             Some(retract) if retract.count_set_bits() > 0 => {
@@ -281,12 +318,13 @@ impl LocalGroupAggregate {
 
     /// Keys folded since the last flush.
     pub fn keys(&self) -> usize {
-        self.groups.len()
+        self.len()
     }
 
     /// Bytes held by the keys and accumulators folded since the last flush.
     pub fn size(&self) -> usize {
         self.groups.size()
+            + self.owners.as_ref().map_or(0, Owners::size)
             + self.state.size()
             + (self.count1.capacity() + self.group_rows.capacity()) * 8
     }
@@ -324,7 +362,7 @@ impl LocalGroupAggregate {
 
     /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
     pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
-        let n = self.groups.len() as u32;
+        let n = self.len() as u32;
         let rows = self.rows_per_group();
         Ok(self
             .flush_in_parts(vec![(0..n).collect()], &rows)?
@@ -339,7 +377,7 @@ impl LocalGroupAggregate {
     /// # Errors
     /// As [`LocalGroupAggregate::flush`].
     pub(crate) fn flush_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
-        let n = self.groups.len();
+        let n = self.len();
         if n == 0 {
             return Ok(None);
         }
@@ -350,6 +388,8 @@ impl LocalGroupAggregate {
         let start = Instant::now();
         let parts = if kg.workers() == 1 {
             vec![(0..n as u32).collect()]
+        } else if let Some(owners) = &self.owners {
+            owners.parts()
         } else {
             partition(self.groups.hashes(), kg)
         };
@@ -365,7 +405,7 @@ impl LocalGroupAggregate {
     /// Each group's input rows since the last flush.
     fn rows_per_group(&self) -> Vec<u64> {
         if self.retracted {
-            self.group_rows[..self.groups.len()].to_vec()
+            self.group_rows[..self.len()].to_vec()
         } else {
             self.count1.iter().map(|&c| c as u64).collect()
         }
@@ -379,13 +419,21 @@ impl LocalGroupAggregate {
         parts: Vec<Vec<u32>>,
         rows: &[u64],
     ) -> Result<Option<Vec<Flushed>>> {
-        let n = self.groups.len();
+        let n = self.len();
         if n == 0 {
             return Ok(None);
         }
-        let hashes = self.groups.hashes();
         let order: Vec<u32> = parts.concat();
-        let mut cols: Vec<ArrayRef> = self.groups.keys(&order)?;
+        // A (key, worker) slot's key and hash are its query key's.
+        let key_hashes = self.groups.hashes();
+        let hash_of = |g: u32| match &self.owners {
+            Some(owners) => owners.key_hash(g),
+            None => key_hashes[g as usize],
+        };
+        let mut cols: Vec<ArrayRef> = match &self.owners {
+            Some(owners) => owners.key_columns(&order)?,
+            None => self.groups.keys(&order)?,
+        };
         for t in &self.plan.key_types[self.state_keys..] {
             cols.push(arrow::array::new_null_array(t, order.len()));
         }
@@ -406,7 +454,7 @@ impl LocalGroupAggregate {
             .map(|ids| {
                 let part = Flushed {
                     batch: batch.slice(offset, ids.len()),
-                    hashes: ids.iter().map(|&g| hashes[g as usize]).collect(),
+                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
                     hashed_keys: self.state_keys,
                     rows: ids.iter().map(|&g| rows[g as usize]).collect(),
                 };
@@ -415,6 +463,9 @@ impl LocalGroupAggregate {
             })
             .collect();
         self.groups.clear();
+        if let Some(owners) = &mut self.owners {
+            owners.clear();
+        }
         self.count1.clear();
         self.group_rows.clear();
         self.retracted = false;

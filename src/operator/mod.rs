@@ -31,6 +31,7 @@ pub mod local;
 pub mod metrics;
 pub(crate) mod mini_batch;
 pub mod ordered;
+pub(crate) mod owners;
 pub mod parallel;
 pub mod pipelined;
 pub mod snapshot;

@@ -212,11 +212,11 @@ impl ParallelAggregate {
         for w in &mut self.workers {
             all &= w.agg.merge_buckets(on)?;
         }
-        // With one worker the buckets route nowhere: its local phases fold a key's rows into
-        // one accumulator row, whatever their buckets.
-        let fold = all && on && self.workers.len() == 1;
+        // The local phases fold a key's rows bound for one worker into one accumulator row,
+        // whatever their buckets.
+        let by = (all && on).then_some(&self.key_groups);
         for l in &mut self.locals {
-            l.merge_buckets(fold)?;
+            l.merge_buckets(by)?;
         }
         Ok(all)
     }

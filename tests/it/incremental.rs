@@ -226,8 +226,9 @@ fn incremental_aggregate_without_two_phases_warns() {
 /// On the pipelined runtime a split PARTIAL whose firings the incremental FINAL folds keys its
 /// workers' state by the query's keys alone, the buckets only routing rows: at most one group
 /// per shop and worker instead of one per (shop, set, bucket), over the bundled orders and their
-/// changelog, with the unsplit plan's final table. With checkpoints the state keeps its buckets
-/// (a checkpoint cuts state by key group), with the same table.
+/// changelog, with the unsplit plan's final table, and its local phases fold a shop's rows bound
+/// for one worker into one accumulator row. With checkpoints the state keeps its buckets (a
+/// checkpoint cuts state by key group), with the same table.
 #[test]
 fn a_split_partial_keys_its_state_by_the_query_keys() {
     use tally::sql::plan_script;
@@ -273,6 +274,13 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
             let partial = &stats.aggregates[0];
             let shops = table(&unsplit).len() as u64;
             assert!(partial.merges_buckets, "{ctx}");
+            let exchanged = |m: &tally::AggregateMetrics| {
+                m.stages
+                    .iter()
+                    .find(|s| s.step == tally::explain::AggregateStep::Exchange)
+                    .map_or(0, |s| s.rows_in)
+            };
+            let merged_exchange = exchanged(partial);
             assert!(
                 partial.keys_in_state <= shops * workers as u64,
                 "{ctx}: {} groups for {shops} shops",
@@ -288,6 +296,13 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
             assert_eq!(table(&lines), table(&unsplit), "{ctx}: with checkpoints");
             let partial = &stats.aggregates[0];
             assert!(!partial.merges_buckets, "{ctx}: with checkpoints");
+            // The local phases folded a shop's rows bound for one worker into one row, not one
+            // per (set, bucket).
+            assert!(
+                merged_exchange < exchanged(partial),
+                "{ctx}: {merged_exchange} accumulator rows exchanged, {} with checkpoints",
+                exchanged(partial)
+            );
             assert!(
                 partial.keys_in_state > shops * workers as u64,
                 "{ctx}: {} groups with checkpoints",

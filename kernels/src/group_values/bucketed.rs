@@ -140,6 +140,31 @@ impl BucketedGroupValues {
         })
     }
 
+    /// Each group's prefix id: the id of its prefix columns' values in the prefix's own table
+    /// ([`BucketedGroupValues::prefix_keys`]), until the next `clear`.
+    pub fn group_prefixes(&self) -> &[u32] {
+        &self.group_prefix
+    }
+
+    /// The prefix columns of prefix ids `ids`, one row per id (none without prefix columns).
+    ///
+    /// # Errors
+    /// An id out of range.
+    pub fn prefix_keys(&self, ids: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        match self.prefix.table() {
+            Some(table) => table.keys(ids),
+            None => Ok(vec![]),
+        }
+    }
+
+    /// The hash of prefix `p`'s values, as [`crate::hash::hash_columns`] gives it over the prefix
+    /// columns alone (0 without prefix columns, as a key without columns hashes).
+    pub fn prefix_hash(&self, p: u32) -> u64 {
+        self.prefix
+            .table()
+            .map_or(0, |table| table.hashes()[p as usize])
+    }
+
     /// Interns the prefix columns into `self.prefix_ids`, unless they are the very arrays
     /// interned last (since the last `clear`).
     fn intern_prefix(&mut self, cols: &[ArrayRef], n: usize) -> Result<(), ArrowError> {

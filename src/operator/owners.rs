@@ -1,0 +1,198 @@
+//! A split PARTIAL's local groups on several workers: one per (key, worker).
+//!
+//! Where a split-distinct PARTIAL's workers key their state by the query's keys alone
+//! (`KeyedState::merge_buckets`), a bucket only says which worker a row goes to: the rows of a
+//! key whose buckets one worker owns end in one group there, whatever their buckets and group
+//! sets. So the local phase need not keep a group per (key, set, bucket): it keeps one per key
+//! and worker, each row going to the slot of the worker that owns its key group (the one its
+//! full key, buckets included, hashes to, as an unfolded row would be routed), and flushes each
+//! slot straight into that worker's part.
+
+use arrow::array::ArrayRef;
+use tally_kernels::group_values::{BucketedGroupValues, GroupValues};
+
+use crate::error::{Error, Result};
+use crate::operator::key_groups::KeyGroups;
+
+/// No local group for this key or slot yet.
+const NONE: u32 = u32::MAX;
+
+/// The (key, worker) slots of a local phase (see the module docs), between two flushes.
+#[derive(Debug)]
+pub(crate) struct Owners {
+    key_groups: KeyGroups,
+    /// The rows' keys, buckets included, as a split PARTIAL's local phase interns them: a
+    /// key's hash, and so its worker, is found once per flush, not once per row.
+    keys: BucketedGroupValues,
+    /// Per key of `keys`: its local group, or [`NONE`] until found.
+    group_of: Vec<u32>,
+    /// `slots[prefix * workers + worker]`: the local group of the query's key `prefix` (a
+    /// prefix id of `keys`) bound for `worker`, or [`NONE`].
+    slots: Vec<u32>,
+    /// Per local group: its prefix id.
+    prefixes: Vec<u32>,
+    /// Per local group: the worker it is bound for.
+    workers: Vec<u32>,
+    /// Scratch: the rows' key ids.
+    ids: Vec<u32>,
+}
+
+impl Owners {
+    /// Slots for the workers of `key_groups`, over the keys `keys` holds (empty).
+    pub(crate) fn new(key_groups: KeyGroups, keys: BucketedGroupValues) -> Self {
+        Self {
+            key_groups,
+            keys,
+            group_of: vec![],
+            slots: vec![],
+            prefixes: vec![],
+            workers: vec![],
+            ids: vec![],
+        }
+    }
+
+    /// The local group of every row of the key columns `cols` (the query's keys, then the
+    /// buckets), into `groups` (cleared first): its query key's slot for the worker owning the
+    /// key group its whole key hashes to.
+    ///
+    /// # Errors
+    /// Key columns of the wrong types.
+    pub(crate) fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<u32>) -> Result<()> {
+        self.keys
+            .intern(cols, &[], &mut self.ids)
+            .map_err(|e| Error::internal(format!("local keys: {e}")))?;
+        let p = self.key_groups.workers();
+        self.group_of.resize(self.keys.len(), NONE);
+        groups.clear();
+        groups.reserve(self.ids.len());
+        for &id in &self.ids {
+            let mut g = self.group_of[id as usize];
+            if g == NONE {
+                let prefix = self.keys.group_prefixes()[id as usize] as usize;
+                let w = self
+                    .key_groups
+                    .worker_of_hash(self.keys.hashes()[id as usize]);
+                if self.slots.len() <= prefix * p + w {
+                    self.slots.resize((prefix + 1) * p, NONE);
+                }
+                let slot = &mut self.slots[prefix * p + w];
+                if *slot == NONE {
+                    *slot = self.prefixes.len() as u32;
+                    self.prefixes.push(prefix as u32);
+                    self.workers.push(w as u32);
+                }
+                g = *slot;
+                self.group_of[id as usize] = g;
+            }
+            groups.push(g);
+        }
+        Ok(())
+    }
+
+    /// Local groups since the last [`Owners::clear`].
+    pub(crate) fn len(&self) -> usize {
+        self.prefixes.len()
+    }
+
+    /// The query's key columns of local groups `groups`, one row per group.
+    ///
+    /// # Errors
+    /// A group out of range.
+    pub(crate) fn key_columns(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
+        let prefixes: Vec<u32> = groups.iter().map(|&g| self.prefixes[g as usize]).collect();
+        self.keys
+            .prefix_keys(&prefixes)
+            .map_err(|e| Error::internal(format!("local keys: {e}")))
+    }
+
+    /// The hash of local group `g`'s query key (over the query's key columns alone).
+    pub(crate) fn key_hash(&self, g: u32) -> u64 {
+        self.keys.prefix_hash(self.prefixes[g as usize])
+    }
+
+    /// The local groups bound for each worker, in worker order.
+    pub(crate) fn parts(&self) -> Vec<Vec<u32>> {
+        let mut parts = vec![vec![]; self.key_groups.workers()];
+        for (g, &w) in self.workers.iter().enumerate() {
+            parts[w as usize].push(g as u32);
+        }
+        parts
+    }
+
+    /// Forgets every local group and key, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.keys.clear();
+        self.group_of.clear();
+        self.slots.clear();
+        self.prefixes.clear();
+        self.workers.clear();
+    }
+
+    /// Bytes held, from capacity.
+    pub(crate) fn size(&self) -> usize {
+        self.keys.size()
+            + (self.group_of.capacity()
+                + self.slots.capacity()
+                + self.prefixes.capacity()
+                + self.workers.capacity()
+                + self.ids.capacity())
+                * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, StringArray};
+    use arrow::datatypes::DataType;
+    use std::sync::Arc;
+    use tally_kernels::hash::hash_columns;
+
+    /// Each row goes to the local group of (its query key, the worker its whole key's hash
+    /// routes it to), whatever its buckets; a group's key columns and hash are its query key's;
+    /// the parts list each worker's groups; a cleared table starts from group 0.
+    #[test]
+    fn rows_go_to_their_key_and_workers_slot() {
+        let kg = KeyGroups::new(128, 3).unwrap();
+        let table = BucketedGroupValues::try_new(&[DataType::Utf8], 2, 16).unwrap();
+        let mut owners = Owners::new(kg.clone(), table);
+        let n = 200;
+        let day: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| ["a", "b", "c"][i % 3]),
+        ));
+        let b1: ArrayRef = Arc::new(Int32Array::from_iter(
+            (0..n).map(|i| (i % 2 == 0).then_some((i * 7 % 16) as i32)),
+        ));
+        let b2: ArrayRef = Arc::new(Int32Array::from_iter(
+            (0..n).map(|i| (i % 4 == 1).then_some((i * 5 % 16) as i32)),
+        ));
+        let cols = vec![Arc::clone(&day), b1, b2];
+        let mut whole = vec![];
+        hash_columns(&cols, &mut whole).unwrap();
+        let mut alone = vec![];
+        hash_columns(std::slice::from_ref(&day), &mut alone).unwrap();
+        let mut groups = vec![];
+        owners.intern(&cols, &mut groups).unwrap();
+        let mut seen = std::collections::HashMap::new();
+        let days = day.as_any().downcast_ref::<StringArray>().unwrap();
+        for (r, &g) in groups.iter().enumerate() {
+            let w = kg.worker_of_hash(whole[r]);
+            assert_eq!(*seen.entry((days.value(r), w)).or_insert(g), g, "row {r}");
+            assert_eq!(owners.key_hash(g), alone[r], "row {r}");
+        }
+        assert_eq!(owners.len(), seen.len());
+        let parts = owners.parts();
+        assert_eq!(parts.len(), 3);
+        for (w, part) in parts.iter().enumerate() {
+            let keys = owners.key_columns(part).unwrap();
+            let keys = keys[0].as_any().downcast_ref::<StringArray>().unwrap();
+            for (i, &g) in part.iter().enumerate() {
+                assert_eq!(seen.get(&(keys.value(i), w)), Some(&g));
+            }
+        }
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), owners.len());
+        owners.clear();
+        owners.intern(&cols, &mut groups).unwrap();
+        assert_eq!(groups[0], 0);
+    }
+}
