@@ -154,6 +154,12 @@ impl LocalGroupAggregate {
         Ok(())
     }
 
+    /// Whether it folds a split PARTIAL's rows by the query's keys, whatever their buckets
+    /// ([`LocalGroupAggregate::merge_buckets`]).
+    pub(crate) fn merges_buckets(&self) -> bool {
+        self.state_keys < self.plan.key_types.len()
+    }
+
     /// Local groups folded since the last flush: keys, or (key, worker) slots.
     fn len(&self) -> usize {
         self.owners

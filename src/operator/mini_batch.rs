@@ -49,6 +49,11 @@ impl Trigger {
         }
     }
 
+    /// The rows a mini-batch holds.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
     /// Whether a latency fires mini-batches too (else only sizes do, and the clock need not be
     /// read).
     pub(crate) fn has_latency(&self) -> bool {

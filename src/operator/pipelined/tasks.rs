@@ -202,8 +202,13 @@ impl Source<'_> {
     /// Reads a split of any rows, ending an epoch after every mini-batch of them.
     fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
         while let Some(batch) = self.next_batch(&mut split)? {
-            for batch in pre(batch)? {
-                self.push(batch)?;
+            let batches = pre(batch)?;
+            if batches.len() > 1 && self.folds_sets_together() {
+                self.push_interleaved(&batches)?;
+            } else {
+                for batch in batches {
+                    self.push(batch)?;
+                }
             }
             self.send_pending();
         }
@@ -242,10 +247,57 @@ impl Source<'_> {
         }
     }
 
+    /// Whether the local phase folds a key's rows whatever their group set (a split PARTIAL
+    /// whose workers merge the buckets: [`crate::operator::LocalGroupAggregate`]'s
+    /// `merge_buckets`), so that an Expand's sets of the same rows are worth folding in one
+    /// mini-batch.
+    fn folds_sets_together(&self) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|l| l.merges_buckets() && !self.adaptive.m.bypassed)
+    }
+
+    /// Folds the group sets of an Expand (`batches`, one per set, of the same input rows) chunk
+    /// of rows by chunk, each chunk's sets one after the other, as Flink's Expand emits a row's
+    /// sets together: a mini-batch then holds every set of its rows, and the local phase folds
+    /// a key's sets into one accumulator row. A chunk is a mini-batch's share of each set.
+    fn push_interleaved(&mut self, batches: &[ChangeBatch]) -> Result<()> {
+        let n = batches[0].num_rows();
+        if batches.iter().any(|b| b.num_rows() != n) {
+            for b in batches {
+                self.push(b.clone())?;
+            }
+            return Ok(());
+        }
+        let sets = batches
+            .iter()
+            .map(|b| self.evaluate(b))
+            .collect::<Result<Vec<_>>>()?;
+        self.adaptive.fold_sets(sets.len());
+        let chunk = (self.trigger.size() / sets.len()).max(1);
+        for off in (0..n).step_by(chunk) {
+            let len = chunk.min(n - off);
+            for rows in &sets {
+                self.feed(if len == n {
+                    rows.clone()
+                } else {
+                    rows.slice(off, len)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     fn push(&mut self, batch: ChangeBatch) -> Result<()> {
-        self.plan.check_input(&batch)?;
+        let rows = self.evaluate(&batch)?;
+        self.feed(rows)
+    }
+
+    /// Evaluates one batch (Calc) and hashes its keys where the local phase does not.
+    fn evaluate(&mut self, batch: &ChangeBatch) -> Result<Hashed> {
+        self.plan.check_input(batch)?;
         let start = Instant::now();
-        let cb = self.plan.calc.evaluate(&batch)?;
+        let cb = self.plan.calc.evaluate(batch)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
@@ -271,6 +323,12 @@ impl Source<'_> {
         };
         self.report.calc_busy += start.elapsed();
         self.report.rows += n as u64;
+        Ok(hashed)
+    }
+
+    /// Folds (or routes) evaluated rows, ending the mini-batch at its size or latency.
+    fn feed(&mut self, hashed: Hashed) -> Result<()> {
+        let n = hashed.num_rows();
         if self.trigger.has_latency()
             && self.trigger.latency_due(self.clock.now_ms())
             && self.epoch_folded + self.epoch_bypassed > 0
