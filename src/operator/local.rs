@@ -21,7 +21,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::{BucketedGroupValues, GroupValues, new_group_values};
+use tally_kernels::group_values::{BucketedGroupValues, GroupValues, new_group_values, same_array};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -59,6 +59,9 @@ pub struct LocalGroupAggregate {
     /// Where a split PARTIAL's rows fold by key and worker on several workers: the (key,
     /// worker) slots, the local groups then (`groups` is not used).
     owners: Option<Owners>,
+    /// Where a split PARTIAL's rows fold by key on one worker: the key columns interned last
+    /// since the flush, whose ids `gids` holds (`None` after a flush).
+    last_keys: Option<Vec<ArrayRef>>,
 }
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
@@ -97,6 +100,7 @@ impl LocalGroupAggregate {
             count_lanes: Lanes::default(),
             state_keys: plan.key_types.len(),
             owners: None,
+            last_keys: None,
             plan,
         })
     }
@@ -216,6 +220,19 @@ impl LocalGroupAggregate {
         let keys = &cb.keys[..self.state_keys];
         if let Some(owners) = &mut self.owners {
             return owners.intern(&cb.keys, &mut self.gids);
+        }
+        if self.merges_buckets() {
+            // An Expand's sets of one chunk share its key arrays: their rows' ids are those of
+            // the set interned last, still in `gids`.
+            let same = self.last_keys.as_ref().is_some_and(|last| {
+                last.len() == keys.len()
+                    && self.gids.len() == cb.num_rows
+                    && last.iter().zip(keys).all(|(a, b)| same_array(a, b))
+            });
+            if same {
+                return Ok(());
+            }
+            self.last_keys = Some(keys.to_vec());
         }
         let hashes: &[u64] = if !hashes.is_empty() && self.state_keys == cb.keys.len() {
             hashes
@@ -472,6 +489,7 @@ impl LocalGroupAggregate {
         if let Some(owners) = &mut self.owners {
             owners.clear();
         }
+        self.last_keys = None;
         self.count1.clear();
         self.group_rows.clear();
         self.retracted = false;

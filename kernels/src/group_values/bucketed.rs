@@ -90,6 +90,12 @@ impl Prefix {
     }
 }
 
+/// Whether `a` and `b` are the same array: the same `Arc`, or the same rows of the same
+/// buffers (slices of one array at one offset, as an Expand's sets cut chunk by chunk are).
+pub fn same_array(a: &ArrayRef, b: &ArrayRef) -> bool {
+    Arc::ptr_eq(a, b) || (a.len() == b.len() && a.to_data().ptr_eq(&b.to_data()))
+}
+
 /// Which bucket columns of a batch are set: all rows, none, or it varies.
 #[derive(Clone, Copy, PartialEq)]
 enum Cover {
@@ -166,7 +172,7 @@ impl BucketedGroupValues {
     }
 
     /// Interns the prefix columns into `self.prefix_ids`, unless they are the very arrays
-    /// interned last (since the last `clear`).
+    /// interned last (since the last `clear`; [`same_array`]).
     fn intern_prefix(&mut self, cols: &[ArrayRef], n: usize) -> Result<(), ArrowError> {
         if matches!(self.prefix, Prefix::None) {
             self.prefix_ids.clear();
@@ -179,7 +185,7 @@ impl BucketedGroupValues {
                 .last_prefix
                 .iter()
                 .zip(cols)
-                .all(|(a, b)| Arc::ptr_eq(a, b));
+                .all(|(a, b)| same_array(a, b));
         if same {
             return Ok(());
         }
