@@ -32,12 +32,12 @@ mod primitive;
 mod rows;
 mod table;
 
-pub use bucketed::{BucketedGroupValues, MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS, same_array};
+pub use bucketed::{BucketedGroupValues, MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
 pub use bytes::BytesGroupValues;
 pub use packed::PackedGroupValues;
 pub use primitive::{NoKeyGroupValues, PrimitiveGroupValues};
 pub use rows::RowGroupValues;
-pub use table::{GroupValues, key_type_supported};
+pub use table::{GroupValues, key_type_supported, same_array};
 
 /// Builds the group table for keys of the given types.
 ///

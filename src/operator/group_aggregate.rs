@@ -256,13 +256,22 @@ impl GroupAggregate {
 
     /// Keys a split-distinct PARTIAL's state by the query's keys alone, its buckets only
     /// routing rows, or by every key again (see [`KeyedState::merge_buckets`]); for a worker
-    /// whose firings an incremental FINAL folds, in a run without checkpoints. Returns whether
-    /// the state is keyed as asked (an operator that holds state keeps its keying).
-    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
-        if self.has_pending() {
-            return Ok(false);
+    /// whose firings an incremental FINAL folds, in a run without checkpoints.
+    ///
+    /// # Errors
+    /// An operator that holds state ([`GroupAggregate::holds_state`]).
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
+        if self.holds_state() {
+            return Err(Error::internal(
+                "an aggregate changed its keys while holding state",
+            ));
         }
         self.keyed.merge_buckets(on)
+    }
+
+    /// Whether it holds groups or a pending mini-batch.
+    pub(crate) fn holds_state(&self) -> bool {
+        self.keyed.len() > 0 || self.has_pending()
     }
 
     /// Whether its state merges a split PARTIAL's buckets ([`GroupAggregate::merge_buckets`]).

@@ -172,33 +172,33 @@ impl KeyedState {
     }
 
     /// Keys the state of a split PARTIAL by the query's keys alone (`on`), its buckets only
-    /// routing rows to workers, or by every key again. A worker then holds one group per key,
-    /// with the DISTINCT pairs (and MIN/MAX values) of every bucket it owns, instead of one group
-    /// per (key, bucket): the FINAL adds up the workers' partial results as it adds up the
-    /// buckets', since the buckets a worker owns are whole. Such state cannot be cut by key
-    /// group (a snapshot refuses it: `GroupAggregate::snapshot`), so a run that takes
-    /// checkpoints keeps every key. Returns whether the state is keyed as asked: a plan without buckets, or state
-    /// already held, keeps its keying.
+    /// routing rows to workers, or by every key again; a plan without buckets keeps its keying.
+    /// A worker then holds one group per key, with the DISTINCT pairs (and MIN/MAX values) of
+    /// every bucket it owns, instead of one group per (key, bucket): the FINAL adds up the
+    /// workers' partial results as it adds up the buckets', since the buckets a worker owns are
+    /// whole. Such state cannot be cut by key group (a snapshot refuses it:
+    /// `GroupAggregate::snapshot`), so a run that takes checkpoints keeps every key.
     ///
     /// # Errors
-    /// A key type that cannot be a key (a bug: the plan's keys were checked).
-    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
+    /// State already held (a bug: the caller checks); a key type that cannot be a key.
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
         let all = self.plan.key_types.len();
         let want = match (on, self.plan.bucket_keys) {
             (true, Some(b)) if b.columns <= all => all - b.columns,
-            (true, _) => return Ok(false),
-            (false, _) => all,
+            _ => all,
         };
         if want == self.state_keys {
-            return Ok(true);
+            return Ok(());
         }
         if !self.groups.is_empty() {
-            return Ok(false);
+            return Err(Error::internal(
+                "keyed state changed its keys while holding groups",
+            ));
         }
         self.groups = new_group_values(&self.plan.key_types[..want])
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
         self.state_keys = want;
-        Ok(true)
+        Ok(())
     }
 
     /// Whether the state merges a split PARTIAL's buckets ([`KeyedState::merge_buckets`]).

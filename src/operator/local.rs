@@ -110,36 +110,37 @@ impl LocalGroupAggregate {
     /// PARTIAL whose workers' state merges its buckets (`KeyedState::merge_buckets`): the rows
     /// of a key bound for one worker, whatever their buckets and group sets, fold into one
     /// accumulator row instead of one per (set, bucket) ([`crate::operator::owners`]; with one
-    /// worker, one row per key). Its rows carry NULL buckets. Nothing may be folded.
+    /// worker, one row per key). Its rows carry NULL buckets. Keys whose buckets the bucketed
+    /// table cannot take keep folding by every key on several workers. Nothing may be folded.
     ///
     /// # Errors
     /// Rows folded since the last flush; a key type that cannot be a key (a bug).
     pub(crate) fn merge_buckets(&mut self, key_groups: Option<&KeyGroups>) -> Result<()> {
         let all = self.plan.key_types.len();
-        let want = match (key_groups, self.plan.bucket_keys) {
-            (Some(_), Some(b)) if b.columns <= all => all - b.columns,
-            _ => all,
-        };
-        // On several workers, slots by (key, worker) over the bucketed key table, where the
-        // buckets fit one; otherwise rows fold by every key.
-        let mut owners = None;
-        let mut want = want;
-        if let (Some(kg), Some(b)) = (key_groups, self.plan.bucket_keys)
-            && want < all
-            && kg.workers() > 1
-        {
-            match BucketedGroupValues::try_new(&self.plan.key_types[..want], b.columns, b.buckets) {
-                Ok(keys)
-                    if self.plan.key_types[want..]
-                        .iter()
-                        .all(|t| t == &DataType::Int32) =>
-                {
-                    owners = Some(Owners::new(kg.clone(), keys));
+        let (state_keys, owners) = match (key_groups, self.plan.bucket_keys) {
+            (Some(kg), Some(b)) if b.columns <= all => {
+                let query_keys = all - b.columns;
+                let int32 = self.plan.key_types[query_keys..]
+                    .iter()
+                    .all(|t| t == &DataType::Int32);
+                if kg.workers() == 1 {
+                    (query_keys, None)
+                } else if let Some(Ok(keys)) = int32.then(|| {
+                    BucketedGroupValues::try_new(
+                        &self.plan.key_types[..query_keys],
+                        b.columns,
+                        b.buckets,
+                    )
+                }) {
+                    // On several workers: (key, worker) slots over the bucketed key table.
+                    (query_keys, Some(Owners::new(kg.clone(), keys)))
+                } else {
+                    (all, None)
                 }
-                _ => want = all,
             }
-        }
-        if want == self.state_keys && owners.is_none() && self.owners.is_none() {
+            _ => (all, None),
+        };
+        if state_keys == self.state_keys && owners.is_none() && self.owners.is_none() {
             return Ok(());
         }
         if self.len() > 0 {
@@ -147,14 +148,15 @@ impl LocalGroupAggregate {
                 "a local phase changed its keys with rows folded",
             ));
         }
-        self.groups = if want == all {
+        self.groups = if state_keys == all || owners.is_some() {
             key_table(&self.plan)?
         } else {
-            new_group_values(&self.plan.key_types[..want])
+            new_group_values(&self.plan.key_types[..state_keys])
                 .map_err(|e| Error::plan(format!("group keys: {e}")))?
         };
-        self.state_keys = want;
+        self.state_keys = state_keys;
         self.owners = owners;
+        self.last_keys = None;
         Ok(())
     }
 

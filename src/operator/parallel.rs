@@ -204,21 +204,26 @@ impl ParallelAggregate {
     }
 
     /// Has every worker key a split-distinct PARTIAL's state by the query's keys alone, the
-    /// buckets only routing rows to workers, or by every key again (see
-    /// [`GroupAggregate::merge_buckets`]). Returns whether every worker's state is keyed as
-    /// asked.
-    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<bool> {
-        let mut all = true;
+    /// buckets only routing rows to workers, and its local phases fold by key and worker
+    /// (`on`), or every key again (see [`GroupAggregate::merge_buckets`]). An aggregate whose
+    /// workers hold state (restored from a checkpoint) keeps its keying.
+    ///
+    /// # Errors
+    /// A key type that cannot be a key (a bug: the plan's keys were checked).
+    pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
+        if self.workers.iter().any(|w| w.agg.holds_state()) {
+            return Ok(());
+        }
         for w in &mut self.workers {
-            all &= w.agg.merge_buckets(on)?;
+            w.agg.merge_buckets(on)?;
         }
         // The local phases fold a key's rows bound for one worker into one accumulator row,
         // whatever their buckets.
-        let by = (all && on).then_some(&self.key_groups);
+        let by = on.then_some(&self.key_groups);
         for l in &mut self.locals {
             l.merge_buckets(by)?;
         }
-        Ok(all)
+        Ok(())
     }
 
     /// Keeps the settings that had no effect on this aggregate (see

@@ -23,7 +23,7 @@ use hashbrown::HashTable;
 
 use super::bytes::BytesGroupValues;
 use super::new_group_values;
-use super::table::{GroupValues, check_ids, index_size};
+use super::table::{GroupValues, check_ids, index_size, same_array};
 use crate::hash::{NULL_HASH, combine_hashes, random_state};
 
 /// No group (in a block) and no block (in `block_of`).
@@ -88,12 +88,6 @@ impl Prefix {
             Prefix::Keys(t) => Some(t.as_ref()),
         }
     }
-}
-
-/// Whether `a` and `b` are the same array: the same `Arc`, or the same rows of the same
-/// buffers (slices of one array at one offset, as an Expand's sets cut chunk by chunk are).
-pub fn same_array(a: &ArrayRef, b: &ArrayRef) -> bool {
-    Arc::ptr_eq(a, b) || (a.len() == b.len() && a.to_data().ptr_eq(&b.to_data()))
 }
 
 /// Which bucket columns of a batch are set: all rows, none, or it varies.

@@ -52,6 +52,13 @@ pub trait GroupValues: Send + Sync + std::fmt::Debug {
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError>;
 }
 
+/// Whether `a` and `b` are the same array: the same `Arc`, or the same rows of the same
+/// buffers (slices of one array at one offset, as an Expand's sets cut chunk by chunk are), so
+/// that their rows' group ids are the same.
+pub fn same_array(a: &ArrayRef, b: &ArrayRef) -> bool {
+    std::sync::Arc::ptr_eq(a, b) || (a.len() == b.len() && a.to_data().ptr_eq(&b.to_data()))
+}
+
 /// Whether a column of this type can be a group key.
 pub fn key_type_supported(dt: &DataType) -> bool {
     match dt {
@@ -139,4 +146,25 @@ pub(crate) fn find_or_insert<K>(
 /// The bytes of a table's index: its hash table of group ids and each group's hash.
 pub(crate) fn index_size(map: &HashTable<u32>, hashes: &Vec<u64>) -> usize {
     map.capacity() * (std::mem::size_of::<u32>() + 1) + hashes.capacity() * 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Array, Int64Array};
+    use std::sync::Arc;
+
+    /// Slices of one array at one offset are the same array; another offset, length or array
+    /// (even of equal values) is not.
+    #[test]
+    fn same_array_is_the_same_rows_of_the_same_buffers() {
+        let a: ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
+        let twin: ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
+        assert!(same_array(&a, &a));
+        assert!(same_array(&a.slice(10, 20), &a.slice(10, 20)));
+        assert!(!same_array(&a.slice(10, 20), &a.slice(11, 20)));
+        assert!(!same_array(&a.slice(10, 20), &a.slice(10, 21)));
+        assert!(!same_array(&a, &twin));
+        assert_eq!(a.len(), twin.len());
+    }
 }
