@@ -15,6 +15,13 @@
 use crate::config::Config;
 use crate::operator::metrics::LocalPhaseMetrics;
 
+/// An Expand's sets are fed chunk by chunk while the local phase's last mini-batch emitted more
+/// accumulator rows than this per row it folded: below it, a key's sets already fold into few
+/// rows each, and the chunks' smaller slices only cost. Nexmark q15 (one day: 0.0002) pays 6 to
+/// 8 % more instructions for chunks; q16 (10,004 keys: near 0.2 chunked) runs twice as fast with
+/// them (BENCHMARKS.md, eleventh pass).
+const CHUNKED_SETS_MIN_RATIO: f64 = 0.01;
+
 /// The adaptive local phase's state machine (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Adaptive {
@@ -24,6 +31,9 @@ pub(crate) struct Adaptive {
     /// `tally.exec.local-agg.adaptive.threshold`, which `threshold` scales
     /// ([`Adaptive::fold_sets`]).
     base_threshold: f64,
+    /// The last mini-batch's accumulator rows per row folded (none before the first that
+    /// folded), measured whether or not the phase adapts ([`Adaptive::chunks_sets`]).
+    last_fold_ratio: Option<f64>,
     min_rows: u64,
     probe_interval: u64,
     window_in: u64,
@@ -59,6 +69,14 @@ impl Adaptive {
         self.threshold = (self.base_threshold * sets as f64).min(1.0);
     }
 
+    /// Whether an Expand's sets are worth feeding to a local phase that folds them together
+    /// chunk of rows by chunk: while its last mini-batch emitted more than
+    /// [`CHUNKED_SETS_MIN_RATIO`] accumulator rows per row folded (or before any).
+    pub(crate) fn chunks_sets(&self) -> bool {
+        self.last_fold_ratio
+            .is_none_or(|r| r > CHUNKED_SETS_MIN_RATIO)
+    }
+
     /// Accounts for a finished mini-batch: `folded` input rows became `out` accumulator rows (the
     /// hottest key held `hot_share` of a local phase's input), and `bypassed` rows went around
     /// the local phase.
@@ -76,6 +94,9 @@ impl Adaptive {
         self.m.rows_in += folded;
         self.m.rows_out += out;
         self.m.rows_bypassed += bypassed;
+        if folded > 0 {
+            self.last_fold_ratio = Some(out as f64 / folded as f64);
+        }
         if !self.m.adaptive {
             return;
         }
@@ -175,5 +196,26 @@ mod tests {
         b.fold_sets(9);
         b.after_mini_batch(100, 100, 0.0, 0);
         assert!(!b.m.bypassed);
+    }
+
+    /// The sets go chunk by chunk before any mini-batch and while the last one that folded
+    /// emitted more than 0.01 accumulator rows per row, whether or not the phase adapts.
+    #[test]
+    fn sets_go_in_chunks_while_they_fold_into_many_rows() {
+        for adaptive in [true, false] {
+            let config = Config {
+                adaptive_local: adaptive,
+                ..Config::default()
+            };
+            let mut a = Adaptive::new(&config, 2);
+            assert!(a.chunks_sets());
+            a.after_mini_batch(10_000, 5, 0.0, 0);
+            assert!(!a.chunks_sets(), "adaptive {adaptive}");
+            // A mini-batch that folded nothing leaves the ratio as it was.
+            a.after_mini_batch(0, 0, 0.0, 100);
+            assert!(!a.chunks_sets(), "adaptive {adaptive}");
+            a.after_mini_batch(10_000, 2_000, 0.0, 0);
+            assert!(a.chunks_sets(), "adaptive {adaptive}");
+        }
     }
 }

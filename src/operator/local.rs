@@ -292,7 +292,7 @@ impl LocalGroupAggregate {
     /// Whether [`LocalGroupAggregate::push_evaluated`] may be given rows without their key
     /// hashes (its key table hashes the keys it keeps itself).
     pub(crate) fn hashes_keys_itself(&self) -> bool {
-        self.groups.hashes_keys_itself() || self.state_keys < self.plan.key_types.len()
+        self.groups.hashes_keys_itself() || self.merges_buckets()
     }
 
     /// Folds rows already evaluated and hashed (`hashes[r]` is row `r`'s key hash; none at

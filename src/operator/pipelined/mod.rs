@@ -281,7 +281,6 @@ impl ParallelAggregate {
                     chunk,
                     epoch_source_rows: 0,
                     epoch_folded: 0,
-                    last_fold_ratio: None,
                     epoch_bypassed: 0,
                     report: SourceReport::default(),
                 };

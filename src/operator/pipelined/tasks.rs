@@ -118,18 +118,8 @@ pub(super) struct Source<'a> {
     pub(super) epoch_source_rows: u64,
     pub(super) epoch_folded: u64,
     pub(super) epoch_bypassed: u64,
-    /// The last mini-batch's accumulator rows per row the local phase folded (none before the
-    /// first): whether an Expand's sets are worth feeding chunk by chunk.
-    pub(super) last_fold_ratio: Option<f64>,
     pub(super) report: SourceReport,
 }
-
-/// An Expand's sets are fed chunk by chunk while the local phase's last mini-batch emitted more
-/// accumulator rows than this per row it folded: below it, a key's sets already fold into few
-/// rows each, and the chunks' smaller slices only cost. Nexmark q15 (one day: 0.0002) pays 6 to
-/// 8 % more instructions for chunks; q16 (10,004 keys: near 0.2 chunked) runs twice as fast with
-/// them (BENCHMARKS.md, eleventh pass).
-const CHUNKED_SETS_MIN_RATIO: f64 = 0.01;
 
 impl Source<'_> {
     pub(super) fn run(mut self, split: Split, pre: PreStages<'_>) -> Result<SourceReport> {
@@ -265,9 +255,7 @@ impl Source<'_> {
         self.local
             .as_ref()
             .is_some_and(|l| l.merges_buckets() && !self.adaptive.m.bypassed)
-            && self
-                .last_fold_ratio
-                .is_none_or(|r| r > CHUNKED_SETS_MIN_RATIO)
+            && self.adaptive.chunks_sets()
     }
 
     /// Folds the group sets of an Expand (`batches`, one per set, of the same input rows) chunk
@@ -400,9 +388,6 @@ impl Source<'_> {
         {
             hot_share = f.hot_share;
             flushed = f.parts.iter().map(|p| p.batch.num_rows() as u64).sum();
-            if self.epoch_folded > 0 {
-                self.last_fold_ratio = Some(flushed as f64 / self.epoch_folded as f64);
-            }
             self.report.local_busy += start.elapsed().saturating_sub(f.routing);
             self.report.exchange_busy += f.routing;
             parts = f.parts;
