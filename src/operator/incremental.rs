@@ -24,9 +24,10 @@ use arrow::datatypes::SchemaRef;
 use crate::changelog::ChangeBatch;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::operator::deltas;
 use crate::operator::metrics::AggregateStep;
+use crate::operator::read_through::{ReadThrough, through_columns};
 use crate::operator::{
     AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics,
 };
@@ -41,6 +42,9 @@ pub struct IncrementalAggregate {
     global: GroupAggregate,
     /// The merge's counters, for EXPLAIN ANALYZE (the fold's are in `fold`).
     merge: StageMetrics,
+    /// Set where every key has one PARTIAL row ([`IncrementalAggregate::read_through`]): the
+    /// firings are projected onto the output instead of folded and merged.
+    through: Option<ReadThrough>,
 }
 
 /// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
@@ -87,6 +91,32 @@ impl DeltaFold {
     }
 }
 
+/// A worker's projection of its firings where the FINAL reads its PARTIAL through
+/// ([`IncrementalAggregate::through_factory`]), counted with the fold's counters.
+#[derive(Debug, Clone)]
+pub struct ThroughFold {
+    through: ReadThrough,
+    metrics: Arc<Mutex<StageMetrics>>,
+}
+
+impl ThroughFold {
+    /// One firing of the PARTIAL as the FINAL's changes ([`ReadThrough::read`]).
+    ///
+    /// # Errors
+    /// As [`ReadThrough::read`].
+    pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<ChangeBatch>> {
+        let start = Instant::now();
+        let out = self.through.read(firing)?;
+        let busy = start.elapsed();
+        let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        m.rows_in += firing.num_rows() as u64;
+        m.rows_out += out.as_ref().map_or(0, |d| d.num_rows() as u64);
+        m.batches += 1;
+        m.busy += busy;
+        Ok(out)
+    }
+}
+
 impl IncrementalAggregate {
     /// The FINAL aggregate `plan` (over the PARTIAL's changes) under `config`'s mini-batch
     /// trigger and `clock`.
@@ -109,7 +139,56 @@ impl IncrementalAggregate {
             },
             global: GroupAggregate::try_new_global(plan, config, clock)?,
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
+            through: None,
         })
+    }
+
+    /// Reads the FINAL through ([`crate::operator::read_through`]) where `on` (every key of
+    /// the PARTIAL aggregate `partial` has exactly one PARTIAL row: one worker whose state
+    /// merges the buckets), the FINAL is a function of that row, and no state TTL is set (an
+    /// expired PARTIAL row would restart the key's results); otherwise folds and merges.
+    /// Returns whether it reads through. Once a firing has passed, the mode stays as it is.
+    ///
+    /// # Errors
+    /// Switching after firings have passed.
+    pub fn read_through(&mut self, partial: &AggregatePlan, on: bool) -> Result<bool> {
+        let through = if on && self.global.config().state_ttl.is_zero() {
+            through_columns(partial, &self.plan).map(|columns| {
+                ReadThrough::new(
+                    columns,
+                    Arc::clone(&self.plan.output_schema),
+                    self.global.config().emit_update_before,
+                )
+            })
+        } else {
+            None
+        };
+        if through.is_some() == self.through.is_some() {
+            return Ok(through.is_some());
+        }
+        let seen = self.fold.metrics.lock().map_or(1, |m| m.batches) + self.merge.batches;
+        if seen > 0 {
+            return Err(Error::internal(
+                "a split-distinct FINAL switched between reading its PARTIAL through and merging after firings passed",
+            ));
+        }
+        self.through = through;
+        Ok(self.through.is_some())
+    }
+
+    /// Whether it reads the PARTIAL through ([`IncrementalAggregate::read_through`]).
+    pub fn reads_through(&self) -> bool {
+        self.through.is_some()
+    }
+
+    /// Where it reads the PARTIAL through, what makes each worker of the PARTIAL its projection
+    /// of its own firings, whose output [`IncrementalAggregate::push`] passes on as it is.
+    pub fn through_factory(&self) -> Option<impl Fn() -> ThroughFold + Send + Sync + 'static> {
+        let fold = ThroughFold {
+            through: self.through.clone()?,
+            metrics: Arc::clone(&self.fold.metrics),
+        };
+        Some(move || fold.clone())
     }
 
     /// What makes a fold for each worker of the PARTIAL (its firings folded where they are
@@ -157,6 +236,21 @@ impl IncrementalAggregate {
     /// # Errors
     /// A batch of another schema, and as [`GroupAggregate::push_accumulators`].
     pub fn push(&mut self, firings: &[ChangeBatch]) -> Result<Vec<ChangeBatch>> {
+        if let Some(through) = &self.through {
+            let mut fold = ThroughFold {
+                through: through.clone(),
+                metrics: Arc::clone(&self.fold.metrics),
+            };
+            let mut out = vec![];
+            for firing in firings {
+                if firing.data.schema() == *through.output() {
+                    out.push(firing.clone());
+                } else {
+                    out.extend(fold.fold(firing)?);
+                }
+            }
+            return Ok(out);
+        }
         let delta_schema = self.fold.delta_schema();
         let mut out = vec![];
         for firing in firings {
@@ -189,6 +283,9 @@ impl IncrementalAggregate {
     /// # Errors
     /// As [`GroupAggregate::finish`].
     pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+        if self.through.is_some() {
+            return Ok(vec![]);
+        }
         let start = Instant::now();
         let changes = self.global.finish()?;
         self.count_merge(0, &changes, start.elapsed());
@@ -215,7 +312,11 @@ impl IncrementalAggregate {
             key_groups: 1,
             two_phase: true,
             rows_in: fold.rows_in,
-            rows_out: m.rows_out,
+            rows_out: if self.through.is_some() {
+                fold.rows_out
+            } else {
+                m.rows_out
+            },
             mini_batches: m.mini_batches,
             stages: vec![fold.clone(), self.merge.clone()],
             skew_ratio: 1.0,
@@ -226,6 +327,7 @@ impl IncrementalAggregate {
             compactions: m.compactions,
             distinct_pairs: m.distinct_pairs,
             distinct_bytes: m.distinct_bytes,
+            reads_through: self.through.is_some(),
             workers: vec![WorkerMetrics {
                 rows_received: self.merge.rows_in,
                 input_rows: fold.rows_in,
@@ -247,6 +349,11 @@ impl IncrementalAggregate {
     /// # Errors
     /// A mini-batch still pending.
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
+        if self.through.is_some() {
+            return Err(Error::invalid_input(
+                "cannot snapshot a split-distinct FINAL that read its PARTIAL through (a run on one worker without checkpoints): set the checkpoints before the run",
+            ));
+        }
         self.global.snapshot()
     }
 

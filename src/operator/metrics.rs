@@ -255,6 +255,9 @@ pub struct AggregateMetrics {
     /// its buckets only routing rows (an incremental FINAL on the pipelined runtime, without
     /// checkpoints): one group per key and worker instead of one per (key, bucket).
     pub merges_buckets: bool,
+    /// Whether a split-distinct FINAL read its PARTIAL through (one PARTIAL worker whose state
+    /// merges the buckets: each key's one PARTIAL row is its result), keeping no state.
+    pub reads_through: bool,
     /// The local phase (two-phase only).
     pub local: Option<LocalPhaseMetrics>,
     /// Where the time went, per task, when the last run was on the pipelined runtime.
@@ -320,6 +323,12 @@ impl fmt::Display for AggregateMetrics {
             writeln!(
                 f,
                 "  state keyed by the query's keys alone: the buckets only route rows to workers"
+            )?;
+        }
+        if self.reads_through {
+            writeln!(
+                f,
+                "  read through: each key's one PARTIAL row is its result (one worker whose state merges the buckets), no state of its own"
             )?;
         }
         if self.distinct_pairs > 0 {
@@ -448,6 +457,7 @@ impl ParallelAggregate {
             skew_ratio,
             hot_keys,
             merges_buckets: self.workers.iter().any(|w| w.agg.merges_buckets()),
+            reads_through: false,
             local: self.two_phase.then(|| self.adaptive.m.clone()),
             runtime: self.runtime_metrics.clone(),
         })

@@ -10,7 +10,8 @@
 //! - [`IncrementalAggregate`] is split-distinct's FINAL aggregate under Flink's incremental
 //!   aggregate: delta accumulators per PARTIAL firing, merged by a global phase ([`incremental`]);
 //!   where it only sums the PARTIAL's counts, the PARTIAL's workers fire [`deltas`] rows for it
-//!   instead of their changelog.
+//!   instead of their changelog; where each key has one PARTIAL row (one worker merging the
+//!   buckets) it reads the PARTIAL's firings through instead ([`read_through`]).
 //! - [`ParallelAggregate`] runs an aggregate over P workers ([`parallel`]), with the exchange
 //!   and slicing of [`exchange`] and the adaptive local phase of [`adaptive`]: on the ordered
 //!   runtime (pushed batches, a barrier per step) or on the pipelined runtime over input splits
@@ -34,6 +35,7 @@ pub mod ordered;
 pub(crate) mod owners;
 pub mod parallel;
 pub mod pipelined;
+pub mod read_through;
 pub mod snapshot;
 
 pub use builder::GroupAggregateBuilder;

@@ -226,6 +226,12 @@ impl ParallelAggregate {
         Ok(())
     }
 
+    /// Whether its workers' state merges a split PARTIAL's buckets
+    /// ([`ParallelAggregate::merge_buckets`]).
+    pub(crate) fn merges_buckets(&self) -> bool {
+        self.workers.iter().all(|w| w.agg.merges_buckets())
+    }
+
     /// Keeps the settings that had no effect on this aggregate (see
     /// [`ParallelAggregate::warnings`]).
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {

@@ -45,8 +45,16 @@ impl Stage for IncrementalStage {
     }
 
     /// Each worker of the PARTIAL folds its own firings into delta rows (Flink's
-    /// `IncrementalGroupAggregate` in the PARTIAL's tasks); the merge stays here.
+    /// `IncrementalGroupAggregate` in the PARTIAL's tasks); the merge stays here. Where the
+    /// FINAL reads the PARTIAL through, each worker projects its firings instead.
     fn firing_fold(&self) -> Option<FoldFactory> {
+        if let Some(make) = self.agg.through_factory() {
+            return Some(Box::new(move || {
+                let mut fold = make();
+                let f: FiringFold = Box::new(move |firing: ChangeBatch| fold.fold(&firing));
+                Ok(f)
+            }));
+        }
         let make = self.agg.fold_factory();
         Some(Box::new(move || {
             let mut fold = make()?;
@@ -59,6 +67,10 @@ impl Stage for IncrementalStage {
 
     fn as_incremental(&self) -> Option<&IncrementalAggregate> {
         Some(&self.agg)
+    }
+
+    fn as_incremental_mut(&mut self) -> Option<&mut IncrementalAggregate> {
+        Some(&mut self.agg)
     }
 
     fn keeps_state(&self) -> bool {

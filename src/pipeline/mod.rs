@@ -104,6 +104,11 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// As [`Stage::as_incremental`], to set how it reads the PARTIAL.
+    fn as_incremental_mut(&mut self) -> Option<&mut IncrementalAggregate> {
+        None
+    }
+
     /// Where the stage right after an aggregate can take over part of its work on the
     /// aggregate's own workers: what makes each keyed task a fold of its firings, whose
     /// output [`Stage::push`] then takes as well as the firings themselves (split-distinct's
@@ -454,15 +459,27 @@ impl Pipeline {
             .as_aggregate_mut()
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
         let agg_schema = agg.snapshot_schema();
+        let incremental = after.first().is_some_and(|s| s.as_incremental().is_some());
+        // A PARTIAL whose firings an incremental FINAL folds keys its workers' state by the
+        // query's keys alone, the buckets only routing rows (one group per key and worker, not
+        // per bucket), unless the run takes checkpoints, which cut state by key group, or the
+        // state was restored from one.
+        agg.merge_buckets(incremental && checkpoint_every.is_none())?;
+        // On one such worker every key has one PARTIAL row, which the FINAL reads through.
+        let one_row = agg.merges_buckets() && agg.parallelism() == 1;
+        let through = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
+            Some(fin) => fin.read_through(agg.plan(), one_row)?,
+            None => false,
+        };
         // The next stage's share of the work done on the aggregate's workers, if it has one.
         let fold = after.first().and_then(|s| s.firing_fold());
         // Where the fold can, the PARTIAL's workers fire delta rows instead of their changelog.
         let deltas = fold.is_some()
+            && !through
             && after
                 .first()
                 .and_then(|s| s.as_incremental())
                 .is_some_and(|i| i.takes_deltas_from(agg.plan()));
-        let incremental = after.first().is_some_and(|s| s.as_incremental().is_some());
         let post = fold
             .as_deref()
             .map(|f| f as &(dyn Fn() -> Result<FiringFold> + Sync));
@@ -506,11 +523,6 @@ impl Pipeline {
             }
         };
         agg.set_emit_deltas(deltas);
-        // A PARTIAL whose firings an incremental FINAL folds keys its workers' state by the
-        // query's keys alone, the buckets only routing rows (one group per key and worker, not
-        // per bucket), unless the run takes checkpoints, which cut state by key group, or the
-        // state was restored from one.
-        agg.merge_buckets(incremental && checkpoint_every.is_none())?;
         let run =
             agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through);
         agg.set_emit_deltas(false);

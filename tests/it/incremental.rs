@@ -227,8 +227,9 @@ fn incremental_aggregate_without_two_phases_warns() {
 /// workers' state by the query's keys alone, the buckets only routing rows: at most one group
 /// per shop and worker instead of one per (shop, set, bucket), over the bundled orders and their
 /// changelog, with the unsplit plan's final table, and its local phases fold a shop's rows bound
-/// for one worker into one accumulator row. With checkpoints the state keeps its buckets (a
-/// checkpoint cuts state by key group), with the same table.
+/// for one worker into one accumulator row; on one worker the FINAL reads the PARTIAL through.
+/// With checkpoints the state keeps its buckets (a checkpoint cuts state by key group), and the
+/// FINAL merges, with the same table.
 #[test]
 fn a_split_partial_keys_its_state_by_the_query_keys() {
     use tally::sql::plan_script;
@@ -274,6 +275,19 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
             let partial = &stats.aggregates[0];
             let shops = table(&unsplit).len() as u64;
             assert!(partial.merges_buckets, "{ctx}");
+            // On one worker each shop has one PARTIAL row, which the FINAL reads through: no
+            // state of its own, and no update that changes nothing.
+            let fin = &stats.aggregates[1];
+            assert_eq!(fin.reads_through, workers == 1, "{ctx}");
+            if workers == 1 {
+                assert_eq!(fin.keys_in_state, 0, "{ctx}");
+                assert_eq!(fin.rows_out as usize, lines.len(), "{ctx}");
+                for pair in lines.windows(2) {
+                    if pair[0].starts_with("-U") && pair[1].starts_with("+U") {
+                        assert_ne!(pair[0][2..], pair[1][2..], "{ctx}");
+                    }
+                }
+            }
             let exchanged = |m: &tally::AggregateMetrics| {
                 m.stages
                     .iter()
@@ -296,6 +310,10 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
             assert_eq!(table(&lines), table(&unsplit), "{ctx}: with checkpoints");
             let partial = &stats.aggregates[0];
             assert!(!partial.merges_buckets, "{ctx}: with checkpoints");
+            assert!(
+                !stats.aggregates[1].reads_through,
+                "{ctx}: with checkpoints"
+            );
             // The local phases folded a shop's rows bound for one worker into one row, not one
             // per (set, bucket).
             assert!(

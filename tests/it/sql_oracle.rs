@@ -378,6 +378,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
     let mut split_bypasses = 0;
     // Runs whose split PARTIAL keyed its workers' state by the query's keys alone.
     let mut merged_buckets = 0;
+    // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
+    let mut read_through = 0;
     let mut chunked_changelogs = 0;
     for (s, retractions) in [false, true, true].into_iter().enumerate() {
         let stream = random_stream(&mut rng, 500, retractions);
@@ -431,6 +433,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 let split = desc.contains("split.enabled=true");
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
+                    read_through += usize::from(m.reads_through);
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
                         if split && stats.runtime.starts_with("pipelined") {
@@ -454,6 +457,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         merged_buckets > 3,
         "{merged_buckets} runs with a split PARTIAL's state keyed by the query's keys"
+    );
+    assert!(
+        read_through > 1,
+        "{read_through} runs with a split FINAL reading its PARTIAL through"
     );
     assert!(
         split_bypasses > 0,

@@ -206,6 +206,10 @@ fn incremental(
     let Some(final_agg) = built.stages[n - 1].as_aggregate() else {
         return Ok(());
     };
+    let reads_through = final_agg.config().state_ttl.is_zero()
+        && built.stages[n - 2].as_aggregate().is_some_and(|p| {
+            crate::operator::read_through::through_columns(p.plan(), final_agg.plan()).is_some()
+        });
     let stage = IncrementalStage::new(IncrementalAggregate::try_new(
         final_agg.shared_plan(),
         final_agg.config().clone(),
@@ -231,8 +235,13 @@ fn incremental(
     let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
     if let Some(note) = ctx.explain.strategy.last_mut() {
         *note = format!(
-            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.",
-            partial_keys[..final_keys].join(", ")
+            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.{}",
+            partial_keys[..final_keys].join(", "),
+            if reads_through {
+                " On one worker each key then has one PARTIAL row, whose results are the FINAL's: the FINAL reads the PARTIAL's changes through (cut at its firings) and keeps no state."
+            } else {
+                ""
+            }
         );
     }
     Ok(())
