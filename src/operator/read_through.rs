@@ -24,12 +24,25 @@ use crate::changelog::{ChangeBatch, RowKind};
 use crate::error::{Error, Result};
 use crate::plan::AggregatePlan;
 
+/// How a FINAL reads its one PARTIAL row: for each FINAL output column, the PARTIAL output column
+/// it equals, and whether an update of the PARTIAL can leave them all unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThroughColumns {
+    /// Per FINAL output column (keys, then calls), the PARTIAL output column.
+    pub columns: Vec<usize>,
+    /// The FINAL's keys (the first of `columns`).
+    pub keys: usize,
+    /// Whether some PARTIAL result is read by no FINAL call: a PARTIAL update that changed only
+    /// such results leaves the FINAL's row as it was (and so is dropped).
+    pub unread: bool,
+}
+
 /// For each output column of the FINAL aggregate `fin`, the output column of the PARTIAL
 /// aggregate `partial` it equals when the key has exactly one PARTIAL row; `None` unless every
 /// FINAL key is one of the PARTIAL's query keys and every FINAL call, without DISTINCT or
 /// FILTER, is `SUM`, `MIN` or `MAX` of a PARTIAL result (the value itself over one row, NULL
 /// included) or `$SUM0` of a PARTIAL count (never NULL), of the same type.
-pub fn through_columns(partial: &AggregatePlan, fin: &AggregatePlan) -> Option<Vec<usize>> {
+pub fn through_columns(partial: &AggregatePlan, fin: &AggregatePlan) -> Option<ThroughColumns> {
     let keys = partial.key_types.len();
     let query_keys = keys - partial.bucket_keys.map_or(0, |b| b.columns);
     if fin.input_schema.fields() != partial.output_schema.fields() {
@@ -65,13 +78,19 @@ pub fn through_columns(partial: &AggregatePlan, fin: &AggregatePlan) -> Option<V
         .iter()
         .zip(fin.output_schema.fields())
         .all(|(&c, f)| partial.output_schema.field(c).data_type() == f.data_type());
-    types_match.then_some(columns)
+    let unread =
+        (keys..keys + partial.calls.len()).any(|c| !columns[fin.calc.keys.len()..].contains(&c));
+    types_match.then_some(ThroughColumns {
+        keys: fin.calc.keys.len(),
+        columns,
+        unread,
+    })
 }
 
 /// The projection of a PARTIAL's firings onto its FINAL's output ([`through_columns`]).
 #[derive(Debug, Clone)]
 pub struct ReadThrough {
-    columns: Vec<usize>,
+    columns: ThroughColumns,
     output: SchemaRef,
     emit_update_before: bool,
 }
@@ -79,7 +98,7 @@ pub struct ReadThrough {
 impl ReadThrough {
     /// Reads `columns` of each firing ([`through_columns`]) as rows of `output`, with or
     /// without the `-U` rows.
-    pub fn new(columns: Vec<usize>, output: SchemaRef, emit_update_before: bool) -> Self {
+    pub fn new(columns: ThroughColumns, output: SchemaRef, emit_update_before: bool) -> Self {
         Self {
             columns,
             output,
@@ -104,6 +123,7 @@ impl ReadThrough {
         }
         let columns: Vec<ArrayRef> = self
             .columns
+            .columns
             .iter()
             .map(|&c| Arc::clone(firing.data.column(c)))
             .collect();
@@ -125,8 +145,13 @@ impl ReadThrough {
     }
 
     /// The rows to keep (`None`: all): not the `-U`/`+U` pairs whose projected rows are equal,
-    /// nor any `-U` without update-before.
+    /// nor any `-U` without update-before. A pair is one key's (its key columns equal), and
+    /// the PARTIAL emits a pair only where a result changed: only the results are compared,
+    /// and only where some are not read.
     fn kept(&self, op: &ArrayRef, columns: &[ArrayRef]) -> Result<Option<BooleanArray>> {
+        if !self.columns.unread && self.emit_update_before {
+            return Ok(None);
+        }
         let codes = op
             .as_primitive_opt::<Int8Type>()
             .ok_or_else(|| Error::internal("row kinds that are not Int8 codes"))?
@@ -145,14 +170,17 @@ impl ReadThrough {
         }
         let (olds, news) = (UInt32Array::from(olds), UInt32Array::from(news));
         let mut changed: Option<BooleanArray> = None;
-        for c in columns {
+        for c in &columns[self.columns.keys..] {
             let d = distinct(&take(c, &olds, None)?, &take(c, &news, None)?)?;
             changed = Some(match changed {
                 None => d,
                 Some(a) => or(&a, &d)?,
             });
         }
-        let changed = changed.ok_or_else(|| Error::internal("a FINAL without columns"))?;
+        let changed = match changed {
+            Some(c) if self.columns.unread => c,
+            _ => BooleanArray::from(vec![true; olds.len()]),
+        };
         let mut keep = vec![true; codes.len()];
         for (p, (&o, &n)) in olds.values().iter().zip(news.values()).enumerate() {
             let kept = changed.value(p);
@@ -225,14 +253,29 @@ mod tests {
             &[1, 2, 3, 4, 4, 5],
             &[0, 1, 2, 1, 2, 0],
         );
-        let through = ReadThrough::new(vec![0, 2], output(), true);
+        let columns = ThroughColumns {
+            columns: vec![0, 2],
+            keys: 1,
+            unread: true,
+        };
+        let through = ReadThrough::new(columns.clone(), output(), true);
         let got = rows(&through.read(&f).unwrap().unwrap());
         assert_eq!(got, ["+I[a, 1]", "-U[b, 2]", "+U[b, 3]", "-D[d, 5]"]);
-        let upsert = ReadThrough::new(vec![0, 2], output(), false);
+        let upsert = ReadThrough::new(columns.clone(), output(), false);
         let got = rows(&upsert.read(&f).unwrap().unwrap());
         assert_eq!(got, ["+I[a, 1]", "+U[b, 3]", "-D[d, 5]"]);
         // A firing of unchanged updates only leaves nothing.
         let same = firing(&[UpdateBefore, UpdateAfter], &["c", "c"], &[4, 4], &[1, 2]);
         assert!(through.read(&same).unwrap().is_none());
+        // Where the FINAL reads every result, every update the PARTIAL emits is kept as it is.
+        let all = ReadThrough::new(
+            ThroughColumns {
+                unread: false,
+                ..columns
+            },
+            output(),
+            true,
+        );
+        assert_eq!(all.read(&same).unwrap().unwrap().num_rows(), 2);
     }
 }
