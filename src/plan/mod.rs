@@ -5,8 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
-use arrow::buffer::BooleanBuffer;
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_common::ScalarValue;
@@ -21,10 +20,12 @@ use tally_kernels::group_values::key_type_supported;
 use crate::changelog::{ChangeBatch, OP_COLUMN, op_codes, op_type_supported};
 use crate::error::{Error, Result};
 
+mod calc;
 mod columns;
 mod dictionary_eq;
 mod fold;
 
+pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
 pub(crate) use fold::SET_ID_COLUMN;
 
@@ -304,8 +305,18 @@ impl AggregatePlan {
             let nullable = !matches!(c.kind, AggregateKind::Count | AggregateKind::CountStar);
             fields.push(Field::new(&c.name, c.result_type.clone(), nullable));
         }
+        let arg_filters = (0..planner.args.len())
+            .map(|a| {
+                calls
+                    .iter()
+                    .filter(|c| c.arg == Some(a))
+                    .map(|c| c.filter)
+                    .collect()
+            })
+            .collect();
         let calc = Calc {
             keys,
+            arg_filters,
             args: planner.args,
             filters: planner.filters,
             arg_names: planner.arg_names,
@@ -476,155 +487,5 @@ impl ExprPlanner<'_> {
             name,
             result_type,
         })
-    }
-}
-
-/// Evaluates the key, argument and filter expressions of a query on input batches.
-#[derive(Debug)]
-pub struct Calc {
-    /// Group key expressions.
-    pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Distinct aggregate argument expressions.
-    pub args: Vec<Arc<dyn PhysicalExpr>>,
-    /// The arguments as written (for EXPLAIN).
-    pub arg_names: Vec<String>,
-    /// Distinct FILTER expressions.
-    pub filters: Vec<Arc<dyn PhysicalExpr>>,
-    /// The filters as written (for EXPLAIN).
-    pub filter_names: Vec<String>,
-}
-
-/// A batch after [`Calc`]: every column the aggregation needs.
-#[derive(Debug, Clone)]
-pub struct CalcBatch {
-    /// Rows.
-    pub num_rows: usize,
-    /// Group key columns.
-    pub keys: Vec<ArrayRef>,
-    /// Argument columns.
-    pub args: Vec<ArrayRef>,
-    /// FILTER masks (NULL already false).
-    pub filters: Vec<BooleanBuffer>,
-    /// Retracting rows (`-U`/`-D`), when the input is a changelog.
-    pub retract: Option<BooleanBuffer>,
-}
-
-impl CalcBatch {
-    /// Rows `offset..offset + len`, zero-copy.
-    pub fn slice(&self, offset: usize, len: usize) -> CalcBatch {
-        CalcBatch {
-            num_rows: len,
-            keys: self.keys.iter().map(|a| a.slice(offset, len)).collect(),
-            args: self.args.iter().map(|a| a.slice(offset, len)).collect(),
-            filters: self.filters.iter().map(|f| f.slice(offset, len)).collect(),
-            retract: self.retract.as_ref().map(|r| r.slice(offset, len)),
-        }
-    }
-
-    /// The rows at `indices`, in that order.
-    ///
-    /// # Errors
-    /// An index out of range (a bug).
-    pub fn take(&self, indices: &arrow::array::UInt32Array) -> Result<CalcBatch> {
-        let take = |a: &ArrayRef| arrow::compute::take(a.as_ref(), indices, None);
-        let idx = indices.values();
-        let take_bits = |b: &BooleanBuffer| {
-            BooleanBuffer::collect_bool(idx.len(), |i| b.value(idx[i] as usize))
-        };
-        Ok(CalcBatch {
-            num_rows: indices.len(),
-            keys: self.keys.iter().map(take).collect::<Result<_, _>>()?,
-            args: self.args.iter().map(take).collect::<Result<_, _>>()?,
-            filters: self.filters.iter().map(take_bits).collect(),
-            retract: self.retract.as_ref().map(take_bits),
-        })
-    }
-}
-
-impl Calc {
-    /// The input columns (by index) its expressions read.
-    pub fn columns_read(&self) -> BTreeSet<usize> {
-        columns_read(self.keys.iter().chain(&self.args).chain(&self.filters))
-    }
-
-    /// Evaluates the group key expressions alone on `batch` (to route rows by key).
-    ///
-    /// # Errors
-    /// When evaluation fails.
-    pub fn evaluate_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-        let n = batch.num_rows();
-        self.keys
-            .iter()
-            .map(|p| Ok(p.evaluate(batch)?.into_array(n)?))
-            .collect()
-    }
-
-    /// Evaluates every expression on `batch`.
-    ///
-    /// # Errors
-    /// When evaluation fails (a failing cast, say) or the changelog column is bad.
-    pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
-        let batch = &changes.data;
-        let n = batch.num_rows();
-        let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
-            Ok(p.evaluate(batch)?.into_array(n)?)
-        };
-        let keys = self.evaluate_keys(batch)?;
-        let args = self.args.iter().map(eval).collect::<Result<Vec<_>>>()?;
-        // A split's set batch: its id folded into the filters (`fold`).
-        let set_id = fold::constant_set_id(batch);
-        let filters = self
-            .filters
-            .iter()
-            .map(|p| {
-                let folded;
-                let p = match set_id {
-                    Some((c, v)) => {
-                        folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
-                        if let Some(all) = fold::constant_filter(&folded) {
-                            return Ok(if all {
-                                BooleanBuffer::new_set(n)
-                            } else {
-                                BooleanBuffer::new_unset(n)
-                            });
-                        }
-                        &folded
-                    }
-                    None => p,
-                };
-                let fast = dictionary_eq::eval_dictionary_eq(p, batch)?;
-                let a: ArrayRef = match fast {
-                    Some(b) => Arc::new(b),
-                    None => eval(p)?,
-                };
-                let b = a.as_boolean_opt().ok_or_else(|| {
-                    Error::internal(format!("filter evaluated to {}", a.data_type()))
-                })?;
-                Ok(match b.nulls() {
-                    Some(nulls) => b.values() & nulls.inner(),
-                    None => b.values().clone(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let retract = changes.retract_mask()?;
-        Ok(CalcBatch {
-            num_rows: n,
-            keys,
-            args,
-            filters,
-            retract,
-        })
-    }
-}
-
-impl Calc {
-    /// How its expressions use the input columns ([`ColumnUses`]): keys and FILTERs may read a
-    /// string column as a dictionary, arguments read it plain.
-    pub fn column_uses(&self) -> ColumnUses {
-        let mut uses = ColumnUses::default();
-        uses.keys(&self.keys);
-        uses.predicates(&self.filters);
-        uses.plain(&self.args);
-        uses
     }
 }

@@ -1,0 +1,277 @@
+//! The [`Calc`] of an aggregate: its key, argument and FILTER expressions, evaluated once per
+//! batch into a [`CalcBatch`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::array::{Array, ArrayRef, AsArray, new_null_array};
+use arrow::buffer::BooleanBuffer;
+use datafusion_common::ScalarValue;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::expressions::Column;
+
+use super::columns::{ColumnUses, columns_read};
+use super::{dictionary_eq, fold};
+use crate::changelog::ChangeBatch;
+use crate::error::{Error, Result};
+
+/// Evaluates the key, argument and filter expressions of a query on input batches.
+#[derive(Debug)]
+pub struct Calc {
+    /// Group key expressions.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Distinct aggregate argument expressions.
+    pub args: Vec<Arc<dyn PhysicalExpr>>,
+    /// The arguments as written (for EXPLAIN).
+    pub arg_names: Vec<String>,
+    /// Distinct FILTER expressions.
+    pub filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// The filters as written (for EXPLAIN).
+    pub filter_names: Vec<String>,
+    /// Per argument, the FILTER of each call that reads it (`None` for a call without one).
+    /// On a split's set batch, an argument all of whose calls have a FILTER that is FALSE
+    /// throughout is not evaluated (see [`Calc::evaluate`]).
+    pub arg_filters: Vec<Vec<Option<usize>>>,
+}
+
+/// A batch after [`Calc`]: every column the aggregation needs.
+#[derive(Debug, Clone)]
+pub struct CalcBatch {
+    /// Rows.
+    pub num_rows: usize,
+    /// Group key columns.
+    pub keys: Vec<ArrayRef>,
+    /// Argument columns.
+    pub args: Vec<ArrayRef>,
+    /// FILTER masks (NULL already false).
+    pub filters: Vec<BooleanBuffer>,
+    /// Retracting rows (`-U`/`-D`), when the input is a changelog.
+    pub retract: Option<BooleanBuffer>,
+}
+
+impl CalcBatch {
+    /// Rows `offset..offset + len`, zero-copy.
+    pub fn slice(&self, offset: usize, len: usize) -> CalcBatch {
+        CalcBatch {
+            num_rows: len,
+            keys: self.keys.iter().map(|a| a.slice(offset, len)).collect(),
+            args: self.args.iter().map(|a| a.slice(offset, len)).collect(),
+            filters: self.filters.iter().map(|f| f.slice(offset, len)).collect(),
+            retract: self.retract.as_ref().map(|r| r.slice(offset, len)),
+        }
+    }
+
+    /// The rows at `indices`, in that order.
+    ///
+    /// # Errors
+    /// An index out of range (a bug).
+    pub fn take(&self, indices: &arrow::array::UInt32Array) -> Result<CalcBatch> {
+        let take = |a: &ArrayRef| arrow::compute::take(a.as_ref(), indices, None);
+        let idx = indices.values();
+        let take_bits = |b: &BooleanBuffer| {
+            BooleanBuffer::collect_bool(idx.len(), |i| b.value(idx[i] as usize))
+        };
+        Ok(CalcBatch {
+            num_rows: indices.len(),
+            keys: self.keys.iter().map(take).collect::<Result<_, _>>()?,
+            args: self.args.iter().map(take).collect::<Result<_, _>>()?,
+            filters: self.filters.iter().map(take_bits).collect(),
+            retract: self.retract.as_ref().map(take_bits),
+        })
+    }
+}
+
+impl Calc {
+    /// The input columns (by index) its expressions read.
+    pub fn columns_read(&self) -> BTreeSet<usize> {
+        columns_read(self.keys.iter().chain(&self.args).chain(&self.filters))
+    }
+
+    /// Evaluates the group key expressions alone on `batch` (to route rows by key).
+    ///
+    /// # Errors
+    /// When evaluation fails.
+    pub fn evaluate_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let n = batch.num_rows();
+        self.keys
+            .iter()
+            .map(|p| Ok(p.evaluate(batch)?.into_array(n)?))
+            .collect()
+    }
+
+    /// Evaluates every expression on `batch`. On a split's set batch (`$e` one value
+    /// throughout), the set id is folded into the FILTERs, and an argument (other than a plain
+    /// column) read only by calls whose FILTER is then FALSE is not evaluated: those calls take
+    /// no row of the batch, and it is NULL.
+    ///
+    /// # Errors
+    /// When evaluation fails (a failing cast, say) or the changelog column is bad.
+    pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
+        let batch = &changes.data;
+        let n = batch.num_rows();
+        let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
+            Ok(p.evaluate(batch)?.into_array(n)?)
+        };
+        let keys = self.evaluate_keys(batch)?;
+        // A split's set batch: its id folded into the filters (`fold`).
+        let set_id = fold::constant_set_id(batch);
+        let mut never = vec![false; self.filters.len()];
+        let filters = self
+            .filters
+            .iter()
+            .zip(&mut never)
+            .map(|(p, never)| {
+                let folded;
+                let p = match set_id {
+                    Some((c, v)) => {
+                        folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
+                        if let Some(all) = fold::constant_filter(&folded) {
+                            *never = !all;
+                            return Ok(if all {
+                                BooleanBuffer::new_set(n)
+                            } else {
+                                BooleanBuffer::new_unset(n)
+                            });
+                        }
+                        &folded
+                    }
+                    None => p,
+                };
+                let fast = dictionary_eq::eval_dictionary_eq(p, batch)?;
+                let a: ArrayRef = match fast {
+                    Some(b) => Arc::new(b),
+                    None => eval(p)?,
+                };
+                let b = a.as_boolean_opt().ok_or_else(|| {
+                    Error::internal(format!("filter evaluated to {}", a.data_type()))
+                })?;
+                Ok(match b.nulls() {
+                    Some(nulls) => b.values() & nulls.inner(),
+                    None => b.values().clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let unread = |a: usize, p: &Arc<dyn PhysicalExpr>| {
+            p.downcast_ref::<Column>().is_none()
+                && self.arg_filters.get(a).is_some_and(|calls| {
+                    !calls.is_empty() && calls.iter().all(|f| f.is_some_and(|f| never[f]))
+                })
+        };
+        let args = self
+            .args
+            .iter()
+            .enumerate()
+            .map(|(a, p)| {
+                if unread(a, p) {
+                    Ok(new_null_array(&p.data_type(batch.schema_ref())?, n))
+                } else {
+                    eval(p)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let retract = changes.retract_mask()?;
+        Ok(CalcBatch {
+            num_rows: n,
+            keys,
+            args,
+            filters,
+            retract,
+        })
+    }
+}
+
+impl Calc {
+    /// How its expressions use the input columns ([`ColumnUses`]): keys and FILTERs may read a
+    /// string column as a dictionary, arguments read it plain.
+    pub fn column_uses(&self) -> ColumnUses {
+        let mut uses = ColumnUses::default();
+        uses.keys(&self.keys);
+        uses.predicates(&self.filters);
+        uses.plain(&self.args);
+        uses
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion_expr::{ExprFunctionExt, col, lit};
+
+    use super::*;
+    use crate::plan::AggregatePlan;
+
+    /// On a split's set batch an argument whose calls all take no row of it is NULL (not
+    /// evaluated); on the set its calls take it is evaluated, and a plain column always is.
+    #[test]
+    fn arguments_only_other_sets_read_are_not_evaluated() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("x", DataType::Int64, true),
+            Field::new("$e", DataType::Int64, false),
+        ]));
+        let on = |id: i64| col("$e").eq(lit(id));
+        let plan = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k")],
+            &[
+                crate::aggregates::max(col("x") + lit(1i64))
+                    .filter(on(3))
+                    .build()
+                    .unwrap(),
+                crate::aggregates::count(col("x"))
+                    .distinct()
+                    .filter(on(5))
+                    .build()
+                    .unwrap(),
+                crate::aggregates::count_star()
+                    .filter(on(6))
+                    .build()
+                    .unwrap(),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(plan.calc.args.len(), 2);
+        let batch = |set: i64| {
+            let data = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(vec![1, 2, 3])),
+                    Arc::new(Int64Array::from(vec![Some(10), None, Some(30)])),
+                    Arc::new(Int64Array::from(vec![set; 3])),
+                ],
+            )
+            .unwrap();
+            plan.calc.evaluate(&ChangeBatch::inserts(data)).unwrap()
+        };
+        let values = |a: &ArrayRef| a.as_primitive::<Int64Type>().iter().collect::<Vec<_>>();
+        let plus_one = plan
+            .calc
+            .arg_names
+            .iter()
+            .position(|n| n.contains('+'))
+            .unwrap();
+        let x = 1 - plus_one;
+        let set3 = batch(3);
+        assert_eq!(values(&set3.args[plus_one]), [Some(11), None, Some(31)]);
+        for set in [5, 6] {
+            let b = batch(set);
+            assert_eq!(b.args[plus_one].null_count(), 3, "set {set}");
+            assert_eq!(values(&b.args[x]), [Some(10), None, Some(30)], "set {set}");
+        }
+        // Not a set batch (`$e` not constant): every argument is evaluated.
+        let mixed = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(Int64Array::from(vec![Some(1), Some(2)])),
+                Arc::new(Int64Array::from(vec![5, 6])),
+            ],
+        )
+        .unwrap();
+        let b = plan.calc.evaluate(&ChangeBatch::inserts(mixed)).unwrap();
+        assert_eq!(values(&b.args[plus_one]), [Some(2), Some(3)]);
+    }
+}
