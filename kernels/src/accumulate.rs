@@ -113,7 +113,8 @@ impl<T: Copy> Lanes<T> {
 }
 
 /// `counts[g] += delta` for the group `g` of every row [`for_each_selected`] visits, in lanes
-/// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group.
+/// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group. Over one
+/// group (a hot key's batch) the selected rows are counted from the bitmaps alone.
 pub fn count_rows(
     groups: &[u32],
     nulls: Option<&NullBuffer>,
@@ -122,7 +123,9 @@ pub fn count_rows(
     delta: i64,
     lanes: &mut Lanes<i64>,
 ) {
-    if in_lanes(groups.len(), counts.len()) {
+    if let [count] = counts {
+        *count += delta * count_selected(groups.len(), nulls, filter) as i64;
+    } else if in_lanes(groups.len(), counts.len()) {
         let cells = lanes.cells(counts.len(), 0);
         for_each_selected(groups, nulls, filter, |r, g| cells[lane(r, g)] += delta);
         lanes.fold_into(counts, 0, |a, b| a + b);
@@ -146,6 +149,7 @@ mod tests {
             (5, 7),
             (1, 64),
             (2000, 9000),
+            (1, 300),
         ] {
             let ids: Vec<u32> = (0..rows)
                 .map(|r| {
@@ -165,6 +169,41 @@ mod tests {
             count_rows(&ids, None, None, &mut got, -1, &mut lanes);
             count_rows(&ids, None, None, &mut got, 1, &mut lanes);
             assert_eq!(got, want, "{groups} groups, {rows} rows");
+        }
+    }
+
+    /// With NULLs and a filter, over one group and over several, the counts are those of the
+    /// rows both select.
+    #[test]
+    fn counts_skip_null_and_filtered_rows() {
+        let mut lanes = Lanes::default();
+        let rows = 200;
+        let nulls = NullBuffer::from((0..rows).map(|r| r % 5 != 0).collect::<Vec<_>>());
+        let filter = BooleanBuffer::from((0..rows).map(|r| r % 3 != 1).collect::<Vec<_>>());
+        for groups in [1usize, 7] {
+            let ids: Vec<u32> = (0..rows).map(|r| (r % groups) as u32).collect();
+            for (n, f) in [
+                (None, None),
+                (Some(&nulls), None),
+                (None, Some(&filter)),
+                (Some(&nulls), Some(&filter)),
+            ] {
+                let mut want = vec![0i64; groups];
+                for (r, &g) in ids.iter().enumerate() {
+                    if n.is_none_or(|n| n.is_valid(r)) && f.is_none_or(|f| f.value(r)) {
+                        want[g as usize] += 3;
+                    }
+                }
+                let mut got = vec![0i64; groups];
+                count_rows(&ids, n, f, &mut got, 3, &mut lanes);
+                assert_eq!(
+                    got,
+                    want,
+                    "{groups} groups, nulls {}, filter {}",
+                    n.is_some(),
+                    f.is_some()
+                );
+            }
         }
     }
 }
