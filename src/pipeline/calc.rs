@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
@@ -39,6 +39,8 @@ pub struct CalcStage {
     pub(super) filter: Option<Arc<dyn PhysicalExpr>>,
     projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
     output: SchemaRef,
+    /// Projected columns no later stage reads in this run ([`Stage::leave_unread`]): NULL.
+    unread: BTreeSet<usize>,
 }
 
 impl CalcStage {
@@ -74,6 +76,7 @@ impl CalcStage {
             filter,
             projection,
             output,
+            unread: BTreeSet::new(),
         })
     }
 }
@@ -146,7 +149,14 @@ impl CalcStage {
                 let n = data.num_rows();
                 let cols = exprs
                     .iter()
-                    .map(|e| Ok(e.evaluate(&data)?.into_array(n)?))
+                    .zip(self.output.fields())
+                    .enumerate()
+                    .map(|(i, (e, f))| {
+                        if self.unread.contains(&i) {
+                            return Ok(new_null_array(f.data_type(), n));
+                        }
+                        Ok(e.evaluate(&data)?.into_array(n)?)
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 RecordBatch::try_new_with_options(
                     Arc::clone(&self.output),
@@ -181,6 +191,21 @@ impl Stage for CalcStage {
         self.filter.is_none()
     }
 
+    /// A projection leaves its unread columns NULL (of nullable fields); a filter alone passes
+    /// its input's columns on, those it reads excepted.
+    fn leave_unread(&mut self, unread: &BTreeSet<usize>) -> Option<BTreeSet<usize>> {
+        if self.projection.is_none() {
+            let read = self.filter_columns();
+            return Some(unread.difference(&read).copied().collect());
+        }
+        self.unread = unread
+            .iter()
+            .copied()
+            .filter(|&c| self.output.fields().get(c).is_some_and(|f| f.is_nullable()))
+            .collect();
+        None
+    }
+
     fn push(&mut self, slices: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         let this = &*self;
         let mut out = Vec::with_capacity(slices.len());
@@ -192,5 +217,67 @@ impl Stage for CalcStage {
 
     fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         Ok(vec![])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::datatypes::Int64Type;
+    use datafusion_expr::{col, lit};
+
+    use super::*;
+    use crate::pipeline::ExpandStage;
+
+    /// A projected column no later stage reads is left NULL for the run, and computed again
+    /// once it is read; through an Expand (columns by position) and a filter alone the walk
+    /// reaches the projection, but not for a column the filter reads.
+    #[test]
+    fn unread_projected_columns_are_left_null() {
+        let input = Schema::new(vec![Field::new("x", DataType::Int64, true)]);
+        let df = DFSchema::try_from(input.clone()).unwrap();
+        let output = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int64, true),
+            Field::new("y", DataType::Int64, true),
+        ]));
+        let projection = [col("x"), col("x") + lit(1i64)];
+        let mut calc =
+            CalcStage::try_new(&df, None, Some(&projection), Arc::clone(&output)).unwrap();
+        let batch = || {
+            let x: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+            ChangeBatch::inserts(RecordBatch::try_new(Arc::new(input.clone()), vec![x]).unwrap())
+        };
+        let y = |calc: &CalcStage| {
+            let out = calc.apply(batch()).unwrap().unwrap();
+            let y = out.data.column(1).as_primitive::<Int64Type>().clone();
+            y.iter().collect::<Vec<_>>()
+        };
+        assert_eq!(y(&calc), [Some(2), Some(3), Some(4)]);
+        assert!(calc.leave_unread(&BTreeSet::from([1])).is_none());
+        assert_eq!(y(&calc), [None, None, None]);
+        calc.leave_unread(&BTreeSet::new());
+        assert_eq!(y(&calc), [Some(2), Some(3), Some(4)]);
+
+        // An Expand passes positions on, its `$e` excepted.
+        let mut fields = output.fields().to_vec();
+        fields.push(Arc::new(Field::new("$e", DataType::Int64, false)));
+        let mut expand = ExpandStage::new(vec![(vec![1], 1)], Arc::new(Schema::new(fields)));
+        assert_eq!(
+            expand.leave_unread(&BTreeSet::from([1, 2])),
+            Some(BTreeSet::from([1]))
+        );
+        // A filter alone passes them on, less the columns it reads.
+        let df2 = DFSchema::try_from(output.as_ref().clone()).unwrap();
+        let mut filter = CalcStage::try_new(
+            &df2,
+            Some(&col("y").gt(lit(0i64))),
+            None,
+            Arc::clone(&output),
+        )
+        .unwrap();
+        assert_eq!(
+            filter.leave_unread(&BTreeSet::from([0, 1])),
+            Some(BTreeSet::from([0]))
+        );
     }
 }

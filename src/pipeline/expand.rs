@@ -1,5 +1,6 @@
 //! Flink's `Expand`: every row once per group set of a split-distinct aggregate.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
@@ -108,6 +109,12 @@ impl Stage for ExpandStage {
 
     fn map_batch(&self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         self.expand(&batch)
+    }
+
+    /// Its input's columns pass on by position (the last, `$e`, is its own).
+    fn leave_unread(&mut self, unread: &BTreeSet<usize>) -> Option<BTreeSet<usize>> {
+        let width = self.output.fields().len() - 1;
+        Some(unread.iter().copied().filter(|&c| c < width).collect())
     }
 }
 

@@ -125,6 +125,14 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Tells a per-batch stage that no later stage reads its output columns `unread` in the
+    /// coming run (an empty set: all are read again). A stage that computes such a column may
+    /// leave it NULL; one that passes its input's columns on by position returns the input
+    /// columns that are then unread (the walk goes on before it); others return `None`.
+    fn leave_unread(&mut self, _unread: &BTreeSet<usize>) -> Option<BTreeSet<usize>> {
+        None
+    }
+
     /// Sets an aggregate's smallest slice worth a task of its own
     /// ([`ParallelAggregate::set_min_slice_rows`]); other stages ignore it.
     fn set_min_slice_rows(&mut self, _rows: usize) {}
@@ -152,6 +160,18 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
     /// A stateless stage, and state of another query.
     fn restore(&mut self, _batches: &[RecordBatch]) -> Result<()> {
         Err(Error::invalid_input("this stage keeps no state to restore"))
+    }
+}
+
+/// Tells the per-batch stages `stages` (last to first) which output columns of the last no
+/// later stage reads ([`Stage::leave_unread`]).
+fn leave_unread(stages: &mut [Box<dyn Stage>], unread: &BTreeSet<usize>) {
+    let mut unread = unread.clone();
+    for stage in stages.iter_mut().rev() {
+        match stage.leave_unread(&unread) {
+            Some(before) => unread = before,
+            None => break,
+        }
     }
 }
 
@@ -450,8 +470,6 @@ impl Pipeline {
             .position(|s| !s.per_batch())
             .ok_or_else(|| Error::internal("no aggregate stage"))?;
         let (before, rest) = self.stages.split_at_mut(k);
-        let before: &[Box<dyn Stage>] = before;
-        let pre = |b: ChangeBatch| map_through(before, b);
         let Some((aggregate, after)) = rest.split_first_mut() else {
             return Err(Error::internal("no aggregate stage"));
         };
@@ -465,8 +483,17 @@ impl Pipeline {
         // per bucket), unless the run takes checkpoints, which cut state by key group, or the
         // state was restored from one.
         agg.merge_buckets(incremental && checkpoint_every.is_none())?;
-        // On one such worker every key has one PARTIAL row, which the FINAL reads through.
+        // On one such worker every key has one PARTIAL row, which the FINAL reads through,
+        // and the buckets route nowhere: nothing reads them, and the Calc leaves them NULL.
         let one_row = agg.merges_buckets() && agg.parallelism() == 1;
+        let unread = if one_row {
+            agg.plan().bucket_columns_unread()
+        } else {
+            BTreeSet::new()
+        };
+        leave_unread(before, &unread);
+        let shared: &[Box<dyn Stage>] = before;
+        let pre = |b: ChangeBatch| map_through(shared, b);
         let through = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
             Some(fin) => fin.read_through(agg.plan(), one_row)?,
             None => false,
@@ -526,6 +553,7 @@ impl Pipeline {
         let run =
             agg.run_splits_checkpointed(splits, order, checkpoint_every, &pre, post, &mut through);
         agg.set_emit_deltas(false);
+        leave_unread(before, &BTreeSet::new());
         run?;
         // The later stages' pending mini-batches fire at the end of input.
         for c in self.finish()? {

@@ -117,6 +117,19 @@ fn check_fields(got: &Schema, want: &Schema, dictionary: &BTreeSet<usize>) -> Re
 }
 
 impl AggregatePlan {
+    /// The input columns (by index) of a split-distinct PARTIAL's bucket keys that nothing else
+    /// in the plan reads (none without bucket keys): what a run keying state by the query's
+    /// keys alone on one worker, whose buckets route nowhere, never reads.
+    pub fn bucket_columns_unread(&self) -> BTreeSet<usize> {
+        let Some(b) = self.bucket_keys else {
+            return BTreeSet::new();
+        };
+        let query_keys = self.calc.keys.len().saturating_sub(b.columns);
+        let (keys, buckets) = self.calc.keys.split_at(query_keys);
+        let read = columns_read(keys.iter().chain(&self.calc.args).chain(&self.calc.filters));
+        columns_read(buckets).difference(&read).copied().collect()
+    }
+
     /// Whether the input carries retractions (it is a changelog).
     pub fn has_retractions(&self) -> bool {
         self.changelog
