@@ -334,6 +334,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "distinct_pairs": m.distinct_pairs,
                     "distinct_bytes": m.distinct_bytes,
                     "skew_ratio": m.skew_ratio,
+                    "merges_buckets": m.merges_buckets,
+                    "reads_through": m.reads_through,
                     "stages": m.stages.iter().map(|s| json!({
                         "name": s.step.name(),
                         "rows_in": s.rows_in,
