@@ -491,13 +491,14 @@ impl Pipeline {
         } else {
             BTreeSet::new()
         };
-        leave_unread(before, &unread);
-        let shared: &[Box<dyn Stage>] = before;
-        let pre = |b: ChangeBatch| map_through(shared, b);
         let through = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
             Some(fin) => fin.read_through(agg.plan(), one_row)?,
             None => false,
         };
+        // Set for this run only: reset below whatever the run's outcome.
+        leave_unread(before, &unread);
+        let shared: &[Box<dyn Stage>] = before;
+        let pre = |b: ChangeBatch| map_through(shared, b);
         // The next stage's share of the work done on the aggregate's workers, if it has one.
         let fold = after.first().and_then(|s| s.firing_fold());
         // Where the fold can, the PARTIAL's workers fire delta rows instead of their changelog.
