@@ -76,12 +76,12 @@ impl DeltaFold {
             None => self.deltas.push_changes(firing)?,
         }
         let deltas = self.deltas.flush()?;
-        let busy = start.elapsed();
-        let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
-        m.rows_in += firing.num_rows() as u64;
-        m.rows_out += deltas.as_ref().map_or(0, |d| d.num_rows() as u64);
-        m.batches += 1;
-        m.busy += busy;
+        count_firing(
+            &self.metrics,
+            firing,
+            deltas.as_ref().map(|d| d.num_rows()),
+            start,
+        );
         Ok(deltas)
     }
 
@@ -107,14 +107,29 @@ impl ThroughFold {
     pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<ChangeBatch>> {
         let start = Instant::now();
         let out = self.through.read(firing)?;
-        let busy = start.elapsed();
-        let mut m = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
-        m.rows_in += firing.num_rows() as u64;
-        m.rows_out += out.as_ref().map_or(0, |d| d.num_rows() as u64);
-        m.batches += 1;
-        m.busy += busy;
+        count_firing(
+            &self.metrics,
+            firing,
+            out.as_ref().map(|d| d.num_rows()),
+            start,
+        );
         Ok(out)
     }
+}
+
+/// Counts one firing taken since `start` in a fold's counters: its rows, and the rows it made.
+fn count_firing(
+    metrics: &Mutex<StageMetrics>,
+    firing: &ChangeBatch,
+    made: Option<usize>,
+    start: Instant,
+) {
+    let busy = start.elapsed();
+    let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
+    m.rows_in += firing.num_rows() as u64;
+    m.rows_out += made.unwrap_or(0) as u64;
+    m.batches += 1;
+    m.busy += busy;
 }
 
 impl IncrementalAggregate {
