@@ -287,32 +287,33 @@ impl BytesGroupValues {
         let kv = keys.values();
         // Each value's group, interned at the first row that points at it (its hash is the
         // row's, the hash of the value), and the NULL group at the first NULL row, so that
-        // groups are numbered in order of first appearance; then one gather.
+        // groups are numbered in order of first appearance; rows take their group in the same
+        // pass.
+        groups.reserve(kv.len());
         let mut null = u32::MAX;
         for (i, k) in kv.iter().enumerate() {
             let k = k.as_usize() & mask;
-            if key_nulls.is_some_and(|n| n.is_null(i)) {
+            let g = if key_nulls.is_some_and(|n| n.is_null(i)) {
                 if null == u32::MAX {
                     null = self.null_group();
                 }
-            } else if cache[k] == u32::MAX {
-                cache[k] = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
-                    self.null_group()
+                null
+            } else {
+                let cached = cache[k];
+                if cached != u32::MAX {
+                    cached
                 } else {
-                    let v = string_at(k);
-                    self.intern_one(v, hash(i, v))
-                };
-            }
-        }
-        match key_nulls {
-            None => groups.extend(kv.iter().map(|k| cache[k.as_usize() & mask])),
-            Some(n) => groups.extend(kv.iter().enumerate().map(|(i, k)| {
-                if n.is_valid(i) {
-                    cache[k.as_usize() & mask]
-                } else {
-                    null
+                    let g = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
+                        self.null_group()
+                    } else {
+                        let v = string_at(k);
+                        self.intern_one(v, hash(i, v))
+                    };
+                    cache[k] = g;
+                    g
                 }
-            })),
+            };
+            groups.push(g);
         }
         self.dict_cache = cache;
         Ok(())
