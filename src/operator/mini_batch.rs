@@ -202,7 +202,7 @@ impl Pending {
 }
 
 /// Rows where any column differs between `old` and `new` (NULL-aware).
-fn changed_rows(old: &[ArrayRef], new: &[ArrayRef]) -> Result<BooleanBuffer> {
+pub(crate) fn changed_rows(old: &[ArrayRef], new: &[ArrayRef]) -> Result<BooleanBuffer> {
     let mut acc: Option<BooleanArray> = None;
     for (o, n) in old.iter().zip(new) {
         let d = distinct(o, n)?;

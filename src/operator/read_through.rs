@@ -14,14 +14,15 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::kernels::cmp::distinct;
-use arrow::compute::{filter, or, take};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::{filter, take};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion_physical_expr::expressions::Column;
 use tally_kernels::aggregates::AggregateKind;
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::error::{Error, Result};
+use crate::operator::mini_batch::changed_rows;
 use crate::plan::AggregatePlan;
 
 /// How a FINAL reads its one PARTIAL row: for each FINAL output column, the PARTIAL output column
@@ -169,17 +170,17 @@ impl ReadThrough {
             return Ok(None);
         }
         let (olds, news) = (UInt32Array::from(olds), UInt32Array::from(news));
-        let mut changed: Option<BooleanArray> = None;
-        for c in &columns[self.columns.keys..] {
-            let d = distinct(&take(c, &olds, None)?, &take(c, &news, None)?)?;
-            changed = Some(match changed {
-                None => d,
-                Some(a) => or(&a, &d)?,
-            });
-        }
-        let changed = match changed {
-            Some(c) if self.columns.unread => c,
-            _ => BooleanArray::from(vec![true; olds.len()]),
+        let changed = if self.columns.unread {
+            let results = &columns[self.columns.keys..];
+            let pick = |at: &UInt32Array| {
+                results
+                    .iter()
+                    .map(|c| take(c, at, None))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            };
+            changed_rows(&pick(&olds)?, &pick(&news)?)?
+        } else {
+            BooleanBuffer::new_set(olds.len())
         };
         let mut keep = vec![true; codes.len()];
         for (p, (&o, &n)) in olds.values().iter().zip(news.values()).enumerate() {
