@@ -20,7 +20,8 @@
 //!   keys encoded with arrow-row.
 //!
 //! A split-distinct PARTIAL's local phase, whose keys end in bucket columns, takes a
-//! [`BucketedGroupValues`] instead (chosen by the planner, not by the types).
+//! [`BucketedGroupValues`] instead (chosen by the planner, not by the types); where its workers merge
+//! their buckets, it needs only each row's query key and worker: [`BucketRoutes`].
 
 use arrow_array::types::*;
 use arrow_schema::{ArrowError, DataType, TimeUnit};
@@ -28,7 +29,9 @@ use arrow_schema::{ArrowError, DataType, TimeUnit};
 mod bucketed;
 mod bytes;
 mod packed;
+mod prefix;
 mod primitive;
+mod routes;
 mod rows;
 mod table;
 
@@ -36,6 +39,7 @@ pub use bucketed::{BucketedGroupValues, MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
 pub use bytes::BytesGroupValues;
 pub use packed::PackedGroupValues;
 pub use primitive::{NoKeyGroupValues, PrimitiveGroupValues};
+pub use routes::{BucketRoutes, NO_ROUTE};
 pub use rows::RowGroupValues;
 pub use table::{GroupValues, key_type_supported, same_array};
 

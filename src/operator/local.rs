@@ -21,7 +21,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
-use tally_kernels::group_values::{BucketedGroupValues, GroupValues, new_group_values, same_array};
+use tally_kernels::group_values::{BucketRoutes, GroupValues, new_group_values, same_array};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -125,15 +125,21 @@ impl LocalGroupAggregate {
                     .all(|t| t == &DataType::Int32);
                 if kg.workers() == 1 {
                     (query_keys, None)
-                } else if let Some(Ok(keys)) = int32.then(|| {
-                    BucketedGroupValues::try_new(
-                        &self.plan.key_types[..query_keys],
-                        b.columns,
-                        b.buckets,
-                    )
-                }) {
-                    // On several workers: (key, worker) slots over the bucketed key table.
-                    (query_keys, Some(Owners::new(kg.clone(), keys)))
+                } else if let Some(owners) = int32
+                    .then(|| {
+                        let routes = BucketRoutes::try_new(
+                            &self.plan.key_types[..query_keys],
+                            b.columns,
+                            b.buckets,
+                        );
+                        routes
+                            .ok()
+                            .and_then(|r| Owners::try_new(kg.clone(), r).ok())
+                    })
+                    .flatten()
+                {
+                    // On several workers: (key, worker) slots over the bucketed keys' routes.
+                    (query_keys, Some(owners))
                 } else {
                     (all, None)
                 }

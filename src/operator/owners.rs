@@ -9,46 +9,52 @@
 //! slot straight into that worker's part.
 
 use arrow::array::ArrayRef;
-use tally_kernels::group_values::{BucketedGroupValues, GroupValues};
+use tally_kernels::group_values::{BucketRoutes, NO_ROUTE};
 
 use crate::error::{Error, Result};
 use crate::operator::key_groups::KeyGroups;
 
-/// No local group for this key or slot yet.
+/// No local group for this slot yet.
 const NONE: u32 = u32::MAX;
 
 /// The (key, worker) slots of a local phase (see the module docs), between two flushes.
 #[derive(Debug)]
 pub(crate) struct Owners {
     key_groups: KeyGroups,
-    /// The rows' keys, buckets included, as a split PARTIAL's local phase interns them: a
-    /// key's hash, and so its worker, is found once per flush, not once per row.
-    keys: BucketedGroupValues,
-    /// Per key of `keys`: its local group, or [`NONE`] until found.
-    group_of: Vec<u32>,
+    /// The rows' query keys and the workers their whole keys route them to: a key's worker is
+    /// found once per (query key, set bucket, bucket value), and kept across flushes.
+    routes: BucketRoutes,
     /// `slots[prefix * workers + worker]`: the local group of the query's key `prefix` (a
-    /// prefix id of `keys`) bound for `worker`, or [`NONE`].
+    /// prefix id of `routes`) bound for `worker`, or [`NONE`].
     slots: Vec<u32>,
     /// Per local group: its prefix id.
     prefixes: Vec<u32>,
     /// Per local group: the worker it is bound for.
-    workers: Vec<u32>,
-    /// Scratch: the rows' key ids.
-    ids: Vec<u32>,
+    workers: Vec<u16>,
+    /// Scratch: the rows' workers.
+    rows: Vec<u16>,
 }
 
 impl Owners {
-    /// Slots for the workers of `key_groups`, over the keys `keys` holds (empty).
-    pub(crate) fn new(key_groups: KeyGroups, keys: BucketedGroupValues) -> Self {
-        Self {
+    /// Slots for the workers of `key_groups`, over the keys `routes` routes (empty).
+    ///
+    /// # Errors
+    /// More workers than a route can name.
+    pub(crate) fn try_new(key_groups: KeyGroups, routes: BucketRoutes) -> Result<Self> {
+        if key_groups.workers() >= usize::from(NO_ROUTE) {
+            return Err(Error::internal(format!(
+                "{} workers: more than a split's local phase can route to",
+                key_groups.workers()
+            )));
+        }
+        Ok(Self {
             key_groups,
-            keys,
-            group_of: vec![],
+            routes,
             slots: vec![],
             prefixes: vec![],
             workers: vec![],
-            ids: vec![],
-        }
+            rows: vec![],
+        })
     }
 
     /// The local group of every row of the key columns `cols` (the query's keys, then the
@@ -58,33 +64,26 @@ impl Owners {
     /// # Errors
     /// Key columns of the wrong types.
     pub(crate) fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<u32>) -> Result<()> {
-        self.keys
-            .intern(cols, &[], &mut self.ids)
+        let kg = &self.key_groups;
+        self.routes
+            .route(cols, |h| kg.worker_of_hash(h) as u16, &mut self.rows)
             .map_err(|e| Error::internal(format!("local keys: {e}")))?;
-        let p = self.key_groups.workers();
-        self.group_of.resize(self.keys.len(), NONE);
+        let p = kg.workers();
+        let need = self.routes.prefixes() * p;
+        if self.slots.len() < need {
+            self.slots.resize(need, NONE);
+        }
         groups.clear();
-        groups.reserve(self.ids.len());
-        for &id in &self.ids {
-            let mut g = self.group_of[id as usize];
-            if g == NONE {
-                let prefix = self.keys.group_prefixes()[id as usize] as usize;
-                let w = self
-                    .key_groups
-                    .worker_of_hash(self.keys.hashes()[id as usize]);
-                if self.slots.len() <= prefix * p + w {
-                    self.slots.resize((prefix + 1) * p, NONE);
-                }
-                let slot = &mut self.slots[prefix * p + w];
-                if *slot == NONE {
-                    *slot = self.prefixes.len() as u32;
-                    self.prefixes.push(prefix as u32);
-                    self.workers.push(w as u32);
-                }
-                g = *slot;
-                self.group_of[id as usize] = g;
+        groups.resize(self.rows.len(), NONE);
+        let rows = self.routes.prefix_ids().iter().zip(&self.rows);
+        for (g, (&prefix, &w)) in groups.iter_mut().zip(rows) {
+            let slot = &mut self.slots[prefix as usize * p + usize::from(w)];
+            if *slot == NONE {
+                *slot = self.prefixes.len() as u32;
+                self.prefixes.push(prefix);
+                self.workers.push(w);
             }
-            groups.push(g);
+            *g = *slot;
         }
         Ok(())
     }
@@ -100,43 +99,46 @@ impl Owners {
     /// A group out of range.
     pub(crate) fn key_columns(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
         let prefixes: Vec<u32> = groups.iter().map(|&g| self.prefixes[g as usize]).collect();
-        self.keys
+        self.routes
             .prefix_keys(&prefixes)
             .map_err(|e| Error::internal(format!("local keys: {e}")))
     }
 
     /// The hash of local group `g`'s query key (over the query's key columns alone).
     pub(crate) fn key_hash(&self, g: u32) -> u64 {
-        self.keys.prefix_hash(self.prefixes[g as usize])
+        self.routes.prefix_hash(self.prefixes[g as usize])
     }
 
     /// The local groups bound for each worker, in worker order.
     pub(crate) fn parts(&self) -> Vec<Vec<u32>> {
         let mut parts = vec![vec![]; self.key_groups.workers()];
         for (g, &w) in self.workers.iter().enumerate() {
-            parts[w as usize].push(g as u32);
+            parts[usize::from(w)].push(g as u32);
         }
         parts
     }
 
-    /// Forgets every local group and key, keeping the allocations.
+    /// Forgets every local group, keeping the allocations and, unless it grew too large, the
+    /// routes found.
     pub(crate) fn clear(&mut self) {
-        self.keys.clear();
-        self.group_of.clear();
-        self.slots.clear();
+        if self.routes.full() {
+            self.routes.clear();
+            self.slots.clear();
+        } else {
+            let p = self.key_groups.workers();
+            for (&prefix, &w) in self.prefixes.iter().zip(&self.workers) {
+                self.slots[prefix as usize * p + usize::from(w)] = NONE;
+            }
+        }
         self.prefixes.clear();
         self.workers.clear();
     }
 
     /// Bytes held, from capacity.
     pub(crate) fn size(&self) -> usize {
-        self.keys.size()
-            + (self.group_of.capacity()
-                + self.slots.capacity()
-                + self.prefixes.capacity()
-                + self.workers.capacity()
-                + self.ids.capacity())
-                * 4
+        self.routes.size()
+            + (self.slots.capacity() + self.prefixes.capacity()) * 4
+            + (self.workers.capacity() + self.rows.capacity()) * 2
     }
 }
 
@@ -154,8 +156,8 @@ mod tests {
     #[test]
     fn rows_go_to_their_key_and_workers_slot() {
         let kg = KeyGroups::new(128, 3).unwrap();
-        let table = BucketedGroupValues::try_new(&[DataType::Utf8], 2, 16).unwrap();
-        let mut owners = Owners::new(kg.clone(), table);
+        let table = BucketRoutes::try_new(&[DataType::Utf8], 2, 16).unwrap();
+        let mut owners = Owners::try_new(kg.clone(), table).unwrap();
         let n = 200;
         let day: ArrayRef = Arc::new(StringArray::from_iter_values(
             (0..n).map(|i| ["a", "b", "c"][i % 3]),

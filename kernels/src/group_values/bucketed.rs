@@ -21,10 +21,9 @@ use arrow_buffer::{BooleanBuffer, NullBuffer};
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
-use super::bytes::BytesGroupValues;
-use super::new_group_values;
-use super::table::{GroupValues, check_ids, index_size, same_array};
-use crate::hash::{NULL_HASH, combine_hashes, random_state};
+use super::prefix::{PrefixKeys, bucketed_key_hash};
+use super::table::{GroupValues, check_ids, index_size};
+use crate::hash::random_state;
 
 /// No group (in a block) and no block (in `block_of`).
 const NONE: u32 = u32::MAX;
@@ -41,8 +40,7 @@ pub const MAX_BLOCK_ENTRIES: usize = 1 << 20;
 #[derive(Debug)]
 pub struct BucketedGroupValues {
     /// The prefix's table.
-    prefix: Prefix,
-    prefix_columns: usize,
+    prefix: PrefixKeys,
     /// Bucket columns.
     m: usize,
     /// Bucket values `0..buckets` have their place in a block.
@@ -61,33 +59,7 @@ pub struct BucketedGroupValues {
     blocks: Vec<u32>,
     /// The keys not in blocks, by row hash.
     map: HashTable<u32>,
-    /// The prefix columns interned last and their ids (the group sets of an Expand share them).
-    last_prefix: Vec<ArrayRef>,
-    prefix_ids: Vec<u32>,
-    prefix_hashes: Vec<u64>,
     hasher: ahash::RandomState,
-}
-
-/// The table of a key's prefix columns.
-#[derive(Debug)]
-enum Prefix {
-    /// No prefix columns: every row has prefix 0.
-    None,
-    /// One string column, interned by runs (hashed only where a row differs from the one
-    /// before: a day costs a comparison per row).
-    Strings(BytesGroupValues),
-    /// Any other columns, hashed.
-    Keys(Box<dyn GroupValues>),
-}
-
-impl Prefix {
-    fn table(&self) -> Option<&dyn GroupValues> {
-        match self {
-            Prefix::None => None,
-            Prefix::Strings(t) => Some(t),
-            Prefix::Keys(t) => Some(t.as_ref()),
-        }
-    }
 }
 
 /// Which bucket columns of a batch are set: all rows, none, or it varies.
@@ -116,14 +88,7 @@ impl BucketedGroupValues {
             )));
         }
         Ok(Self {
-            prefix: match prefix {
-                [] => Prefix::None,
-                [dt @ (DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)] => {
-                    Prefix::Strings(BytesGroupValues::new(dt.clone()))
-                }
-                _ => Prefix::Keys(new_group_values(prefix)?),
-            },
-            prefix_columns: prefix.len(),
+            prefix: PrefixKeys::try_new(prefix)?,
             m: bucket_columns,
             buckets,
             group_prefix: vec![],
@@ -133,9 +98,6 @@ impl BucketedGroupValues {
             block_of: vec![],
             blocks: vec![],
             map: HashTable::new(),
-            last_prefix: vec![],
-            prefix_ids: vec![],
-            prefix_hashes: vec![],
             hasher: random_state(),
         })
     }
@@ -151,53 +113,13 @@ impl BucketedGroupValues {
     /// # Errors
     /// An id out of range.
     pub fn prefix_keys(&self, ids: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        match self.prefix.table() {
-            Some(table) => table.keys(ids),
-            None => Ok(vec![]),
-        }
+        self.prefix.keys(ids)
     }
 
     /// The hash of prefix `p`'s values, as [`crate::hash::hash_columns`] gives it over the prefix
     /// columns alone (0 without prefix columns, as a key without columns hashes).
     pub fn prefix_hash(&self, p: u32) -> u64 {
-        self.prefix
-            .table()
-            .map_or(0, |table| table.hashes()[p as usize])
-    }
-
-    /// Interns the prefix columns into `self.prefix_ids`, unless they are the very arrays
-    /// interned last (since the last `clear`; [`same_array`]).
-    fn intern_prefix(&mut self, cols: &[ArrayRef], n: usize) -> Result<(), ArrowError> {
-        if matches!(self.prefix, Prefix::None) {
-            self.prefix_ids.clear();
-            self.prefix_ids.resize(n, 0);
-            return Ok(());
-        }
-        let same = self.last_prefix.len() == cols.len()
-            && self.prefix_ids.len() == n
-            && self
-                .last_prefix
-                .iter()
-                .zip(cols)
-                .all(|(a, b)| same_array(a, b));
-        if same {
-            return Ok(());
-        }
-        self.last_prefix.clear();
-        let by_runs = match &mut self.prefix {
-            Prefix::Strings(t) => t.intern_runs(&cols[0], &mut self.prefix_ids)?,
-            _ => false,
-        };
-        if !by_runs {
-            crate::hash::hash_columns(cols, &mut self.prefix_hashes)?;
-            match &mut self.prefix {
-                Prefix::Strings(t) => t.intern(cols, &self.prefix_hashes, &mut self.prefix_ids)?,
-                Prefix::Keys(t) => t.intern(cols, &self.prefix_hashes, &mut self.prefix_ids)?,
-                Prefix::None => {}
-            }
-        }
-        self.last_prefix.extend(cols.iter().cloned());
-        Ok(())
+        self.prefix.hash(p).unwrap_or(0)
     }
 
     /// The block of `slot` under prefix `p`, made if there is room (None: there is not).
@@ -222,20 +144,9 @@ impl BucketedGroupValues {
         }
     }
 
-    /// The hash [`crate::hash::hash_columns`] gives the key (p, set, values): the prefix's
-    /// hash with each bucket's folded in.
+    /// The hash [`crate::hash::hash_columns`] gives the key (p, set, values).
     fn key_hash(&self, p: u32, set: u32, values: &[i32]) -> u64 {
-        let prefix = self.prefix.table().map(|t| t.hashes()[p as usize]);
-        let mut h = prefix;
-        for (j, &v) in values.iter().enumerate() {
-            let c = if set & (1 << j) != 0 {
-                self.hasher.hash_one(v)
-            } else {
-                NULL_HASH
-            };
-            h = Some(h.map_or(c, |a| combine_hashes(a, c)));
-        }
-        h.unwrap_or(0)
+        bucketed_key_hash(self.prefix.hash(p), set, values, &self.hasher)
     }
 
     /// A new group of key (p, set, values) whose row hash is `h`.
@@ -341,7 +252,7 @@ impl GroupValues for BucketedGroupValues {
         hashes: &[u64],
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
-        let want = self.prefix_columns + self.m;
+        let want = self.prefix.columns() + self.m;
         if cols.len() != want {
             return Err(ArrowError::InvalidArgumentError(format!(
                 "expected {want} key columns, got {}",
@@ -356,7 +267,7 @@ impl GroupValues for BucketedGroupValues {
         }
         // Row hashes given, or none (`hashes_keys_itself`).
         let hash = |r: usize| hashes.get(r).copied();
-        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix_columns);
+        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix.columns());
         let mut buckets: Vec<&Int32Array> = Vec::with_capacity(self.m);
         for (j, c) in bucket_cols.iter().enumerate() {
             buckets.push(c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
@@ -366,8 +277,8 @@ impl GroupValues for BucketedGroupValues {
                 ))
             })?);
         }
-        self.intern_prefix(prefix_cols, n)?;
-        let prefix_ids = std::mem::take(&mut self.prefix_ids);
+        self.prefix.intern(prefix_cols, n)?;
+        let prefix_ids = self.prefix.take_ids();
         groups.clear();
         groups.reserve(n);
         let cover: Vec<Cover> = buckets
@@ -400,7 +311,7 @@ impl GroupValues for BucketedGroupValues {
                     groups,
                 )
             {
-                self.prefix_ids = prefix_ids;
+                self.prefix.put_ids(prefix_ids);
                 return Ok(());
             }
             match set_columns.first() {
@@ -456,7 +367,7 @@ impl GroupValues for BucketedGroupValues {
                 groups.push(self.find(p, set, values, hash(r)));
             }
         }
-        self.prefix_ids = prefix_ids;
+        self.prefix.put_ids(prefix_ids);
         Ok(())
     }
 
@@ -470,19 +381,14 @@ impl GroupValues for BucketedGroupValues {
 
     fn size(&self) -> usize {
         index_size(&self.map, &self.hashes)
-            + self.prefix.table().map_or(0, GroupValues::size)
+            + self.prefix.size()
             + (self.group_prefix.capacity() + self.group_set.capacity()) * 4
             + self.group_values.capacity() * 4
             + (self.block_of.capacity() + self.blocks.capacity()) * 4
-            + (self.prefix_ids.capacity() * 4 + self.prefix_hashes.capacity() * 8)
     }
 
     fn clear(&mut self) {
-        match &mut self.prefix {
-            Prefix::None => {}
-            Prefix::Strings(t) => t.clear(),
-            Prefix::Keys(t) => t.clear(),
-        }
+        self.prefix.clear();
         self.group_prefix.clear();
         self.group_set.clear();
         self.group_values.clear();
@@ -490,9 +396,6 @@ impl GroupValues for BucketedGroupValues {
         self.block_of.clear();
         self.blocks.clear();
         self.map.clear();
-        // The prefix ids of the last columns are gone with the prefix table.
-        self.last_prefix.clear();
-        self.prefix_ids.clear();
     }
 
     fn hashes(&self) -> &[u64] {
@@ -501,16 +404,11 @@ impl GroupValues for BucketedGroupValues {
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
         check_ids(groups, self.hashes.len())?;
-        let mut cols = match self.prefix.table() {
-            Some(table) => {
-                let ids: Vec<u32> = groups
-                    .iter()
-                    .map(|&g| self.group_prefix[g as usize])
-                    .collect();
-                table.keys(&ids)?
-            }
-            None => vec![],
-        };
+        let ids: Vec<u32> = groups
+            .iter()
+            .map(|&g| self.group_prefix[g as usize])
+            .collect();
+        let mut cols = self.prefix.keys(&ids)?;
         for j in 0..self.m {
             let set = BooleanBuffer::collect_bool(groups.len(), |i| {
                 self.group_set[groups[i] as usize] & (1 << j) != 0

@@ -1,4 +1,5 @@
 use super::*;
+use crate::group_values::new_group_values;
 use arrow_array::StringArray;
 
 use crate::test_rng::XorShift as Rng;

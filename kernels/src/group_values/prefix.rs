@@ -1,0 +1,182 @@
+//! The query's own keys in front of a split-distinct PARTIAL's bucket columns: interned once
+//! for the group sets of an Expand that share their arrays, a single string by runs.
+
+use arrow_array::ArrayRef;
+use arrow_schema::{ArrowError, DataType};
+
+use super::bytes::BytesGroupValues;
+use super::new_group_values;
+use super::table::{GroupValues, same_array};
+use crate::hash::{NULL_HASH, combine_hashes};
+
+/// The table of a key's prefix columns, with the ids of the columns interned last.
+#[derive(Debug)]
+pub(super) struct PrefixKeys {
+    table: Prefix,
+    columns: usize,
+    /// The prefix columns interned last and their ids (the group sets of an Expand share them).
+    last: Vec<ArrayRef>,
+    ids: Vec<u32>,
+    hashes: Vec<u64>,
+}
+
+/// The table itself.
+#[derive(Debug)]
+enum Prefix {
+    /// No prefix columns: every row has prefix 0.
+    None,
+    /// One string column, interned by runs (hashed only where a row differs from the one
+    /// before: a day costs a comparison per row).
+    Strings(BytesGroupValues),
+    /// Any other columns, hashed.
+    Keys(Box<dyn GroupValues>),
+}
+
+impl PrefixKeys {
+    /// A table for prefix columns of `types`.
+    ///
+    /// # Errors
+    /// A type that cannot be a key.
+    pub(super) fn try_new(types: &[DataType]) -> Result<Self, ArrowError> {
+        Ok(Self {
+            table: match types {
+                [] => Prefix::None,
+                [dt @ (DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)] => {
+                    Prefix::Strings(BytesGroupValues::new(dt.clone()))
+                }
+                _ => Prefix::Keys(new_group_values(types)?),
+            },
+            columns: types.len(),
+            last: vec![],
+            ids: vec![],
+            hashes: vec![],
+        })
+    }
+
+    /// How many prefix columns a key has.
+    pub(super) fn columns(&self) -> usize {
+        self.columns
+    }
+
+    fn table(&self) -> Option<&dyn GroupValues> {
+        match &self.table {
+            Prefix::None => None,
+            Prefix::Strings(t) => Some(t),
+            Prefix::Keys(t) => Some(t.as_ref()),
+        }
+    }
+
+    /// Distinct prefixes interned since the last `clear` (1 without prefix columns, as every
+    /// row has prefix 0).
+    pub(super) fn len(&self) -> usize {
+        self.table().map_or(1, GroupValues::len)
+    }
+
+    /// The hash of prefix `p`'s values, as [`crate::hash::hash_columns`] gives it over the
+    /// prefix columns alone (`None` without prefix columns).
+    pub(super) fn hash(&self, p: u32) -> Option<u64> {
+        self.table().map(|table| table.hashes()[p as usize])
+    }
+
+    /// The prefix columns of prefix ids `ids`, one row per id (none without prefix columns).
+    ///
+    /// # Errors
+    /// An id out of range.
+    pub(super) fn keys(&self, ids: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        match self.table() {
+            Some(table) => table.keys(ids),
+            None => Ok(vec![]),
+        }
+    }
+
+    /// Interns `n` rows of the prefix columns `cols`, whose ids [`PrefixKeys::take_ids`] then
+    /// gives, unless they are the very arrays interned last (since the last `clear`;
+    /// [`same_array`]).
+    ///
+    /// # Errors
+    /// Columns of other types.
+    pub(super) fn intern(&mut self, cols: &[ArrayRef], n: usize) -> Result<(), ArrowError> {
+        if matches!(self.table, Prefix::None) {
+            self.ids.clear();
+            self.ids.resize(n, 0);
+            return Ok(());
+        }
+        let same = self.last.len() == cols.len()
+            && self.ids.len() == n
+            && self.last.iter().zip(cols).all(|(a, b)| same_array(a, b));
+        if same {
+            return Ok(());
+        }
+        self.last.clear();
+        let by_runs = match &mut self.table {
+            Prefix::Strings(t) => t.intern_runs(&cols[0], &mut self.ids)?,
+            _ => false,
+        };
+        if !by_runs {
+            crate::hash::hash_columns(cols, &mut self.hashes)?;
+            match &mut self.table {
+                Prefix::Strings(t) => t.intern(cols, &self.hashes, &mut self.ids)?,
+                Prefix::Keys(t) => t.intern(cols, &self.hashes, &mut self.ids)?,
+                Prefix::None => {}
+            }
+        }
+        self.last.extend(cols.iter().cloned());
+        Ok(())
+    }
+
+    /// The ids of the rows interned last.
+    pub(super) fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The ids of the rows interned last, lent out while the caller also needs `&mut self`'s
+    /// owner; [`PrefixKeys::put_ids`] gives them back.
+    pub(super) fn take_ids(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.ids)
+    }
+
+    /// Gives back the ids [`PrefixKeys::take_ids`] lent.
+    pub(super) fn put_ids(&mut self, ids: Vec<u32>) {
+        self.ids = ids;
+    }
+
+    /// Forgets every prefix (ids start from 0 again).
+    pub(super) fn clear(&mut self) {
+        match &mut self.table {
+            Prefix::None => {}
+            Prefix::Strings(t) => t.clear(),
+            Prefix::Keys(t) => t.clear(),
+        }
+        // The ids of the last columns are gone with the table.
+        self.last.clear();
+        self.ids.clear();
+    }
+
+    /// Bytes held, from capacity.
+    pub(super) fn size(&self) -> usize {
+        self.table().map_or(0, GroupValues::size)
+            + self.ids.capacity() * 4
+            + self.hashes.capacity() * 8
+    }
+}
+
+/// The hash [`crate::hash::hash_columns`] gives a bucketed key: the prefix's hash (`None`
+/// without prefix columns), with each bucket's hash folded in (`values[j]` where bit `j` of
+/// `set` is on, NULL otherwise).
+pub(super) fn bucketed_key_hash(
+    prefix: Option<u64>,
+    set: u32,
+    values: &[i32],
+    hasher: &ahash::RandomState,
+) -> u64 {
+    let mut h = prefix;
+    for (j, &v) in values.iter().enumerate() {
+        let c = if set & (1 << j) != 0 {
+            hasher.hash_one(v)
+        } else {
+            NULL_HASH
+        };
+        h = Some(h.map_or(c, |a| combine_hashes(a, c)));
+    }
+    h.unwrap_or(0)
+}

@@ -1,0 +1,365 @@
+//! Where a split-distinct PARTIAL's rows go, without interning their whole keys.
+//!
+//! A split PARTIAL whose workers merge their buckets needs, per row of bucketed keys (the
+//! query's keys, then one Int32 bucket column per bucketed DISTINCT argument), only two things:
+//! its prefix (the query's key) and the worker its whole key's hash routes it to. Both are found
+//! here without a group per (prefix, bucket): the prefix is interned once for the group sets of
+//! an Expand that share its arrays (a string by runs), and the route of a key whose buckets are
+//! all NULL, or all but one, is kept by position in a block per (prefix, set bucket), so a row
+//! costs a load once its bucket was routed. Blocks and prefixes stay until [`BucketRoutes::clear`]
+//! (the caller clears when [`BucketRoutes::full`] says so, not at every mini-batch). Any other
+//! key (several buckets set, a value outside `0..buckets`, or no room left for a block) has its
+//! hash computed for the row.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array};
+use arrow_schema::{ArrowError, DataType};
+
+use super::bucketed::{MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
+use super::prefix::{PrefixKeys, bucketed_key_hash};
+use crate::hash::random_state;
+
+/// No route yet (in a block); also the one route a caller's function may not give.
+pub const NO_ROUTE: u16 = u16::MAX;
+
+/// No block (in `block_of`).
+const NO_BLOCK: u32 = u32::MAX;
+
+/// The most prefixes kept before [`BucketRoutes::full`] asks for a clear.
+const MAX_PREFIXES: usize = 1 << 16;
+
+/// Routes of bucketed keys, cached per (prefix, set bucket, bucket value); see the module docs.
+#[derive(Debug)]
+pub struct BucketRoutes {
+    prefix: PrefixKeys,
+    /// Bucket columns.
+    m: usize,
+    /// Bucket values `0..buckets` have their place in a block.
+    buckets: u32,
+    /// Per (prefix, slot), at `prefix * (m + 1) + slot`: where its block starts in `routes`.
+    /// Slot 0: every bucket NULL (a block of one); slot 1 + j: only bucket j set (a block of
+    /// `buckets`).
+    block_of: Vec<u32>,
+    routes: Vec<u16>,
+    hasher: ahash::RandomState,
+}
+
+impl BucketRoutes {
+    /// Routes for keys of `prefix` types followed by `bucket_columns` Int32 columns whose values
+    /// are mostly in `0..buckets`.
+    ///
+    /// # Errors
+    /// A prefix type that cannot be a key, no bucket column or more than
+    /// [`MAX_BUCKET_COLUMNS`], no buckets.
+    pub fn try_new(
+        prefix: &[DataType],
+        bucket_columns: usize,
+        buckets: u32,
+    ) -> Result<Self, ArrowError> {
+        if bucket_columns == 0 || bucket_columns > MAX_BUCKET_COLUMNS || buckets == 0 {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "bucketed keys need 1 to {MAX_BUCKET_COLUMNS} bucket columns and some buckets, got {bucket_columns} columns of {buckets} buckets"
+            )));
+        }
+        Ok(Self {
+            prefix: PrefixKeys::try_new(prefix)?,
+            m: bucket_columns,
+            buckets,
+            block_of: vec![],
+            routes: vec![],
+            hasher: random_state(),
+        })
+    }
+
+    /// Routes every row of the key columns `cols` (the prefix columns, then the bucket
+    /// columns) into `routes` (cleared first): the route `route_of` gives the hash
+    /// [`crate::hash::hash_columns`] gives the row's whole key. `route_of` must be the same
+    /// function on every call until a [`BucketRoutes::clear`], and never give [`NO_ROUTE`]. The
+    /// rows' prefix ids are then [`BucketRoutes::prefix_ids`].
+    ///
+    /// # Errors
+    /// Another number of key columns, columns of different lengths, a bucket column that is
+    /// not Int32, prefix columns of other types than the table's.
+    pub fn route(
+        &mut self,
+        cols: &[ArrayRef],
+        route_of: impl Fn(u64) -> u16,
+        routes: &mut Vec<u16>,
+    ) -> Result<(), ArrowError> {
+        let want = self.prefix.columns() + self.m;
+        if cols.len() != want {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "expected {want} key columns, got {}",
+                cols.len()
+            )));
+        }
+        let n = cols[0].len();
+        if cols.iter().any(|c| c.len() != n) {
+            return Err(ArrowError::InvalidArgumentError(
+                "key columns differ in length".to_string(),
+            ));
+        }
+        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix.columns());
+        let mut buckets: Vec<&Int32Array> = Vec::with_capacity(self.m);
+        for (j, c) in bucket_cols.iter().enumerate() {
+            buckets.push(c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
+                ArrowError::InvalidArgumentError(format!(
+                    "bucket column {j} is {}, not Int32",
+                    c.data_type()
+                ))
+            })?);
+        }
+        self.prefix.intern(prefix_cols, n)?;
+        let ids = self.prefix.take_ids();
+        routes.clear();
+        routes.reserve(n);
+        let none_null = |b: &&Int32Array| b.null_count() == 0;
+        let all_null = |b: &&Int32Array| b.null_count() == n;
+        let set: Vec<usize> = (0..self.m).filter(|&j| none_null(&buckets[j])).collect();
+        if set.len() <= 1 && buckets.iter().all(|b| none_null(b) || all_null(b)) {
+            // Every row has the same buckets set (an Expand's group set): at most one varies.
+            self.route_set(&ids, set.first().copied(), &buckets, &route_of, routes);
+        } else {
+            let mut values = [0i32; MAX_BUCKET_COLUMNS];
+            let values = &mut values[..self.m];
+            for (r, &p) in ids.iter().enumerate() {
+                let mut set = 0u32;
+                for (j, b) in buckets.iter().enumerate() {
+                    values[j] = if b.is_valid(r) {
+                        set |= 1 << j;
+                        b.value(r)
+                    } else {
+                        0
+                    };
+                }
+                let h = bucketed_key_hash(self.prefix.hash(p), set, values, &self.hasher);
+                routes.push(route_of(h));
+            }
+        }
+        self.prefix.put_ids(ids);
+        Ok(())
+    }
+
+    /// The routes of rows with prefixes `ids` whose only bucket set is column `j` (or none),
+    /// into `routes` (empty): per run of one prefix, a gather from its (prefix, `j`) block.
+    fn route_set(
+        &mut self,
+        ids: &[u32],
+        j: Option<usize>,
+        buckets: &[&Int32Array],
+        route_of: &impl Fn(u64) -> u16,
+        routes: &mut Vec<u16>,
+    ) {
+        routes.resize(ids.len(), NO_ROUTE);
+        let Some(j) = j else {
+            // Every bucket NULL: one route per prefix.
+            let mut last: Option<(u32, u16)> = None;
+            for (out, &p) in routes.iter_mut().zip(ids) {
+                *out = match last {
+                    Some((lp, route)) if lp == p => route,
+                    _ => {
+                        let route = match self.block(p, 0, route_of) {
+                            Some(start) => self.routes[start],
+                            None => self.route_of_key(p, None, route_of),
+                        };
+                        last = Some((p, route));
+                        route
+                    }
+                };
+            }
+            return;
+        };
+        let column = buckets[j].values();
+        let mut from = 0;
+        while from < ids.len() {
+            let p = ids[from];
+            let len = ids[from..]
+                .iter()
+                .position(|&q| q != p)
+                .unwrap_or(ids.len() - from);
+            let run = from..from + len;
+            from += len;
+            let out = &mut routes[run.clone()];
+            let values = &column[run];
+            if let Some(start) = self.block(p, 1 + j, route_of) {
+                let block = &self.routes[start..start + self.buckets as usize];
+                // `v as u32` puts a negative bucket past the block too.
+                for (o, &v) in out.iter_mut().zip(values) {
+                    *o = block.get(v as u32 as usize).copied().unwrap_or(NO_ROUTE);
+                }
+            }
+            // Buckets not routed yet, outside the block, or no block.
+            let block = self.block_of[p as usize * (self.m + 1) + 1 + j];
+            for (o, &v) in out.iter_mut().zip(values) {
+                if *o == NO_ROUTE {
+                    *o = self.route_of_key(p, Some((j, v)), route_of);
+                    if block != NO_BLOCK && (v as u32) < self.buckets {
+                        self.routes[block as usize + v as usize] = *o;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The route of prefix `p` with only bucket `j` set to `v` (`Some((j, v))`), or with every
+    /// bucket NULL (`None`).
+    fn route_of_key(
+        &self,
+        p: u32,
+        bucket: Option<(usize, i32)>,
+        route_of: &impl Fn(u64) -> u16,
+    ) -> u16 {
+        let mut values = [0i32; MAX_BUCKET_COLUMNS];
+        let set = bucket.map_or(0, |(j, v)| {
+            values[j] = v;
+            1 << j
+        });
+        route_of(bucketed_key_hash(
+            self.prefix.hash(p),
+            set,
+            &values[..self.m],
+            &self.hasher,
+        ))
+    }
+
+    /// The block of `slot` under prefix `p` (see `block_of`), made if it is new and there is
+    /// room (None: there is not). A new block of one (every bucket NULL) holds its route; a
+    /// new block of buckets holds [`NO_ROUTE`] until its rows are routed.
+    fn block(&mut self, p: u32, slot: usize, route_of: &impl Fn(u64) -> u16) -> Option<usize> {
+        let at = p as usize * (self.m + 1) + slot;
+        if at >= self.block_of.len() {
+            self.block_of.resize(at + 1, NO_BLOCK);
+        }
+        if self.block_of[at] != NO_BLOCK {
+            return Some(self.block_of[at] as usize);
+        }
+        let start = self.routes.len();
+        if slot == 0 {
+            if start + 1 > MAX_BLOCK_ENTRIES {
+                return None;
+            }
+            let route = self.route_of_key(p, None, route_of);
+            self.routes.push(route);
+        } else {
+            if start + self.buckets as usize > MAX_BLOCK_ENTRIES {
+                return None;
+            }
+            self.routes.resize(start + self.buckets as usize, NO_ROUTE);
+        }
+        self.block_of[at] = start as u32;
+        Some(start)
+    }
+
+    /// The prefix ids of the rows routed last: the id of each row's prefix columns' values
+    /// ([`BucketRoutes::prefix_keys`]), until the next [`BucketRoutes::clear`].
+    pub fn prefix_ids(&self) -> &[u32] {
+        self.prefix.ids()
+    }
+
+    /// Distinct prefixes since the last [`BucketRoutes::clear`] (1 without prefix columns).
+    pub fn prefixes(&self) -> usize {
+        self.prefix.len()
+    }
+
+    /// The prefix columns of prefix ids `ids`, one row per id (none without prefix columns).
+    ///
+    /// # Errors
+    /// An id out of range.
+    pub fn prefix_keys(&self, ids: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
+        self.prefix.keys(ids)
+    }
+
+    /// The hash of prefix `p`'s values, as [`crate::hash::hash_columns`] gives it over the
+    /// prefix columns alone (0 without prefix columns, as a key without columns hashes).
+    pub fn prefix_hash(&self, p: u32) -> u64 {
+        self.prefix.hash(p).unwrap_or(0)
+    }
+
+    /// Whether the table should be cleared before it routes more: it keeps more prefixes than
+    /// it is worth keeping, or has no room left for another block.
+    pub fn full(&self) -> bool {
+        self.prefix.len() > MAX_PREFIXES
+            || self.routes.len() + self.buckets as usize > MAX_BLOCK_ENTRIES
+    }
+
+    /// Forgets every prefix and route (prefix ids start from 0 again).
+    pub fn clear(&mut self) {
+        self.prefix.clear();
+        self.block_of.clear();
+        self.routes.clear();
+    }
+
+    /// Bytes held, from capacity.
+    pub fn size(&self) -> usize {
+        self.prefix.size() + self.block_of.capacity() * 4 + self.routes.capacity() * 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::StringArray;
+
+    use super::*;
+    use crate::hash::hash_columns;
+
+    /// Every row's route is the one its whole key's hash gives, for an Expand's group sets
+    /// (one bucket set or none) and for mixed rows, after a clear too; the prefix ids are the
+    /// prefixes' and their hashes the prefix columns' own.
+    #[test]
+    fn a_row_routes_as_its_whole_key_hashes() {
+        let route_of = |h: u64| (h % 7) as u16;
+        let mut table = BucketRoutes::try_new(&[DataType::Utf8], 2, 16).unwrap();
+        let n = 300;
+        let day: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| ["a", "b", "c"][i / 100]),
+        ));
+        let bucket = |f: &dyn Fn(usize) -> Option<i32>| -> ArrayRef {
+            Arc::new(Int32Array::from_iter((0..n).map(f)))
+        };
+        let null = bucket(&|_| None);
+        let b1 = bucket(&|i| Some((i * 7 % 20) as i32 - 2));
+        let mixed = bucket(&|i| (i % 3 != 0).then_some((i % 16) as i32));
+        let batches = [
+            vec![Arc::clone(&day), Arc::clone(&b1), Arc::clone(&null)],
+            vec![Arc::clone(&day), Arc::clone(&null), Arc::clone(&null)],
+            vec![Arc::clone(&day), Arc::clone(&null), Arc::clone(&b1)],
+            vec![Arc::clone(&day), Arc::clone(&b1), Arc::clone(&mixed)],
+        ];
+        let mut alone = vec![];
+        hash_columns(std::slice::from_ref(&day), &mut alone).unwrap();
+        let mut routes = vec![];
+        for round in 0..2 {
+            for cols in &batches {
+                let mut whole = vec![];
+                hash_columns(cols, &mut whole).unwrap();
+                table.route(cols, route_of, &mut routes).unwrap();
+                assert_eq!(routes.len(), n);
+                for r in 0..n {
+                    assert_eq!(routes[r], route_of(whole[r]), "round {round}, row {r}");
+                    let p = table.prefix_ids()[r];
+                    assert_eq!(table.prefix_hash(p), alone[r]);
+                }
+            }
+            assert_eq!(table.prefixes(), 3);
+            let keys = table.prefix_keys(&[0, 1, 2]).unwrap();
+            let keys = keys[0].as_string::<i32>();
+            assert_eq!(keys.iter().flatten().collect::<Vec<_>>(), ["a", "b", "c"]);
+            assert!(!table.full());
+            table.clear();
+        }
+        // Blocks so wide that only one fits: the other prefixes' rows are hashed one by one.
+        let mut wide = BucketRoutes::try_new(&[DataType::Utf8], 2, 600_000).unwrap();
+        let cols = &batches[0];
+        let mut whole = vec![];
+        hash_columns(cols, &mut whole).unwrap();
+        wide.route(cols, route_of, &mut routes).unwrap();
+        assert!((0..n).all(|r| routes[r] == route_of(whole[r])));
+        assert!(wide.full());
+        let wrong: Vec<ArrayRef> = vec![Arc::clone(&day), Arc::clone(&day), null];
+        let err = table.route(&wrong, route_of, &mut routes).unwrap_err();
+        assert!(err.to_string().contains("not Int32"), "{err}");
+    }
+}
