@@ -185,10 +185,15 @@ pub fn bucket_array(
     let mut hashes = Vec::new();
     hash_columns(std::slice::from_ref(array), &mut hashes)?;
     let n = u64::from(buckets);
-    let values: Vec<i32> = hashes
-        .iter()
-        .map(|&h| (h.wrapping_mul(0x2545_f491_4f6c_dd1d) % n) as i32)
-        .collect();
+    let spread = |h: u64| h.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    let values: Vec<i32> = if n.is_power_of_two() {
+        // The same buckets as `%`, without a 64-bit division per row (Flink's default of 1024
+        // buckets is a power of two).
+        let mask = n - 1;
+        hashes.iter().map(|&h| (spread(h) & mask) as i32).collect()
+    } else {
+        hashes.iter().map(|&h| (spread(h) % n) as i32).collect()
+    };
     Ok(PrimitiveArray::new(values.into(), array.logical_nulls()))
 }
 
