@@ -147,12 +147,59 @@ mod tests {
     use super::*;
     use arrow::array::{Int32Array, StringArray};
     use arrow::datatypes::DataType;
+    use std::collections::HashMap;
     use std::sync::Arc;
     use tally_kernels::hash::hash_columns;
 
+    /// Interns `cols` and checks every row's group: one per (query key, worker its whole key's
+    /// hash routes it to) since the last clear (`seen`), numbered from the count of groups
+    /// before in order of first row, with its query key's hash; then each worker's part lists
+    /// exactly its groups.
+    fn check_batch(
+        owners: &mut Owners,
+        kg: &KeyGroups,
+        cols: &[ArrayRef],
+        seen: &mut HashMap<(String, usize), u32>,
+    ) {
+        let before = owners.len() as u32;
+        let mut whole = vec![];
+        hash_columns(cols, &mut whole).unwrap();
+        let mut alone = vec![];
+        hash_columns(&cols[..1], &mut alone).unwrap();
+        let mut groups = vec![];
+        owners.intern(cols, &mut groups).unwrap();
+        let days = cols[0].as_any().downcast_ref::<StringArray>().unwrap();
+        let mut next = before;
+        for (r, &g) in groups.iter().enumerate() {
+            let w = kg.worker_of_hash(whole[r]);
+            if g == next {
+                next += 1;
+            }
+            assert!(g < next, "row {r}: group {g} before group {next}");
+            let slot = (days.value(r).to_string(), w);
+            assert_eq!(*seen.entry(slot).or_insert(g), g, "row {r}");
+            assert_eq!(owners.workers[g as usize] as usize, w, "row {r}");
+            assert_eq!(owners.key_hash(g), alone[r], "row {r}");
+            let key = owners.key_columns(&[g]).unwrap();
+            let key = key[0].as_any().downcast_ref::<StringArray>().unwrap();
+            assert_eq!(key.value(0), days.value(r), "row {r}");
+        }
+        let parts = owners.parts();
+        assert_eq!(parts.len(), kg.workers());
+        for (w, part) in parts.iter().enumerate() {
+            assert!(
+                part.iter()
+                    .all(|&g| owners.workers[g as usize] as usize == w)
+            );
+        }
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), owners.len());
+    }
+
     /// Each row goes to the local group of (its query key, the worker its whole key's hash
-    /// routes it to), whatever its buckets; a group's key columns and hash are its query key's;
-    /// the parts list each worker's groups; a cleared table starts from group 0.
+    /// routes it to), whatever its buckets, for mixed rows and for an Expand's group sets; a
+    /// group's key columns and hash are its query key's; the parts list each worker's groups;
+    /// after a clear, the routes kept, the groups start from 0 again and rows still go where
+    /// their keys route them.
     #[test]
     fn rows_go_to_their_key_and_workers_slot() {
         let kg = KeyGroups::new(128, 3).unwrap();
@@ -162,39 +209,27 @@ mod tests {
         let day: ArrayRef = Arc::new(StringArray::from_iter_values(
             (0..n).map(|i| ["a", "b", "c"][i % 3]),
         ));
-        let b1: ArrayRef = Arc::new(Int32Array::from_iter(
-            (0..n).map(|i| (i % 2 == 0).then_some((i * 7 % 16) as i32)),
-        ));
-        let b2: ArrayRef = Arc::new(Int32Array::from_iter(
-            (0..n).map(|i| (i % 4 == 1).then_some((i * 5 % 16) as i32)),
-        ));
-        let cols = vec![Arc::clone(&day), b1, b2];
-        let mut whole = vec![];
-        hash_columns(&cols, &mut whole).unwrap();
-        let mut alone = vec![];
-        hash_columns(std::slice::from_ref(&day), &mut alone).unwrap();
-        let mut groups = vec![];
-        owners.intern(&cols, &mut groups).unwrap();
-        let mut seen = std::collections::HashMap::new();
-        let days = day.as_any().downcast_ref::<StringArray>().unwrap();
-        for (r, &g) in groups.iter().enumerate() {
-            let w = kg.worker_of_hash(whole[r]);
-            assert_eq!(*seen.entry((days.value(r), w)).or_insert(g), g, "row {r}");
-            assert_eq!(owners.key_hash(g), alone[r], "row {r}");
-        }
-        assert_eq!(owners.len(), seen.len());
-        let parts = owners.parts();
-        assert_eq!(parts.len(), 3);
-        for (w, part) in parts.iter().enumerate() {
-            let keys = owners.key_columns(part).unwrap();
-            let keys = keys[0].as_any().downcast_ref::<StringArray>().unwrap();
-            for (i, &g) in part.iter().enumerate() {
-                assert_eq!(seen.get(&(keys.value(i), w)), Some(&g));
+        let bucket = |f: &dyn Fn(usize) -> Option<i32>| -> ArrayRef {
+            Arc::new(Int32Array::from_iter((0..n).map(f)))
+        };
+        let mixed1 = bucket(&|i| (i % 2 == 0).then_some((i * 7 % 16) as i32));
+        let mixed2 = bucket(&|i| (i % 4 == 1).then_some((i * 5 % 16) as i32));
+        let set = bucket(&|i| Some((i * 11 % 16) as i32));
+        let null = bucket(&|_| None);
+        let batches = [
+            vec![Arc::clone(&day), mixed1, mixed2],
+            vec![Arc::clone(&day), Arc::clone(&set), Arc::clone(&null)],
+            vec![Arc::clone(&day), Arc::clone(&null), set],
+            vec![Arc::clone(&day), Arc::clone(&null), null],
+        ];
+        for round in 0..2 {
+            let mut seen = HashMap::new();
+            for cols in &batches {
+                check_batch(&mut owners, &kg, cols, &mut seen);
             }
+            assert_eq!(owners.len(), seen.len(), "round {round}");
+            owners.clear();
+            assert_eq!(owners.len(), 0);
         }
-        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), owners.len());
-        owners.clear();
-        owners.intern(&cols, &mut groups).unwrap();
-        assert_eq!(groups[0], 0);
     }
 }
