@@ -14,14 +14,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
 use arrow_array::{Array, ArrayRef, Int32Array};
 use arrow_buffer::{BooleanBuffer, NullBuffer};
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
-use super::prefix::{PrefixKeys, bucketed_key_hash};
+use super::prefix::{PrefixKeys, bucketed_key_hash, check_buckets, split_columns};
 use super::table::{GroupValues, check_ids, index_size};
 use crate::hash::random_state;
 
@@ -82,11 +80,7 @@ impl BucketedGroupValues {
         bucket_columns: usize,
         buckets: u32,
     ) -> Result<Self, ArrowError> {
-        if bucket_columns == 0 || bucket_columns > MAX_BUCKET_COLUMNS || buckets == 0 {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "bucketed keys need 1 to {MAX_BUCKET_COLUMNS} bucket columns and some buckets, got {bucket_columns} columns of {buckets} buckets"
-            )));
-        }
+        check_buckets(bucket_columns, buckets)?;
         Ok(Self {
             prefix: PrefixKeys::try_new(prefix)?,
             m: bucket_columns,
@@ -252,31 +246,14 @@ impl GroupValues for BucketedGroupValues {
         hashes: &[u64],
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
-        let want = self.prefix.columns() + self.m;
-        if cols.len() != want {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "expected {want} key columns, got {}",
-                cols.len()
-            )));
-        }
-        let n = cols[0].len();
-        if cols.iter().any(|c| c.len() != n) || !(hashes.is_empty() || hashes.len() == n) {
+        let (prefix_cols, buckets, n) = split_columns(cols, self.prefix.columns(), self.m)?;
+        if !(hashes.is_empty() || hashes.len() == n) {
             return Err(ArrowError::InvalidArgumentError(
                 "key columns and hashes differ in length".to_string(),
             ));
         }
         // Row hashes given, or none (`hashes_keys_itself`).
         let hash = |r: usize| hashes.get(r).copied();
-        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix.columns());
-        let mut buckets: Vec<&Int32Array> = Vec::with_capacity(self.m);
-        for (j, c) in bucket_cols.iter().enumerate() {
-            buckets.push(c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
-                ArrowError::InvalidArgumentError(format!(
-                    "bucket column {j} is {}, not Int32",
-                    c.data_type()
-                ))
-            })?);
-        }
         self.prefix.intern(prefix_cols, n)?;
         let prefix_ids = self.prefix.take_ids();
         groups.clear();

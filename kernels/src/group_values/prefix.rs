@@ -1,9 +1,12 @@
 //! The query's own keys in front of a split-distinct PARTIAL's bucket columns: interned once
 //! for the group sets of an Expand that share their arrays, a single string by runs.
 
-use arrow_array::ArrayRef;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array};
 use arrow_schema::{ArrowError, DataType};
 
+use super::bucketed::MAX_BUCKET_COLUMNS;
 use super::bytes::BytesGroupValues;
 use super::new_group_values;
 use super::table::{GroupValues, same_array};
@@ -179,4 +182,56 @@ pub(super) fn bucketed_key_hash(
         h = Some(h.map_or(c, |a| combine_hashes(a, c)));
     }
     h.unwrap_or(0)
+}
+
+/// Checks the shape of bucketed keys: 1 to [`MAX_BUCKET_COLUMNS`] bucket columns, some buckets.
+///
+/// # Errors
+/// Any other shape.
+pub(super) fn check_buckets(bucket_columns: usize, buckets: u32) -> Result<(), ArrowError> {
+    if bucket_columns == 0 || bucket_columns > MAX_BUCKET_COLUMNS || buckets == 0 {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "bucketed keys need 1 to {MAX_BUCKET_COLUMNS} bucket columns and some buckets, got {bucket_columns} columns of {buckets} buckets"
+        )));
+    }
+    Ok(())
+}
+
+/// Bucketed key columns `cols` cut into the `prefix` columns and the Int32 bucket columns
+/// after them (`m` of them), with their length.
+///
+/// # Errors
+/// Another number of columns, columns of different lengths, a bucket column not Int32.
+pub(super) fn split_columns(
+    cols: &[ArrayRef],
+    prefix: usize,
+    m: usize,
+) -> Result<(&[ArrayRef], Vec<&Int32Array>, usize), ArrowError> {
+    let want = prefix + m;
+    if cols.len() != want {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "expected {want} key columns, got {}",
+            cols.len()
+        )));
+    }
+    let n = cols[0].len();
+    if cols.iter().any(|c| c.len() != n) {
+        return Err(ArrowError::InvalidArgumentError(
+            "key columns differ in length".to_string(),
+        ));
+    }
+    let (prefix_cols, bucket_cols) = cols.split_at(prefix);
+    let buckets = bucket_cols
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
+                ArrowError::InvalidArgumentError(format!(
+                    "bucket column {j} is {}, not Int32",
+                    c.data_type()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((prefix_cols, buckets, n))
 }

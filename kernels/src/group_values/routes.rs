@@ -13,13 +13,11 @@
 //! buckets set, a value outside `0..buckets`, or no room left for a block) has its hash
 //! computed for the row.
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
 use arrow_array::{Array, ArrayRef, Int32Array};
 use arrow_schema::{ArrowError, DataType};
 
 use super::bucketed::{MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
-use super::prefix::{PrefixKeys, bucketed_key_hash};
+use super::prefix::{PrefixKeys, bucketed_key_hash, check_buckets, split_columns};
 use crate::hash::random_state;
 
 /// No route yet (in a block); also the one route a caller's function may not give.
@@ -59,11 +57,7 @@ impl BucketRoutes {
         bucket_columns: usize,
         buckets: u32,
     ) -> Result<Self, ArrowError> {
-        if bucket_columns == 0 || bucket_columns > MAX_BUCKET_COLUMNS || buckets == 0 {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "bucketed keys need 1 to {MAX_BUCKET_COLUMNS} bucket columns and some buckets, got {bucket_columns} columns of {buckets} buckets"
-            )));
-        }
+        check_buckets(bucket_columns, buckets)?;
         Ok(Self {
             prefix: PrefixKeys::try_new(prefix)?,
             m: bucket_columns,
@@ -89,29 +83,7 @@ impl BucketRoutes {
         route_of: impl Fn(u64) -> u16,
         routes: &mut Vec<u16>,
     ) -> Result<(), ArrowError> {
-        let want = self.prefix.columns() + self.m;
-        if cols.len() != want {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "expected {want} key columns, got {}",
-                cols.len()
-            )));
-        }
-        let n = cols[0].len();
-        if cols.iter().any(|c| c.len() != n) {
-            return Err(ArrowError::InvalidArgumentError(
-                "key columns differ in length".to_string(),
-            ));
-        }
-        let (prefix_cols, bucket_cols) = cols.split_at(self.prefix.columns());
-        let mut buckets: Vec<&Int32Array> = Vec::with_capacity(self.m);
-        for (j, c) in bucket_cols.iter().enumerate() {
-            buckets.push(c.as_primitive_opt::<Int32Type>().ok_or_else(|| {
-                ArrowError::InvalidArgumentError(format!(
-                    "bucket column {j} is {}, not Int32",
-                    c.data_type()
-                ))
-            })?);
-        }
+        let (prefix_cols, buckets, n) = split_columns(cols, self.prefix.columns(), self.m)?;
         self.prefix.intern(prefix_cols, n)?;
         let ids = self.prefix.take_ids();
         routes.clear();
@@ -304,6 +276,7 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::StringArray;
+    use arrow_array::cast::AsArray;
 
     use super::*;
     use crate::hash::hash_columns;
