@@ -51,6 +51,12 @@ impl std::fmt::Debug for Accumulators {
 }
 
 /// `filter & mask`, either possibly absent.
+/// `filter`, or `None` where it selects every row: the same rows, by the kernels' path without
+/// a filter (a split's set batch has its FILTERs on the set id folded to TRUE).
+fn selecting(filter: Option<&BooleanBuffer>) -> Option<&BooleanBuffer> {
+    filter.filter(|f| f.count_set_bits() != f.len())
+}
+
 fn and(filter: Option<&BooleanBuffer>, mask: Option<&BooleanBuffer>) -> Option<BooleanBuffer> {
     match (filter, mask) {
         (None, None) => None,
@@ -175,7 +181,7 @@ impl Accumulators {
                         Some(a) => std::slice::from_ref(&batch.args[*a]),
                         None => &[],
                     };
-                    let f = filter.map(|f| &batch.filters[f]);
+                    let f = selecting(filter.map(|f| &batch.filters[f]));
                     if f.is_some_and(|f| f.count_set_bits() == 0) {
                         // The FILTER drops the whole batch (an Expand hands each group set's
                         // rows to every call, and a call's `$e` FILTER drops the other sets'):
@@ -195,7 +201,7 @@ impl Accumulators {
                     let values = &batch.args[*arg];
                     let masks: Vec<Option<BooleanBuffer>> = filters
                         .iter()
-                        .map(|f| and(f.map(|f| &batch.filters[f]), acc_mask))
+                        .map(|f| and(selecting(f.map(|f| &batch.filters[f])), acc_mask))
                         .collect();
                     let refs: Vec<Option<&BooleanBuffer>> =
                         masks.iter().map(Option::as_ref).collect();
@@ -203,7 +209,7 @@ impl Accumulators {
                     if let Some(r) = ret_mask {
                         let masks: Vec<Option<BooleanBuffer>> = filters
                             .iter()
-                            .map(|f| and(f.map(|f| &batch.filters[f]), Some(r)))
+                            .map(|f| and(selecting(f.map(|f| &batch.filters[f])), Some(r)))
                             .collect();
                         let refs: Vec<Option<&BooleanBuffer>> =
                             masks.iter().map(Option::as_ref).collect();

@@ -2,9 +2,11 @@
 //! its expressions planned with datafusion-physical-expr.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions, new_null_array,
+};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
@@ -41,6 +43,9 @@ pub struct CalcStage {
     output: SchemaRef,
     /// Projected columns no later stage reads in this run ([`Stage::leave_unread`]): NULL.
     unread: BTreeSet<usize>,
+    /// Per projected column, a NULL array made once for when it is unread (sliced to each
+    /// batch, grown when a longer batch comes).
+    nulls: RwLock<Vec<Option<ArrayRef>>>,
 }
 
 impl CalcStage {
@@ -77,11 +82,32 @@ impl CalcStage {
             projection,
             output,
             unread: BTreeSet::new(),
+            nulls: RwLock::new(vec![]),
         })
     }
 }
 
 impl CalcStage {
+    /// `n` NULLs of `data_type` for projected column `i`: a slice of the column's NULL array,
+    /// made (or grown) here when it is shorter.
+    fn null_column(&self, i: usize, data_type: &DataType, n: usize) -> ArrayRef {
+        {
+            let nulls = self.nulls.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(Some(a)) = nulls.get(i)
+                && a.len() >= n
+            {
+                return a.slice(0, n);
+            }
+        }
+        let a = new_null_array(data_type, n.next_power_of_two());
+        let mut nulls = self.nulls.write().unwrap_or_else(|e| e.into_inner());
+        if nulls.len() <= i {
+            nulls.resize(i + 1, None);
+        }
+        nulls[i] = Some(Arc::clone(&a));
+        a.slice(0, n)
+    }
+
     /// Whether it passes its input's columns on as they are (a filter without a projection).
     pub(super) fn keeps_columns(&self) -> bool {
         self.projection.is_none()
@@ -153,7 +179,7 @@ impl CalcStage {
                     .enumerate()
                     .map(|(i, (e, f))| {
                         if self.unread.contains(&i) {
-                            return Ok(new_null_array(f.data_type(), n));
+                            return Ok(self.null_column(i, f.data_type(), n));
                         }
                         Ok(e.evaluate(&data)?.into_array(n)?)
                     })
@@ -222,7 +248,7 @@ impl Stage for CalcStage {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::array::Int64Array;
     use arrow::datatypes::Int64Type;
     use datafusion_expr::{col, lit};
 
@@ -243,20 +269,23 @@ mod tests {
         let projection = [col("x"), col("x") + lit(1i64)];
         let mut calc =
             CalcStage::try_new(&df, None, Some(&projection), Arc::clone(&output)).unwrap();
-        let batch = || {
-            let x: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let batch = |n: i64| {
+            let x: ArrayRef = Arc::new(Int64Array::from_iter_values(1..=n));
             ChangeBatch::inserts(RecordBatch::try_new(Arc::new(input.clone()), vec![x]).unwrap())
         };
-        let y = |calc: &CalcStage| {
-            let out = calc.apply(batch()).unwrap().unwrap();
+        let y = |calc: &CalcStage, n: i64| {
+            let out = calc.apply(batch(n)).unwrap().unwrap();
             let y = out.data.column(1).as_primitive::<Int64Type>().clone();
             y.iter().collect::<Vec<_>>()
         };
-        assert_eq!(y(&calc), [Some(2), Some(3), Some(4)]);
+        assert_eq!(y(&calc, 3), [Some(2), Some(3), Some(4)]);
         assert!(calc.leave_unread(&BTreeSet::from([1])).is_none());
-        assert_eq!(y(&calc), [None, None, None]);
+        // Batches of any length, longer and shorter than the NULL array made first.
+        for n in [3, 700, 2, 3] {
+            assert_eq!(y(&calc, n), vec![None; n as usize], "{n} rows");
+        }
         calc.leave_unread(&BTreeSet::new());
-        assert_eq!(y(&calc), [Some(2), Some(3), Some(4)]);
+        assert_eq!(y(&calc, 3), [Some(2), Some(3), Some(4)]);
 
         // An Expand passes positions on, its `$e` excepted.
         let mut fields = output.fields().to_vec();
