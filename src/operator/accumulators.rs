@@ -50,13 +50,13 @@ impl std::fmt::Debug for Accumulators {
     }
 }
 
-/// `filter & mask`, either possibly absent.
 /// `filter`, or `None` where it selects every row: the same rows, by the kernels' path without
 /// a filter (a split's set batch has its FILTERs on the set id folded to TRUE).
 fn selecting(filter: Option<&BooleanBuffer>) -> Option<&BooleanBuffer> {
     filter.filter(|f| f.count_set_bits() != f.len())
 }
 
+/// `filter & mask`, either possibly absent.
 fn and(filter: Option<&BooleanBuffer>, mask: Option<&BooleanBuffer>) -> Option<BooleanBuffer> {
     match (filter, mask) {
         (None, None) => None,
