@@ -10,8 +10,8 @@
 //!
 //! NULL values are skipped: every inner function ignores NULLs, so they cannot change a result.
 //!
-//! One table per argument ([`pairs`]) holds an entry per live (group, value) pair: the value's
-//! 64 bits, the group's id in the table and, as the input calls for ([`Pairs`]), a 32-bit counter
+//! One table per argument (`pairs.rs`) holds an entry per live (group, value) pair: the value's
+//! 64 bits, the group's id in the table and, as the input calls for (`Pairs`), a 32-bit counter
 //! (16 bytes). With retractions the counter is the aggregate's own (a counter that outgrows 32
 //! bits moves to a side map) or, with several sharing aggregates, the index of their 64-bit
 //! counters. Insert-only input needs no counts, since a counter only ever grows: the 32 bits flag
@@ -114,7 +114,7 @@ fn owner(owners: &[u32], id: u32) -> u32 {
 impl DistinctAccumulator {
     /// DISTINCT aggregates `kinds` over one argument of type `arg_type`. `retractable`: whether
     /// the input may retract (as in [`new_accumulator`]); without it the pairs need no counts
-    /// ([`Pairs`]) and a retraction is an error.
+    /// (`Pairs`) and a retraction is an error.
     ///
     /// # Errors
     /// When the type cannot be a distinct key or an inner function does not accept it.
