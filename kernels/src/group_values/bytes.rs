@@ -22,8 +22,13 @@ pub struct BytesGroupValues {
     offsets: Vec<usize>,
     hashes: Vec<u64>,
     null_group: Option<u32>,
-    /// Per-batch cache of dictionary value index → group id.
+    /// Dictionary value index → group id, for the values of `dict_values`.
     dict_cache: Vec<u32>,
+    /// The dictionary values `dict_cache` is over (held, so that their buffers cannot be
+    /// another dictionary's later): batches of one Parquet column chunk share them, and the
+    /// cache is kept from batch to batch until another dictionary comes or the table is
+    /// cleared.
+    dict_values: Option<ArrayRef>,
 }
 
 /// Whether `offsets` (a block of [`RUN_BLOCK`]) are `from + len`, `from + 2 len`, and so on:
@@ -54,6 +59,7 @@ impl BytesGroupValues {
             hashes: Vec::with_capacity(128),
             null_group: None,
             dict_cache: vec![],
+            dict_values: None,
         }
     }
 
@@ -278,22 +284,48 @@ impl BytesGroupValues {
         let key_nulls = keys.nulls().filter(|n| n.null_count() > 0);
         // Each dictionary value's group, found at the first row pointing at it. The cache has a
         // power-of-two length and keys are masked into it: the keys are valid indices of the
-        // values, so the mask changes none and the per-row lookup needs no bounds check.
+        // values, so the mask changes none and the per-row lookup needs no bounds check. The
+        // groups of the values met in earlier batches of the same dictionary are still there.
         let mut cache = std::mem::take(&mut self.dict_cache);
         let slots = values.len().next_power_of_two();
         let mask = slots - 1;
-        cache.clear();
-        cache.resize(slots, u32::MAX);
+        let kept = self
+            .dict_values
+            .as_ref()
+            .is_some_and(|held| super::table::same_array(held, values))
+            && cache.len() == slots;
+        if !kept {
+            cache.clear();
+            cache.resize(slots, u32::MAX);
+            self.dict_values = Some(Arc::clone(values));
+        }
         let kv = keys.values();
+        let start = groups.len();
+        if kept && key_nulls.is_none() {
+            // Every row's value met before (the common case once a dictionary has been seen):
+            // a gather, with no branch per row. A key the cache does not hold (or out of its
+            // range) reads as a miss, and the pass below interns the batch instead.
+            groups.extend(
+                kv.iter()
+                    .map(|k| cache.get(k.as_usize()).copied().unwrap_or(u32::MAX)),
+            );
+            let missed = groups[start..]
+                .iter()
+                .fold(false, |missed, &g| missed | (g == u32::MAX));
+            if !missed {
+                self.dict_cache = cache;
+                return Ok(());
+            }
+        }
         // Each value's group, interned at the first row that points at it (its hash is the
         // row's, the hash of the value), and the NULL group at the first NULL row, so that
         // groups are numbered in order of first appearance; rows take their group in the same
         // pass.
-        groups.reserve(kv.len());
+        groups.resize(start + kv.len(), 0);
         let mut null = u32::MAX;
-        for (i, k) in kv.iter().enumerate() {
+        for (i, (k, out)) in kv.iter().zip(&mut groups[start..]).enumerate() {
             let k = k.as_usize() & mask;
-            let g = if key_nulls.is_some_and(|n| n.is_null(i)) {
+            *out = if key_nulls.is_some_and(|n| n.is_null(i)) {
                 if null == u32::MAX {
                     null = self.null_group();
                 }
@@ -313,7 +345,6 @@ impl BytesGroupValues {
                     g
                 }
             };
-            groups.push(g);
         }
         self.dict_cache = cache;
         Ok(())
@@ -507,6 +538,7 @@ impl GroupValues for BytesGroupValues {
         self.offsets.push(0);
         self.hashes.clear();
         self.null_group = None;
+        self.dict_values = None;
     }
 
     fn hashes(&self) -> &[u64] {

@@ -64,3 +64,52 @@ fn same_bytes_is_byte_equality() {
     assert!(!same_value(None, Some(b"")));
     assert!(same_value(Some(b"2015-07-15"), Some(b"2015-07-15")));
 }
+
+/// Batches over one dictionary's values (a new array per batch, as a Parquet column chunk's
+/// batches are, and slices of one), with NULL keys in some, then another dictionary of as many
+/// values in another order, across clears: each row's group is the one its value gets as a
+/// plain string, with the row hashes given and without (the cache over a dictionary's values
+/// is kept from batch to batch, and must not outlive a clear or serve another dictionary).
+#[test]
+fn dictionary_batches_take_their_values_groups() {
+    use arrow_array::{Int32Array, types::Int32Type};
+    let names: Vec<String> = (0..50).map(|i| format!("shop-{i}")).collect();
+    let values: ArrayRef = Arc::new(StringArray::from(names.clone()));
+    let reversed: ArrayRef = Arc::new(StringArray::from_iter_values(names.iter().rev()));
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    for given_hashes in [false, true] {
+        let dt = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let mut table = BytesGroupValues::new(dt);
+        let mut plain = BytesGroupValues::new(DataType::Utf8);
+        for batch in 0..60 {
+            let dictionary = if batch % 20 < 12 { &values } else { &reversed };
+            let n = 1 + rng.below(400) as usize;
+            let spread = if batch % 3 == 0 { 5 } else { 50 };
+            let keys: Int32Array = (0..n)
+                .map(|_| (batch % 4 != 1 || rng.below(9) != 0).then(|| rng.below(spread) as i32))
+                .collect();
+            let dict = DictionaryArray::<Int32Type>::try_new(keys, Arc::clone(dictionary)).unwrap();
+            let skip = rng.below(3) as usize;
+            let col: ArrayRef = Arc::new(dict.slice(skip, n - skip));
+            let strings = arrow_cast::cast(&col, &DataType::Utf8).unwrap();
+            let intern = |t: &mut BytesGroupValues, c: &ArrayRef| {
+                let mut hashes = vec![];
+                if given_hashes {
+                    crate::hash::hash_columns(std::slice::from_ref(c), &mut hashes).unwrap();
+                }
+                let mut groups = vec![];
+                t.intern(std::slice::from_ref(c), &hashes, &mut groups)
+                    .unwrap();
+                groups
+            };
+            let got = intern(&mut table, &col);
+            let want = intern(&mut plain, &strings);
+            assert_eq!(got, want, "batch {batch}, hashes given: {given_hashes}");
+            assert_eq!(table.len(), plain.len());
+            if batch % 7 == 6 {
+                table.clear();
+                plain.clear();
+            }
+        }
+    }
+}
