@@ -17,6 +17,26 @@ use crate::operator::key_groups::KeyGroups;
 /// No local group for this slot yet.
 const NONE: u32 = u32::MAX;
 
+/// The local group of slot `at`, (`prefix`, worker `w`), numbered next (`slots` grown to hold
+/// it).
+#[cold]
+fn new_slot(
+    slots: &mut Vec<u32>,
+    prefixes: &mut Vec<u32>,
+    workers: &mut Vec<u16>,
+    prefix: u32,
+    w: u16,
+    at: usize,
+) -> u32 {
+    if at >= slots.len() {
+        slots.resize(at + 1, NONE);
+    }
+    slots[at] = prefixes.len() as u32;
+    prefixes.push(prefix);
+    workers.push(w);
+    slots[at]
+}
+
 /// The (key, worker) slots of a local phase (see the module docs), between two flushes.
 #[derive(Debug)]
 pub(crate) struct Owners {
@@ -31,8 +51,6 @@ pub(crate) struct Owners {
     prefixes: Vec<u32>,
     /// Per local group: the worker it is bound for.
     workers: Vec<u16>,
-    /// Scratch: the rows' workers.
-    rows: Vec<u16>,
 }
 
 impl Owners {
@@ -53,7 +71,6 @@ impl Owners {
             slots: vec![],
             prefixes: vec![],
             workers: vec![],
-            rows: vec![],
         })
     }
 
@@ -65,27 +82,18 @@ impl Owners {
     /// Key columns of the wrong types.
     pub(crate) fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<u32>) -> Result<()> {
         let kg = &self.key_groups;
-        self.routes
-            .route(cols, |h| kg.worker_of_hash(h) as u16, &mut self.rows)
-            .map_err(|e| Error::internal(format!("local keys: {e}")))?;
         let p = kg.workers();
-        let need = self.routes.prefixes() * p;
-        if self.slots.len() < need {
-            self.slots.resize(need, NONE);
-        }
-        groups.clear();
-        groups.resize(self.rows.len(), NONE);
-        let rows = self.routes.prefix_ids().iter().zip(&self.rows);
-        for (g, (&prefix, &w)) in groups.iter_mut().zip(rows) {
-            let slot = &mut self.slots[prefix as usize * p + usize::from(w)];
-            if *slot == NONE {
-                *slot = self.prefixes.len() as u32;
-                self.prefixes.push(prefix);
-                self.workers.push(w);
+        let (slots, prefixes, workers) = (&mut self.slots, &mut self.prefixes, &mut self.workers);
+        let slot_of = |prefix: u32, w: u16| {
+            let at = prefix as usize * p + usize::from(w);
+            match slots.get(at) {
+                Some(&g) if g != NONE => g,
+                _ => new_slot(slots, prefixes, workers, prefix, w, at),
             }
-            *g = *slot;
-        }
-        Ok(())
+        };
+        self.routes
+            .route(cols, |h| kg.worker_of_hash(h) as u16, slot_of, groups)
+            .map_err(|e| Error::internal(format!("local keys: {e}")))
     }
 
     /// Local groups since the last [`Owners::clear`].
@@ -138,7 +146,7 @@ impl Owners {
     pub(crate) fn size(&self) -> usize {
         self.routes.size()
             + (self.slots.capacity() + self.prefixes.capacity()) * 4
-            + (self.workers.capacity() + self.rows.capacity()) * 2
+            + self.workers.capacity() * 2
     }
 }
 

@@ -68,11 +68,13 @@ impl BucketRoutes {
         })
     }
 
-    /// Routes every row of the key columns `cols` (the prefix columns, then the bucket
-    /// columns) into `routes` (cleared first): the route `route_of` gives the hash
-    /// [`crate::hash::hash_columns`] gives the row's whole key. `route_of` must be the same
-    /// function on every call until a [`BucketRoutes::clear`], and never give [`NO_ROUTE`]. The
-    /// rows' prefix ids are then [`BucketRoutes::prefix_ids`].
+    /// Gives every row of the key columns `cols` (the prefix columns, then the bucket columns)
+    /// the group `group_of(prefix id, route)` names, into `groups` (cleared first), where the
+    /// route is the one `route_of` gives the hash [`crate::hash::hash_columns`] gives the row's
+    /// whole key. `route_of` must be the same function on every call until a
+    /// [`BucketRoutes::clear`], and never give [`NO_ROUTE`]; `group_of` is called for every
+    /// row (inlined: it should be a lookup). The rows' prefix ids are then
+    /// [`BucketRoutes::prefix_ids`].
     ///
     /// # Errors
     /// Another number of key columns, columns of different lengths, a bucket column that is
@@ -81,23 +83,25 @@ impl BucketRoutes {
         &mut self,
         cols: &[ArrayRef],
         route_of: impl Fn(u64) -> u16,
-        routes: &mut Vec<u16>,
+        mut group_of: impl FnMut(u32, u16) -> u32,
+        groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
         let (prefix_cols, buckets, n) = split_columns(cols, self.prefix.columns(), self.m)?;
         self.prefix.intern(prefix_cols, n)?;
         let ids = self.prefix.take_ids();
-        routes.clear();
-        routes.reserve(n);
+        groups.clear();
+        groups.resize(n, 0);
         let none_null = |b: &&Int32Array| b.null_count() == 0;
         let all_null = |b: &&Int32Array| b.null_count() == n;
         let set: Vec<usize> = (0..self.m).filter(|&j| none_null(&buckets[j])).collect();
         if set.len() <= 1 && buckets.iter().all(|b| none_null(b) || all_null(b)) {
             // Every row has the same buckets set (an Expand's group set): at most one varies.
-            self.route_set(&ids, set.first().copied(), &buckets, &route_of, routes);
+            let j = set.first().copied();
+            self.group_set(&ids, j, &buckets, &route_of, &mut group_of, groups);
         } else {
             let mut values = [0i32; MAX_BUCKET_COLUMNS];
             let values = &mut values[..self.m];
-            for (r, &p) in ids.iter().enumerate() {
+            for ((r, &p), out) in ids.iter().enumerate().zip(groups.iter_mut()) {
                 let mut set = 0u32;
                 for (j, b) in buckets.iter().enumerate() {
                     values[j] = if b.is_valid(r) {
@@ -108,43 +112,25 @@ impl BucketRoutes {
                     };
                 }
                 let h = bucketed_key_hash(self.prefix.hash(p), set, values, &self.hasher);
-                routes.push(route_of(h));
+                *out = group_of(p, route_of(h));
             }
         }
         self.prefix.put_ids(ids);
         Ok(())
     }
 
-    /// The routes of rows with prefixes `ids` whose only bucket set is column `j` (or none),
-    /// into `routes` (empty): per run of one prefix, a gather from its (prefix, `j`) block.
-    fn route_set(
+    /// The groups of rows with prefixes `ids` whose only bucket set is column `j` (or none),
+    /// into `groups` (as long as `ids`): per run of one prefix, each row's route read from its
+    /// (prefix, `j`) block (routed first where the block has none yet), and its group.
+    fn group_set(
         &mut self,
         ids: &[u32],
         j: Option<usize>,
         buckets: &[&Int32Array],
         route_of: &impl Fn(u64) -> u16,
-        routes: &mut Vec<u16>,
+        group_of: &mut impl FnMut(u32, u16) -> u32,
+        groups: &mut [u32],
     ) {
-        routes.resize(ids.len(), NO_ROUTE);
-        let Some(j) = j else {
-            // Every bucket NULL: one route per prefix.
-            let mut last: Option<(u32, u16)> = None;
-            for (out, &p) in routes.iter_mut().zip(ids) {
-                *out = match last {
-                    Some((lp, route)) if lp == p => route,
-                    _ => {
-                        let route = match self.block(p, 0, route_of) {
-                            Some(start) => self.routes[start],
-                            None => self.route_of_key(p, None, route_of),
-                        };
-                        last = Some((p, route));
-                        route
-                    }
-                };
-            }
-            return;
-        };
-        let column = buckets[j].values();
         let mut from = 0;
         while from < ids.len() {
             let p = ids[from];
@@ -154,26 +140,52 @@ impl BucketRoutes {
                 .unwrap_or(ids.len() - from);
             let run = from..from + len;
             from += len;
-            let out = &mut routes[run.clone()];
-            let values = &column[run];
-            if let Some(start) = self.block(p, 1 + j, route_of) {
-                let block = &self.routes[start..start + self.buckets as usize];
-                // `v as u32` puts a negative bucket past the block too.
+            let out = &mut groups[run.clone()];
+            let Some(j) = j else {
+                // Every bucket NULL: one route per prefix (a block of one holds it).
+                let route = match self.block(p, 0, route_of) {
+                    Some(start) => self.routes[start],
+                    None => self.route_of_key(p, None, route_of),
+                };
+                out.fill(group_of(p, route));
+                continue;
+            };
+            let values = &buckets[j].values()[run];
+            let Some(start) = self.block(p, 1 + j, route_of) else {
                 for (o, &v) in out.iter_mut().zip(values) {
-                    *o = block.get(v as u32 as usize).copied().unwrap_or(NO_ROUTE);
+                    *o = group_of(p, self.route_of_key(p, Some((j, v)), route_of));
                 }
-            }
-            // Buckets not routed yet, outside the block, or no block.
-            let block = self.block_of[p as usize * (self.m + 1) + 1 + j];
+                continue;
+            };
+            let buckets = self.buckets as usize;
             for (o, &v) in out.iter_mut().zip(values) {
-                if *o == NO_ROUTE {
-                    *o = self.route_of_key(p, Some((j, v)), route_of);
-                    if block != NO_BLOCK && (v as u32) < self.buckets {
-                        self.routes[block as usize + v as usize] = *o;
-                    }
-                }
+                // `v as u32` puts a negative bucket past the block too.
+                let b = v as u32 as usize;
+                let route = if b < buckets && self.routes[start + b] != NO_ROUTE {
+                    self.routes[start + b]
+                } else {
+                    self.new_route(p, (j, v), start, route_of)
+                };
+                *o = group_of(p, route);
             }
         }
+    }
+
+    /// The route of prefix `p` with only bucket `j` set to `v`, kept in the prefix's block
+    /// (which starts at `start`) where `v` has a place in it.
+    #[cold]
+    fn new_route(
+        &mut self,
+        p: u32,
+        (j, v): (usize, i32),
+        start: usize,
+        route_of: &impl Fn(u64) -> u16,
+    ) -> u16 {
+        let route = self.route_of_key(p, Some((j, v)), route_of);
+        if (v as u32) < self.buckets {
+            self.routes[start + v as usize] = route;
+        }
+        route
     }
 
     /// The route of prefix `p` with only bucket `j` set to `v` (`Some((j, v))`), or with every
@@ -306,15 +318,21 @@ mod tests {
         ];
         let mut alone = vec![];
         hash_columns(std::slice::from_ref(&day), &mut alone).unwrap();
+        // The route as the group: the same function for the whole test.
+        let as_group = |_: u32, route: u16| u32::from(route);
         let mut routes = vec![];
         for round in 0..2 {
             for cols in &batches {
                 let mut whole = vec![];
                 hash_columns(cols, &mut whole).unwrap();
-                table.route(cols, route_of, &mut routes).unwrap();
+                table.route(cols, route_of, as_group, &mut routes).unwrap();
                 assert_eq!(routes.len(), n);
                 for r in 0..n {
-                    assert_eq!(routes[r], route_of(whole[r]), "round {round}, row {r}");
+                    assert_eq!(
+                        routes[r],
+                        u32::from(route_of(whole[r])),
+                        "round {round}, row {r}"
+                    );
                     let p = table.prefix_ids()[r];
                     assert_eq!(table.prefix_hash(p), alone[r]);
                 }
@@ -331,11 +349,13 @@ mod tests {
         let cols = &batches[0];
         let mut whole = vec![];
         hash_columns(cols, &mut whole).unwrap();
-        wide.route(cols, route_of, &mut routes).unwrap();
-        assert!((0..n).all(|r| routes[r] == route_of(whole[r])));
+        wide.route(cols, route_of, as_group, &mut routes).unwrap();
+        assert!((0..n).all(|r| routes[r] == u32::from(route_of(whole[r]))));
         assert!(!wide.full());
         let wrong: Vec<ArrayRef> = vec![Arc::clone(&day), Arc::clone(&day), null];
-        let err = table.route(&wrong, route_of, &mut routes).unwrap_err();
+        let err = table
+            .route(&wrong, route_of, as_group, &mut routes)
+            .unwrap_err();
         assert!(err.to_string().contains("not Int32"), "{err}");
     }
 }
