@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, StringArray};
+use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
 use datafusion_common::{DataFusionError, Result as DFResult, ScalarValue, exec_err, plan_err};
 use datafusion_expr::{
@@ -102,40 +103,98 @@ fn translate(pattern: &str) -> Result<(String, i64), String> {
 
 /// Formats millisecond timestamps (UTC) with chrono `items`, once per run of timestamps in the
 /// same `unit` (see [`translate`]): a stream in time order formats each day (or minute) once
-/// and copies the bytes for the rows after it.
+/// and copies the bytes for the rows after it, a run at a time (a run's rows are told by two
+/// comparisons with its unit's bounds, not a division per row).
+///
+/// # Errors
+/// When the text outgrows a string array's 32-bit offsets.
 fn format_millis(
     ts: &arrow::array::TimestampMillisecondArray,
     items: &[chrono::format::Item],
     unit: i64,
-) -> StringBuilder {
+) -> DFResult<StringArray> {
     use std::fmt::Write;
     let n = ts.len();
-    let mut out = StringBuilder::with_capacity(n, n * 16);
-    // The unit of the last formatted row and its text (`None` for a timestamp chrono cannot
-    // represent, which formats as NULL).
-    let mut last: Option<(i64, Option<String>)> = None;
-    for i in 0..n {
-        if ts.is_null(i) {
-            out.append_null();
-            continue;
-        }
-        let v = ts.value(i);
-        let u = v.div_euclid(unit);
-        if last.as_ref().is_none_or(|(lu, _)| *lu != u) {
-            let text = chrono::DateTime::from_timestamp_millis(v).map(|dt| {
-                let mut s = String::with_capacity(16);
+    let values = ts.values();
+    let nulls = ts.nulls().filter(|nb| nb.null_count() > 0);
+    let is_null = |i: usize| nulls.is_some_and(|nb| nb.is_null(i));
+    let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    let mut data: Vec<u8> = Vec::with_capacity(n * 16);
+    // Made at the first NULL row (all rows before it valid).
+    let mut validity: Option<BooleanBufferBuilder> = None;
+    let mut text = String::with_capacity(32);
+    let mut i = 0;
+    while i < n {
+        let end = if is_null(i) {
+            i + 1
+        } else {
+            // The bounds of `v`'s unit (clamped to the range of i64, which cuts no run short
+            // but the one that would end past it).
+            let v = values[i];
+            let r = v.rem_euclid(unit);
+            let (start, stop) = (v.saturating_sub(r), v.saturating_add(unit - r));
+            let mut end = i + 1;
+            while end < n && !is_null(end) && (start..stop).contains(&values[end]) {
+                end += 1;
+            }
+            end
+        };
+        // The run's text (`None`: NULL, or a timestamp chrono cannot represent).
+        let formatted = (!is_null(i))
+            .then(|| chrono::DateTime::from_timestamp_millis(values[i]))
+            .flatten()
+            .map(|dt| {
+                text.clear();
                 // Writing to a String cannot fail; the items were checked before.
-                let _ = write!(s, "{}", dt.naive_utc().format_with_items(items.iter()));
-                s
+                let _ = write!(text, "{}", dt.naive_utc().format_with_items(items.iter()));
+                text.as_bytes()
             });
-            last = Some((u, text));
+        match formatted {
+            Some(bytes) => {
+                let (from, len, rows) = (data.len(), bytes.len(), end - i);
+                // The run's last offset fits 32 bits, so every one before it does.
+                offset(from + len * rows)?;
+                // The text once, then the copies so far copied again after them (a run of
+                // `rows` rows costs about log2(rows) copies).
+                data.extend_from_slice(bytes);
+                while data.len() < from + len * rows {
+                    let have = data.len() - from;
+                    let more = have.min(from + len * rows - data.len());
+                    data.extend_from_within(from..from + more);
+                }
+                offsets.extend((1..=rows).map(|k| (from + k * len) as i32));
+                if let Some(v) = &mut validity {
+                    v.append_n(end - i, true);
+                }
+            }
+            None => {
+                let at = offset(data.len())?;
+                offsets.extend(std::iter::repeat_n(at, end - i));
+                validity
+                    .get_or_insert_with(|| {
+                        let mut v = BooleanBufferBuilder::new(n);
+                        v.append_n(i, true);
+                        v
+                    })
+                    .append_n(end - i, false);
+            }
         }
-        match last.as_ref().and_then(|(_, t)| t.as_deref()) {
-            Some(t) => out.append_value(t),
-            None => out.append_null(),
-        }
+        i = end;
     }
-    out
+    let nulls = validity.map(|mut v| NullBuffer::new(v.finish()));
+    Ok(StringArray::try_new(
+        OffsetBuffer::new(offsets.into()),
+        data.into(),
+        nulls,
+    )?)
+}
+
+/// A string array offset for `len` bytes of text.
+fn offset(len: usize) -> DFResult<i32> {
+    i32::try_from(len).map_err(|_| {
+        DataFusionError::Execution("DATE_FORMAT: more than 2 GiB of text in one batch".into())
+    })
 }
 
 /// `DATE_FORMAT(timestamp, 'pattern')` → STRING, with Flink's (Java's) pattern letters.
@@ -182,8 +241,8 @@ impl ScalarUDFImpl for DateFormat {
         let values = value.to_array(n)?;
         let ts = arrow::compute::cast(&values, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
         let ts = ts.as_primitive::<TimestampMillisecondType>();
-        let mut out = format_millis(ts, &items, unit);
-        Ok(ColumnarValue::Array(Arc::new(out.finish()) as ArrayRef))
+        let out = format_millis(ts, &items, unit)?;
+        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     }
 }
 
@@ -253,8 +312,9 @@ mod tests {
         assert_eq!(translate("'HH' yyyy").unwrap().1, DAY_MS);
     }
 
-    /// Formatting once per unit gives what formatting every row does: runs in time order,
-    /// jumps back and forth, negative timestamps, NULLs and timestamps chrono cannot represent.
+    /// Formatting once per unit gives what formatting every row does: runs in time order (and
+    /// one of thousands of rows), jumps back and forth, negative timestamps, NULLs and
+    /// timestamps chrono cannot represent.
     #[test]
     fn formatting_per_unit_equals_per_row() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -269,11 +329,13 @@ mod tests {
                 _ => Some(t),
             });
         }
+        values.extend(std::iter::repeat_n(Some(t), 3_000));
+        values.push(Some(t + 1));
         let ts = TimestampMillisecondArray::from(values);
         for pattern in ["yyyy-MM-dd", "HH:mm", "h a", "ss.SSS", "EEEE D yy"] {
             let (fmt, unit) = translate(pattern).unwrap();
             let items: Vec<_> = chrono::format::StrftimeItems::new(&fmt).collect();
-            let got = format_millis(&ts, &items, unit).finish();
+            let got = format_millis(&ts, &items, unit).unwrap();
             for i in 0..ts.len() {
                 let want = ts.is_valid(i).then(|| ts.value(i)).and_then(|v| {
                     chrono::DateTime::from_timestamp_millis(v)
