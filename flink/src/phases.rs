@@ -18,7 +18,7 @@
 //! merges them. Any other local side ends a mini-batch at exactly its size in rows, as Flink's
 //! bundles end.
 //!
-//! The key group of a row is Tally's ([`KeyGroups::of_hash`] of the key hash), over
+//! The key group of a row is Tally's (`KeyGroups::of_hash` of the key hash), over
 //! `pipeline.max-parallelism` key groups: the Java side keys each exchange so that Flink's key
 //! group of a part is this one, so Flink routes, snapshots and rescales Tally's state per key
 //! group.

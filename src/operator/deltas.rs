@@ -10,7 +10,7 @@
 //! So a PARTIAL worker whose firings its own fold takes emits, instead of the changelog, one
 //! row per transition: the key, each count's difference, and the change in the number of live
 //! PARTIAL keys (`+1` for `+I`, `0` for an update, `-1` for `-D`), which is the FINAL's record
-//! count. The fold ([`crate::operator::LocalGroupAggregate::push_deltas`]) sums them per FINAL
+//! count. The fold (`LocalGroupAggregate::push_deltas`) sums them per FINAL
 //! key; the delta accumulators, and so the FINAL's changelog, are those the changelog would
 //! have given, from half the rows and without retracting.
 

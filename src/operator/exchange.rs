@@ -199,7 +199,7 @@ pub(crate) fn route_snapshot(
 /// The rows of `batch` cut into one batch per key group of `key_groups` that holds rows, in key
 /// group order, each with its key group, the rows of each in input order; `hashes` are the rows'
 /// key hashes ([`crate::operator::hash_keys`]). For a host that routes by key group itself
-/// (Flink): the same cut as [`route_snapshot`], with a worker per key group.
+/// (Flink): the same cut as `route_snapshot`, with a worker per key group.
 ///
 /// # Errors
 /// No key group, or more than [`crate::operator::key_groups::MAX_KEY_GROUPS`].

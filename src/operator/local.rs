@@ -372,7 +372,7 @@ impl LocalGroupAggregate {
     /// [`LocalGroupAggregate::flush`] cut by key group, for a host that routes by key group
     /// itself (Flink): one accumulator batch per key group of `key_groups` that holds keys, in
     /// key group order, each with its key group. Built once with its rows ordered by key group
-    /// and sliced, from the hashes the local phase keeps ([`LocalGroupAggregate::flush_routed`]
+    /// and sliced, from the hashes the local phase keeps (`LocalGroupAggregate::flush_routed`
     /// with a worker per key group).
     ///
     /// # Errors
@@ -507,7 +507,7 @@ impl LocalGroupAggregate {
     }
 }
 
-/// A local phase's flush routed to the workers ([`LocalGroupAggregate::flush_routed`]).
+/// A local phase's flush routed to the workers (`LocalGroupAggregate::flush_routed`).
 #[derive(Debug)]
 pub(crate) struct RoutedFlush {
     /// One part per worker, in worker order (possibly empty).

@@ -43,7 +43,7 @@ impl GroupAggregate {
     ///
     /// # Errors
     /// A mini-batch still pending; state that merges a split PARTIAL's buckets
-    /// ([`GroupAggregate::merge_buckets`]), which a key group cannot cut.
+    /// (`GroupAggregate::merge_buckets`), which a key group cannot cut.
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
         if self.has_pending() {
             return Err(Error::invalid_input(
