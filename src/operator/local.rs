@@ -507,7 +507,7 @@ impl LocalGroupAggregate {
     }
 }
 
-/// A local phase's flush routed to the workers (`LocalGroupAggregate::flush_routed`).
+/// A local phase's flush routed to the workers ([`LocalGroupAggregate::flush_routed`]).
 #[derive(Debug)]
 pub(crate) struct RoutedFlush {
     /// One part per worker, in worker order (possibly empty).
