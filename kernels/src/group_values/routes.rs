@@ -161,10 +161,9 @@ impl BucketRoutes {
             for (o, &v) in out.iter_mut().zip(values) {
                 // `v as u32` puts a negative bucket past the block too.
                 let b = v as u32 as usize;
-                let route = if b < buckets && self.routes[start + b] != NO_ROUTE {
-                    self.routes[start + b]
-                } else {
-                    self.new_route(p, (j, v), start, route_of)
+                let route = match self.routes.get(start + b) {
+                    Some(&route) if b < buckets && route != NO_ROUTE => route,
+                    _ => self.new_route(p, (j, v), start, route_of),
                 };
                 *o = group_of(p, route);
             }
