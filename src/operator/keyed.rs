@@ -209,8 +209,8 @@ impl KeyedState {
     /// Interns `n` rows of the plan's key columns `keys` into group ids: by every key, or by
     /// the query's keys where the state merges buckets. `hashes` are the rows' hashes over the
     /// first `hashed` keys (all of them, or the query's keys where a local phase merged the
-    /// buckets too); where they are not over the keys the state is keyed by, those are hashed
-    /// here, unless the table hashes them itself.
+    /// buckets too), or none (rows one worker took unhashed); where they are not over the keys
+    /// the state is keyed by, those are hashed here, unless the table hashes them itself.
     ///
     /// # Errors
     /// Key columns of the wrong types.
@@ -223,7 +223,7 @@ impl KeyedState {
         gids: &mut Vec<u32>,
     ) -> Result<()> {
         let keys = &keys[..self.state_keys];
-        if hashed == self.state_keys {
+        if hashed == self.state_keys && hashes.len() == n {
             return intern_hashed(self.groups.as_mut(), keys, hashes, gids);
         }
         if self.groups.hashes_keys_itself() && !keys.is_empty() {

@@ -175,6 +175,11 @@ pub(crate) struct Settings {
 }
 
 pub(crate) fn job(table: FileTable, s: &Settings) -> Job {
+    grouped_job(table, s, vec![col("k")], aggregates())
+}
+
+/// [`job`] grouped by `keys` with the aggregates `aggs`.
+fn grouped_job(table: FileTable, s: &Settings, keys: Vec<Expr>, aggs: Vec<Expr>) -> Job {
     let mut pairs: Vec<(String, String)> = vec![
         (
             "table.exec.resource.default-parallelism".into(),
@@ -204,8 +209,8 @@ pub(crate) fn job(table: FileTable, s: &Settings) -> Job {
         }
     }
     let agg = GroupAggregate::builder(Arc::clone(&table.schema))
-        .group_by([col("k")])
-        .aggregate(aggregates())
+        .group_by(keys)
+        .aggregate(aggs)
         .config(Config::from_pairs(pairs).unwrap())
         .build_parallel()
         .unwrap()
@@ -347,6 +352,76 @@ fn every_split_and_strategy_matches_the_reference() {
             }
         }
     }
+}
+
+type TwoKeys = (Option<String>, Option<i64>);
+
+/// Keys of a string and an integer (a packed key table, which hashes the keys it keeps): with
+/// the local phase stepping aside and back, on one worker the rows it lets by reach the keyed
+/// state without key hashes (the state hashes each new key itself), on two they are hashed to
+/// be routed; either way the final table is the reference's.
+#[test]
+fn two_keys_match_the_reference_while_the_local_phase_steps_aside() {
+    let mut bypasses = 0;
+    for seed in 0..4u64 {
+        let mut rng = StdRng::seed_from_u64(100 + seed);
+        let n = rng.random_range(1000..3000);
+        let rows = random_rows(&mut rng, n);
+        let path = temp(&format!("two-keys-{seed}.parquet"));
+        write_parquet(&path, &rows, rng.random_range(200..900));
+        // (k, g) -> (COUNT(*), SUM(v)).
+        let mut by_key: BTreeMap<TwoKeys, (usize, Option<i64>)> = BTreeMap::new();
+        for r in &rows {
+            let e = by_key.entry((r.k.clone(), r.g)).or_insert((0, None));
+            e.0 += 1;
+            if let Some(v) = r.v {
+                e.1 = Some(e.1.unwrap_or(0) + v);
+            }
+        }
+        let mut expected: Vec<String> = by_key
+            .iter()
+            .map(|((k, g), (c, t))| format!("[{}, {}, {c}, {}]", opt(k.clone()), opt(*g), opt(*t)))
+            .collect();
+        expected.sort();
+        for workers in [1, 2] {
+            let s = Settings {
+                workers,
+                two_phase: true,
+                size: [7, 300][rng.random_range(0..2)],
+                adaptive_probe: true,
+                pipelined: true,
+                batch: [64, 4096][rng.random_range(0..2)],
+                filter: false,
+            };
+            let what = format!("seed {seed}, {s:?}");
+            let aggs = vec![count_star().alias("n"), sum(col("v")).alias("total")];
+            let mut lines = vec![];
+            let mut sink = |b: &ChangeBatch| -> tally::Result<()> {
+                lines.extend(format_changes(std::slice::from_ref(b)));
+                Ok(())
+            };
+            let stats = grouped_job(
+                table(path.clone(), Format::Parquet),
+                &s,
+                vec![col("k"), col("g")],
+                aggs,
+            )
+            .run(s.batch, &mut sink, |_, _| {})
+            .unwrap();
+            assert!(stats.runtime.starts_with("pipelined"), "{what}");
+            assert_eq!(final_rows(&lines), expected, "{what}");
+            if workers == 1 {
+                bypasses += stats.aggregates[0]
+                    .local
+                    .as_ref()
+                    .map_or(0, |l| l.bypass_decisions);
+            }
+        }
+    }
+    assert!(
+        bypasses > 0,
+        "the local phase never stepped aside on one worker"
+    );
 }
 
 /// Splits of Parquet row groups, and of row ranges inside one: every row once, and as many

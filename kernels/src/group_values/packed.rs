@@ -10,8 +10,9 @@ use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashTable;
 
 use super::bytes::BytesGroupValues;
-use super::table::{GroupValues, check_ids, check_len, find_or_insert, index_size};
+use super::table::{GroupValues, check_ids, check_len, index_size};
 use crate::bits::with_bits_type;
+use crate::hash::{KeyNative, NULL_HASH, combine_hashes};
 
 /// A bit position in a packed key: a word and the shift inside it.
 #[derive(Debug, Clone, Copy)]
@@ -115,7 +116,10 @@ fn is_string(dt: &DataType) -> bool {
 /// string ids and NULL flags fit `W` 64-bit words together: each key is a `[u64; W]`, compared
 /// word by word, where arrow-row would encode and compare bytes. A string column's ids come from
 /// a [`BytesGroupValues`] of its own, which hashes a row's string only where it differs from
-/// the row before (a dictionary's values once each).
+/// the row before (a dictionary's values once each). The table is probed by a hash of the packed
+/// words, so it needs no row hashes ([`GroupValues::hashes_keys_itself`]): a new group's key hash
+/// (the one [`crate::hash::hash_columns`] gives, for routing and key groups) is made from its
+/// packed key, its strings' hashes taken from their tables.
 #[derive(Debug)]
 pub struct PackedGroupValues<const W: usize> {
     types: Vec<DataType>,
@@ -154,6 +158,39 @@ impl<const W: usize> PackedGroupValues<W> {
             column_hashes: vec![],
             ids: vec![],
         }
+    }
+
+    /// Adds the new group of `key`, whose key hash is `h`.
+    fn insert(&mut self, key: [u64; W], h: u64) -> u32 {
+        let g = self.keys.len() as u32;
+        self.keys.push(key);
+        self.hashes.push(h);
+        let keys = &self.keys;
+        self.map
+            .insert_unique(probe_hash(&key), g, |&g| probe_hash(&keys[g as usize]));
+        g
+    }
+
+    /// The hash [`crate::hash::hash_columns`] gives the row whose packed key is `key`: each
+    /// column's value hash (a string's from its table, which hashed it when it was interned),
+    /// folded in column order.
+    fn key_hash(&self, key: &[u64; W], rs: &ahash::RandomState) -> u64 {
+        let mut acc: Option<u64> = None;
+        for (slot, dt) in self.slots.iter().zip(&self.types) {
+            let h = match *slot {
+                Slot::Str { at, table } => {
+                    let id = (key[at.word] >> at.shift) as u32;
+                    self.strings[table].hashes()[id as usize]
+                }
+                Slot::Fixed { null, .. } if key[null.word] >> null.shift & 1 == 1 => NULL_HASH,
+                Slot::Fixed { at, bits, .. } => {
+                    let b = (key[at.word] >> at.shift) & field_mask(bits);
+                    value_hash(dt, b, rs)
+                }
+            };
+            acc = Some(acc.map_or(h, |a| combine_hashes(a, h)));
+        }
+        acc.unwrap_or(0)
     }
 
     /// ORs column `c`'s part of each row's key into `self.packed`.
@@ -274,6 +311,35 @@ fn pack_values<const W: usize>(
     }
 }
 
+/// The hash the table is probed by: the packed words mixed (a multiply per word, then
+/// murmur3's finalizer, so that every bit of the result depends on every word).
+#[inline(always)]
+fn probe_hash<const W: usize>(key: &[u64; W]) -> u64 {
+    let mut x = 0x243f_6a88_85a3_08d3u64;
+    for &w in key {
+        x = (x ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+    }
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The hash [`crate::hash::hash_array`] gives a non-NULL value of the fixed-width type `dt`
+/// whose bits (as [`with_bits_type`] makes them) are `bits`.
+fn value_hash(dt: &DataType, bits: u64, rs: &ahash::RandomState) -> u64 {
+    if dt == &DataType::Boolean {
+        return rs.hash_one(bits != 0);
+    }
+    with_bits_type!(
+        dt,
+        |_T, _to, from| from(bits).key_hash(rs),
+        // `layout` packs no other fixed-width type.
+        rs.hash_one(bits)
+    )
+}
+
 /// The low `bits` bits.
 fn field_mask(bits: u32) -> u64 {
     if bits == 64 {
@@ -294,7 +360,19 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
         hashes: &[u64],
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
-        let n = check_len(cols, hashes, self.types.len())?;
+        // No row hashes (`hashes_keys_itself`): each new group's key hash is made from its
+        // packed key.
+        let n = match cols.first() {
+            Some(c) if hashes.is_empty() && cols.len() == self.types.len() => {
+                if cols.iter().any(|col| col.len() != c.len()) {
+                    return Err(ArrowError::InvalidArgumentError(
+                        "key columns differ in length".to_string(),
+                    ));
+                }
+                c.len()
+            }
+            _ => check_len(cols, hashes, self.types.len())?,
+        };
         self.packed.clear();
         self.packed.resize(n, [0; W]);
         for (c, col) in cols.iter().enumerate() {
@@ -302,27 +380,43 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
         }
         groups.clear();
         groups.reserve(n);
+        let rs = crate::hash::random_state();
+        let packed = std::mem::take(&mut self.packed);
         // A row with the key of the row before takes its group without a probe: runs of one
         // key (a hot key, a time-ordered day, split's group set of the keys alone, whose
         // buckets are all NULL) cost a comparison of packed words. Packed words are equal
-        // exactly when the keys are.
+        // exactly when the keys are. The table is probed by a hash of the packed words, not
+        // by the key hash, so that the rows need no key hash.
         let mut last: Option<([u64; W], u32)> = None;
-        for (&key, &h) in self.packed.iter().zip(hashes) {
+        for (i, &key) in packed.iter().enumerate() {
             let g = match last {
                 Some((k, g)) if k == key => g,
-                _ => find_or_insert(
-                    &mut self.map,
-                    &mut self.hashes,
-                    h,
-                    &mut self.keys,
-                    |keys, g| keys[g as usize] == key,
-                    |keys| keys.push(key),
-                ),
+                _ => {
+                    let keys = &self.keys;
+                    match self
+                        .map
+                        .find(probe_hash(&key), |&g| keys[g as usize] == key)
+                    {
+                        Some(&g) => g,
+                        None => {
+                            let h = match hashes.get(i) {
+                                Some(&h) => h,
+                                None => self.key_hash(&key, &rs),
+                            };
+                            self.insert(key, h)
+                        }
+                    }
+                }
             };
             last = Some((key, g));
             groups.push(g);
         }
+        self.packed = packed;
         Ok(())
+    }
+
+    fn hashes_keys_itself(&self) -> bool {
+        true
     }
 
     fn len(&self) -> usize {

@@ -302,9 +302,11 @@ impl Source<'_> {
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
-        // are hashed in `take` if the local phase is bypassed meanwhile).
+        // are hashed in `take` if the local phase is bypassed meanwhile), and so does the one
+        // worker's keyed state, whose table is of the same kind, when the local phase is
+        // bypassed: one worker needs no hashes to route rows.
         let local_hashes = self.local.as_ref().is_some_and(|l| l.hashes_keys_itself())
-            && !self.adaptive.m.bypassed;
+            && (!self.adaptive.m.bypassed || self.key_groups.workers() == 1);
         if !local_hashes {
             if batch
                 .data
@@ -362,10 +364,14 @@ impl Source<'_> {
                 self.epoch_folded += n;
             }
             _ => {
-                for (w, part) in route(rows.hash()?, self.key_groups)?
-                    .into_iter()
-                    .enumerate()
-                {
+                // One worker takes the rows as they are (hashed or not: its keyed state hashes
+                // what it must).
+                let rows = if self.key_groups.workers() == 1 {
+                    rows
+                } else {
+                    rows.hash()?
+                };
+                for (w, part) in route(rows, self.key_groups)?.into_iter().enumerate() {
                     if part.cb.num_rows > 0 {
                         self.routed[w].push(part);
                     }
