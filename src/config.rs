@@ -150,9 +150,9 @@ options! {
     ADAPTIVE_ENABLED = "tally.exec.local-agg.adaptive.enabled" => adaptive_local: bool = true,
         parse parse_bool, show show_value;
     /// `tally.exec.local-agg.adaptive.threshold` (default `0.2`): the local phase is bypassed when
-    /// its rows out / rows in is above this and no key holds more than 1 / P of its input (a
-    /// split PARTIAL's local phase that folds an Expand's sets together takes this times the
-    /// sets, at most 1). BENCHMARKS.md ("Adaptive local phase: the threshold") has the
+    /// what it hands on per row it takes (accumulator rows and the DISTINCT entries their lists
+    /// carry, out / rows in) is above this and no key holds more than 1 / P of its input (a split
+    /// PARTIAL's local phase that folds an Expand's sets together takes this times the sets). BENCHMARKS.md ("Adaptive local phase: the threshold") has the
     /// measurement behind the default.
     ADAPTIVE_THRESHOLD = "tally.exec.local-agg.adaptive.threshold" => adaptive_threshold: f64 = 0.2,
         parse parse_ratio, show show_value;

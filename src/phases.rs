@@ -44,7 +44,7 @@ impl PhaseDecision {
             note.push_str(": each slice's LocalGroupAggregate folds its rows into one accumulator row per key, the exchange routes them to the worker owning their key group, each worker's GlobalGroupAggregate merges them.");
             if config.adaptive_local {
                 note.push_str(&format!(
-                    " Adaptive local phase: bypassed while its rows out / rows in is above {} and no key holds more than 1/{workers} of its input (measured over {} rows, probed again after {} bypassed rows).",
+                    " Adaptive local phase: bypassed while its rows and DISTINCT entries out / rows in is above {} and no key holds more than 1/{workers} of its input (measured over {} rows, probed again after {} bypassed rows).",
                     config.adaptive_threshold,
                     config.adaptive_min_rows,
                     config.adaptive_probe_interval

@@ -367,6 +367,17 @@ impl Accumulators {
         }
     }
 
+    /// The (group, value) entries the DISTINCT tables hold.
+    pub(crate) fn distinct_entries(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| match s {
+                Slot::Distinct { acc, .. } => acc.entries(),
+                Slot::Plain { .. } => 0,
+            })
+            .sum()
+    }
+
     /// The DISTINCT tables' (group, value) entries and their bytes, from capacity.
     pub(crate) fn distinct_usage(&self) -> (usize, usize) {
         self.slots

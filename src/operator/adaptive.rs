@@ -1,9 +1,10 @@
 //! The adaptive local phase: whether a parallel aggregation's local phases fold their input or
 //! step aside.
 //!
-//! A local phase pays off when it folds many rows into few accumulator rows, or when it folds a
-//! hot key that would otherwise pin one worker. It measures its reduction ratio (accumulator rows
-//! out / rows in) and the largest share of its input held by one key over at least
+//! A local phase pays off when it folds many rows into little (few accumulator rows, short
+//! DISTINCT lists), or when it folds a hot key that would otherwise pin one worker. It measures
+//! its reduction ratio (accumulator rows and the DISTINCT (group, value) entries their lists
+//! carry, out / rows in) and the largest share of its input held by one key over at least
 //! `tally.exec.local-agg.adaptive.min-rows` input rows; when the ratio is above
 //! `tally.exec.local-agg.adaptive.threshold` and no key holds more than 1 / P of the input, the
 //! following mini-batches bypass it (rows go through the exchange to the global phases, which
@@ -63,10 +64,10 @@ impl Adaptive {
     /// workers merge the buckets, fed each input chunk's sets in turn): its input is every input
     /// row once per set, and what bypassing it costs grows with them (the workers apply `sets`
     /// raw rows for each row the local phase folds them into), so the threshold is scaled by
-    /// `sets` (at most 1). Nexmark q16 split over 2M bids at P = 1 folds at a ratio near 0.2,
-    /// and runs 1.8x faster folding than bypassed (BENCHMARKS.md, eleventh pass).
+    /// `sets`. Nexmark q16 split over 2M bids at P = 1 folds at a ratio near 0.2, and runs 1.8x
+    /// faster folding than bypassed (BENCHMARKS.md, eleventh pass).
     pub(crate) fn fold_sets(&mut self, sets: usize) {
-        self.threshold = (self.base_threshold * sets as f64).min(1.0);
+        self.threshold = self.base_threshold * sets as f64;
     }
 
     /// Whether an Expand's sets are worth feeding to a local phase that folds them together
@@ -77,22 +78,27 @@ impl Adaptive {
             .is_none_or(|r| r > CHUNKED_SETS_MIN_RATIO)
     }
 
-    /// Accounts for a finished mini-batch: `folded` input rows became `out` accumulator rows (the
-    /// hottest key held `hot_share` of a local phase's input), and `bypassed` rows went around
-    /// the local phase.
+    /// Accounts for a finished mini-batch: `folded` input rows became `out` accumulator rows
+    /// whose DISTINCT lists carry `entries` (group, value) entries (the hottest key held
+    /// `hot_share` of a local phase's input), and `bypassed` rows went around the local phase.
     ///
-    /// The local phase is bypassed when its ratio is above the threshold and no key holds more
-    /// than a worker's fair share (1 / P) of its input: bypassing would send such a key's raw rows
-    /// to one worker, which is the skew the local phase exists to remove.
+    /// The local phase is bypassed when its ratio, accumulator rows and DISTINCT entries out per
+    /// row in, is above the threshold and no key holds more than a worker's fair share (1 / P) of
+    /// its input: bypassing would send such a key's raw rows to one worker, which is the skew the
+    /// local phase exists to remove. The entries count because the global phase merges each of
+    /// them as it would apply a raw row's value: a local phase whose rows fold but whose DISTINCT
+    /// values do not (a few keys, each with about a new value a row) hands on as much as it took.
     pub(crate) fn after_mini_batch(
         &mut self,
         folded: u64,
         out: u64,
+        entries: u64,
         hot_share: f64,
         bypassed: u64,
     ) {
         self.m.rows_in += folded;
         self.m.rows_out += out;
+        self.m.entries_out += entries;
         self.m.rows_bypassed += bypassed;
         if folded > 0 {
             self.last_fold_ratio = Some(out as f64 / folded as f64);
@@ -109,7 +115,7 @@ impl Adaptive {
             return;
         }
         self.window_in += folded;
-        self.window_out += out;
+        self.window_out += out + entries;
         self.window_hot_share = self.window_hot_share.max(hot_share);
         if self.window_in >= self.min_rows {
             let ratio = self.window_out as f64 / self.window_in as f64;
@@ -141,23 +147,23 @@ mod tests {
         };
         let mut a = Adaptive::new(&config, 4);
         // Not enough rows measured yet.
-        a.after_mini_batch(60, 59, 0.01, 0);
+        a.after_mini_batch(60, 59, 0, 0.01, 0);
         assert!(!a.m.bypassed && a.m.last_ratio.is_none());
         // A hot key over 1/4 of the input keeps the local phase, whatever the ratio.
-        a.after_mini_batch(60, 59, 0.3, 0);
+        a.after_mini_batch(60, 59, 0, 0.3, 0);
         assert!(!a.m.bypassed);
         assert_eq!(a.m.last_hot_share, Some(0.3));
         // A low ratio keeps it too.
-        a.after_mini_batch(100, 40, 0.01, 0);
+        a.after_mini_batch(100, 40, 0, 0.01, 0);
         assert!(!a.m.bypassed);
         assert_eq!(a.m.last_ratio, Some(0.4));
         // High ratio, no hot key: bypassed, until the probe interval has gone around it.
-        a.after_mini_batch(100, 90, 0.01, 0);
+        a.after_mini_batch(100, 90, 0, 0.01, 0);
         assert!(a.m.bypassed);
         assert_eq!(a.m.bypass_decisions, 1);
-        a.after_mini_batch(0, 0, 0.0, 999);
+        a.after_mini_batch(0, 0, 0, 0.0, 999);
         assert!(a.m.bypassed);
-        a.after_mini_batch(0, 0, 0.0, 1);
+        a.after_mini_batch(0, 0, 0, 0.0, 1);
         assert!(!a.m.bypassed);
         assert_eq!(a.m.probes, 1);
         assert_eq!(
@@ -172,11 +178,11 @@ mod tests {
             },
             4,
         );
-        off.after_mini_batch(1000, 1000, 0.0, 0);
+        off.after_mini_batch(1000, 1000, 0, 0.0, 0);
         assert!(!off.m.bypassed && off.m.last_ratio.is_none());
     }
 
-    /// Folding an Expand's sets together scales the threshold by the sets, to at most 1.
+    /// Folding an Expand's sets together scales the threshold by the sets.
     #[test]
     fn folding_sets_together_scales_the_threshold() {
         let config = Config {
@@ -187,15 +193,43 @@ mod tests {
         let mut a = Adaptive::new(&config, 1);
         a.fold_sets(4);
         // 0.7 is above 0.2 but under 0.2 x 4: the local phase keeps folding.
-        a.after_mini_batch(100, 70, 0.0, 0);
+        a.after_mini_batch(100, 70, 0, 0.0, 0);
         assert!(!a.m.bypassed);
-        a.after_mini_batch(100, 81, 0.0, 0);
+        a.after_mini_batch(100, 81, 0, 0.0, 0);
         assert!(a.m.bypassed);
-        // Many sets: at most 1, which a local phase's ratio never exceeds.
+        // Many sets: 0.2 x 9 = 1.8, past a ratio of rows alone; rows and DISTINCT entries
+        // may reach it.
         let mut b = Adaptive::new(&config, 1);
         b.fold_sets(9);
-        b.after_mini_batch(100, 100, 0.0, 0);
+        b.after_mini_batch(100, 100, 0, 0.0, 0);
         assert!(!b.m.bypassed);
+        b.after_mini_batch(100, 90, 95, 0.0, 0);
+        assert!(b.m.bypassed);
+    }
+
+    /// A local phase whose rows fold into few accumulator rows, but whose DISTINCT lists carry
+    /// about a value a row, hands on as much as it takes: it steps aside (without a hot key).
+    #[test]
+    fn distinct_entries_count_as_handed_on() {
+        let config = Config {
+            adaptive_threshold: 0.2,
+            adaptive_min_rows: 100,
+            ..Config::default()
+        };
+        let mut a = Adaptive::new(&config, 2);
+        // Rows alone: 5 per 100, folding.
+        a.after_mini_batch(100, 5, 0, 0.3, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_ratio, Some(0.05));
+        // The same rows with 90 entries: 0.95 handed on per row.
+        a.after_mini_batch(100, 5, 90, 0.3, 0);
+        assert!(a.m.bypassed);
+        assert_eq!(a.m.last_ratio, Some(0.95));
+        assert_eq!((a.m.rows_out, a.m.entries_out), (10, 90));
+        // A hot key past 1 / P keeps it folding whatever the entries.
+        let mut hot = Adaptive::new(&config, 4);
+        hot.after_mini_batch(100, 5, 90, 0.3, 0);
+        assert!(!hot.m.bypassed);
     }
 
     /// The sets go chunk by chunk before any mini-batch and while the last one that folded
@@ -209,12 +243,12 @@ mod tests {
             };
             let mut a = Adaptive::new(&config, 2);
             assert!(a.chunks_sets());
-            a.after_mini_batch(10_000, 5, 0.0, 0);
+            a.after_mini_batch(10_000, 5, 0, 0.0, 0);
             assert!(!a.chunks_sets(), "adaptive {adaptive}");
             // A mini-batch that folded nothing leaves the ratio as it was.
-            a.after_mini_batch(0, 0, 0.0, 100);
+            a.after_mini_batch(0, 0, 0, 0.0, 100);
             assert!(!a.chunks_sets(), "adaptive {adaptive}");
-            a.after_mini_batch(10_000, 2_000, 0.0, 0);
+            a.after_mini_batch(10_000, 2_000, 0, 0.0, 0);
             assert!(a.chunks_sets(), "adaptive {adaptive}");
         }
     }

@@ -425,11 +425,13 @@ impl LocalGroupAggregate {
             partition(self.groups.hashes(), kg)
         };
         let routing = start.elapsed();
+        let entries = self.state.distinct_entries() as u64;
         let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
         Ok(Some(RoutedFlush {
             parts,
             hot_share,
             routing,
+            entries,
         }))
     }
 
@@ -516,6 +518,8 @@ pub(crate) struct RoutedFlush {
     pub(crate) hot_share: f64,
     /// The time taken to assign the keys to the workers (the exchange's share of the flush).
     pub(crate) routing: Duration,
+    /// The DISTINCT (group, value) entries the flush's lists hold.
+    pub(crate) entries: u64,
 }
 
 #[cfg(test)]

@@ -137,7 +137,9 @@ pub struct LocalPhaseMetrics {
     pub adaptive: bool,
     /// Whether the local phase is bypassed now.
     pub bypassed: bool,
-    /// The last measured reduction ratio (rows out / rows in), once one was measured.
+    /// The last measured reduction ratio, once one was measured: what the local phase handed
+    /// on (accumulator rows, and the DISTINCT (group, value) entries their lists carry) per row
+    /// it folded.
     pub last_ratio: Option<f64>,
     /// The largest share of a local phase's input that one key held in the last measurement
     /// (the share one worker would get from that key if the local phase were bypassed).
@@ -146,6 +148,8 @@ pub struct LocalPhaseMetrics {
     pub rows_in: u64,
     /// Accumulator rows it emitted.
     pub rows_out: u64,
+    /// DISTINCT (group, value) entries the lists of those rows carried.
+    pub entries_out: u64,
     /// Input rows that went around it.
     pub rows_bypassed: u64,
     /// Times it was switched off.
@@ -349,11 +353,12 @@ impl fmt::Display for AggregateMetrics {
                 .map_or("-".to_string(), |r| format!("{r:.3}"));
             writeln!(
                 f,
-                "  local phase: {} (adaptive {}), reduction ratio {ratio}, hottest key's share {hot}, rows in {}, rows out {}, rows bypassed {}, bypass decisions {}, probes {}",
+                "  local phase: {} (adaptive {}), reduction ratio {ratio}, hottest key's share {hot}, rows in {}, rows out {}, DISTINCT entries out {}, rows bypassed {}, bypass decisions {}, probes {}",
                 if l.bypassed { "bypassed" } else { "active" },
                 if l.adaptive { "on" } else { "off" },
                 l.rows_in,
                 l.rows_out,
+                l.entries_out,
                 l.rows_bypassed,
                 l.bypass_decisions,
                 l.probes

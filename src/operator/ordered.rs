@@ -325,6 +325,7 @@ impl ParallelAggregate {
     fn end_mini_batch(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
         let p = self.runtime.parallelism();
         let mut flushed_rows = 0u64;
+        let mut entries = 0u64;
         let mut hot_share = 0.0f64;
         let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
         if self.locals.iter().any(|l| l.keys() > 0) {
@@ -332,18 +333,19 @@ impl ParallelAggregate {
             let key_groups = &self.key_groups;
             let flushed = self.runtime.map(
                 locals,
-                |local| -> Result<(Vec<Flushed>, f64, Duration, Duration)> {
+                |local| -> Result<(Vec<Flushed>, f64, u64, Duration, Duration)> {
                     let start = Instant::now();
                     let Some(f) = local.flush_routed(key_groups)? else {
-                        return Ok((vec![], 0.0, start.elapsed(), Duration::ZERO));
+                        return Ok((vec![], 0.0, 0, start.elapsed(), Duration::ZERO));
                     };
                     let local_busy = start.elapsed().saturating_sub(f.routing);
-                    Ok((f.parts, f.hot_share, local_busy, f.routing))
+                    Ok((f.parts, f.hot_share, f.entries, local_busy, f.routing))
                 },
             );
             for f in flushed {
-                let (parts, share, local_busy, exchange_busy) = f?;
+                let (parts, share, flush_entries, local_busy, exchange_busy) = f?;
                 hot_share = hot_share.max(share);
+                entries += flush_entries;
                 self.local.busy += local_busy;
                 self.exchange.busy += exchange_busy;
                 for (w, part) in parts.into_iter().enumerate() {
@@ -379,8 +381,13 @@ impl ParallelAggregate {
             self.mini_batches += 1;
         }
         if self.two_phase {
-            self.adaptive
-                .after_mini_batch(self.folded, flushed_rows, hot_share, self.bypassed);
+            self.adaptive.after_mini_batch(
+                self.folded,
+                flushed_rows,
+                entries,
+                hot_share,
+                self.bypassed,
+            );
         }
         (self.rows, self.folded, self.bypassed) = (0, 0, 0);
         Ok(())

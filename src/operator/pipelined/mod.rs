@@ -560,6 +560,7 @@ fn merge_local_metrics(
     for l in each {
         m.rows_in += l.rows_in.saturating_sub(before.rows_in);
         m.rows_out += l.rows_out.saturating_sub(before.rows_out);
+        m.entries_out += l.entries_out.saturating_sub(before.entries_out);
         m.rows_bypassed += l.rows_bypassed.saturating_sub(before.rows_bypassed);
         m.bypass_decisions += l.bypass_decisions.saturating_sub(before.bypass_decisions);
         m.probes += l.probes.saturating_sub(before.probes);

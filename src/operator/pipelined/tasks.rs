@@ -388,12 +388,13 @@ impl Source<'_> {
     fn end_epoch(&mut self) -> Result<()> {
         let p = self.senders.len();
         let start = Instant::now();
-        let (mut parts, mut flushed, mut hot_share) = (vec![], 0u64, 0.0f64);
+        let (mut parts, mut flushed, mut hot_share, mut entries) = (vec![], 0u64, 0.0f64, 0u64);
         if let Some(local) = &mut self.local
             && let Some(f) = local.flush_routed(self.key_groups)?
         {
             hot_share = f.hot_share;
             flushed = f.parts.iter().map(|p| p.batch.num_rows() as u64).sum();
+            entries = f.entries;
             self.report.local_busy += start.elapsed().saturating_sub(f.routing);
             self.report.exchange_busy += f.routing;
             parts = f.parts;
@@ -410,6 +411,7 @@ impl Source<'_> {
             self.adaptive.after_mini_batch(
                 self.epoch_folded,
                 flushed,
+                entries,
                 hot_share,
                 self.epoch_bypassed,
             );
