@@ -64,8 +64,10 @@ impl Adaptive {
     /// workers merge the buckets, fed each input chunk's sets in turn): its input is every input
     /// row once per set, and what bypassing it costs grows with them (the workers apply `sets`
     /// raw rows for each row the local phase folds them into), so the threshold is scaled by
-    /// `sets`. Nexmark q16 split over 2M bids at P = 1 folds at a ratio near 0.2, and runs 1.8x
-    /// faster folding than bypassed (BENCHMARKS.md, eleventh pass).
+    /// `sets`. Nexmark q16 split at P = 1 folds at a ratio near 0.2 of rows (0.53 with its
+    /// DISTINCT entries, over 500k bids, against 0.8 for its four sets), and runs faster folding
+    /// than bypassed (1.8x over 2M bids in BENCHMARKS.md's eleventh pass, 1.2-1.5x over 500k in
+    /// its fifteenth).
     pub(crate) fn fold_sets(&mut self, sets: usize) {
         self.threshold = self.base_threshold * sets as f64;
     }
