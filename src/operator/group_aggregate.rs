@@ -274,6 +274,12 @@ impl GroupAggregate {
         self.keyed.len() > 0 || self.has_pending()
     }
 
+    /// Whether the key table hashes the keys it keeps itself (rows may come without key
+    /// hashes).
+    pub(crate) fn hashes_keys_itself(&self) -> bool {
+        self.keyed.hashes_keys_itself()
+    }
+
     /// Whether its state merges a split PARTIAL's buckets ([`GroupAggregate::merge_buckets`]).
     pub(crate) fn merges_buckets(&self) -> bool {
         self.keyed.merges_buckets()

@@ -201,6 +201,12 @@ impl KeyedState {
         Ok(())
     }
 
+    /// Whether the key table hashes the keys it keeps itself, so that rows need no key hashes
+    /// ([`tally_kernels::group_values::GroupValues::hashes_keys_itself`]).
+    pub(crate) fn hashes_keys_itself(&self) -> bool {
+        self.groups.hashes_keys_itself()
+    }
+
     /// Whether the state merges a split PARTIAL's buckets ([`KeyedState::merge_buckets`]).
     pub(crate) fn merges_buckets(&self) -> bool {
         self.state_keys < self.plan.key_types.len()

@@ -254,6 +254,7 @@ impl ParallelAggregate {
             outputs.push(rx);
         }
         let adaptive = self.adaptive.clone();
+        let one_worker_hashes_keys = p == 1 && self.workers[0].agg.hashes_keys_itself();
         let mut locals = self.locals.iter_mut();
         let workers = &mut self.workers;
         let key_groups = &self.key_groups;
@@ -273,6 +274,7 @@ impl ParallelAggregate {
                     gone: vec![false; p],
                     pending: (0..p).map(|_| vec![]).collect(),
                     key_groups,
+                    one_worker_hashes_keys,
                     activity,
                     stop,
                     cut_short: false,

@@ -104,6 +104,9 @@ pub(super) struct Source<'a> {
     /// of each input batch (one wake-up of a worker per batch, not per mini-batch).
     pub(super) pending: Vec<Vec<EpochPart>>,
     pub(super) key_groups: &'a KeyGroups,
+    /// Whether there is one worker, whose keyed state hashes the keys it keeps itself: rows
+    /// that go to it (around the local phase, or with none) need no key hashes.
+    pub(super) one_worker_hashes_keys: bool,
     pub(super) activity: &'a Activity,
     pub(super) stop: &'a Stop,
     /// Whether the source stopped before the end of its split ([`Stop`]).
@@ -302,12 +305,14 @@ impl Source<'_> {
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
-        // are hashed in `take` if the local phase is bypassed meanwhile), and so does the one
-        // worker's keyed state, whose table is of the same kind, when the local phase is
-        // bypassed: one worker needs no hashes to route rows.
-        let local_hashes = self.local.as_ref().is_some_and(|l| l.hashes_keys_itself())
-            && (!self.adaptive.m.bypassed || self.key_groups.workers() == 1);
-        if !local_hashes {
+        // are hashed in `take` if the local phase is bypassed meanwhile and several workers
+        // need them routed), and so does one worker whose keyed state hashes its keys, when
+        // the rows go to it.
+        let unhashed = match &self.local {
+            Some(l) if !self.adaptive.m.bypassed => l.hashes_keys_itself(),
+            _ => self.one_worker_hashes_keys,
+        };
+        if !unhashed {
             if batch
                 .data
                 .schema()
@@ -365,7 +370,7 @@ impl Source<'_> {
             }
             _ => {
                 // One worker takes the rows as they are (hashed or not: its keyed state hashes
-                // what it must).
+                // them where its table does not).
                 let rows = if self.key_groups.workers() == 1 {
                     rows
                 } else {
