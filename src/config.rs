@@ -152,7 +152,8 @@ options! {
     /// `tally.exec.local-agg.adaptive.threshold` (default `0.2`): the local phase is bypassed when
     /// what it hands on per row it takes (accumulator rows and the DISTINCT entries their lists
     /// carry, out / rows in) is above this and no key holds more than 1 / P of its input (a split
-    /// PARTIAL's local phase that folds an Expand's sets together takes this times the sets).
+    /// PARTIAL's local phase that folds an Expand's sets together takes this divided by the sets
+    /// where they fold into few keys, times the sets where into many).
     /// BENCHMARKS.md ("Adaptive local phase: the threshold") has the measurement behind the
     /// default.
     ADAPTIVE_THRESHOLD = "tally.exec.local-agg.adaptive.threshold" => adaptive_threshold: f64 = 0.2,

@@ -28,10 +28,11 @@ const CHUNKED_SETS_MIN_RATIO: f64 = 0.01;
 pub(crate) struct Adaptive {
     /// What it measured and decided.
     pub(crate) m: LocalPhaseMetrics,
+    /// `tally.exec.local-agg.adaptive.threshold`.
     threshold: f64,
-    /// `tally.exec.local-agg.adaptive.threshold`, which `threshold` scales
-    /// ([`Adaptive::fold_sets`]).
-    base_threshold: f64,
+    /// The group sets of an Expand the phase folds together (1 without one,
+    /// [`Adaptive::fold_sets`]).
+    sets: usize,
     /// The last mini-batch's accumulator rows per row folded (none before the first that
     /// folded), measured whether or not the phase adapts ([`Adaptive::chunks_sets`]).
     last_fold_ratio: Option<f64>,
@@ -39,6 +40,8 @@ pub(crate) struct Adaptive {
     probe_interval: u64,
     window_in: u64,
     window_out: u64,
+    /// The accumulator rows alone of `window_out`.
+    window_rows: u64,
     window_hot_share: f64,
     since_bypass: u64,
     workers: usize,
@@ -52,7 +55,7 @@ impl Adaptive {
                 ..LocalPhaseMetrics::default()
             },
             threshold: config.adaptive_threshold,
-            base_threshold: config.adaptive_threshold,
+            sets: 1,
             min_rows: config.adaptive_min_rows,
             probe_interval: config.adaptive_probe_interval,
             workers,
@@ -62,14 +65,35 @@ impl Adaptive {
 
     /// The local phase folds the `sets` group sets of an Expand together (a split PARTIAL whose
     /// workers merge the buckets, fed each input chunk's sets in turn): its input is every input
-    /// row once per set, and what bypassing it costs grows with them (the workers apply `sets`
-    /// raw rows for each row the local phase folds them into), so the threshold is scaled by
-    /// `sets`. Nexmark q16 split at P = 1 folds at a ratio near 0.2 of rows (0.53 with its
-    /// DISTINCT entries, over 500k bids, against 0.8 for its four sets), and runs faster folding
-    /// than bypassed (1.8x over 2M bids in BENCHMARKS.md's eleventh pass, 1.2-1.5x over 500k in
-    /// its fifteenth).
+    /// row once per set, so that what it hands on per row folded is diluted by the sets, and
+    /// what bypassing it costs depends on its keys ([`Adaptive::threshold_now`]).
     pub(crate) fn fold_sets(&mut self, sets: usize) {
-        self.threshold = self.base_threshold * sets as f64;
+        self.sets = sets.max(1);
+    }
+
+    /// The threshold the last window's ratio is held against. Without an Expand, the option's.
+    /// With `sets` sets folded together it depends on how many keys the rows fold into:
+    /// - few (below [`CHUNKED_SETS_MIN_RATIO`] accumulator rows per row folded: a key's rows come
+    ///   in long runs, which a bypassed phase's workers intern by comparing a row with the one
+    ///   before): bypassing costs about what folding does, so what counts is what the phase
+    ///   hands on per input row, `sets` times its ratio per row folded: the threshold divided by
+    ///   `sets`. Nexmark q15 split at P = 1 (one day; 0.083 per row folded, three sets) runs
+    ///   1.25x faster bypassed (BENCHMARKS.md, fifteenth pass);
+    /// - many: each bypassed set row costs the workers a probe of a large key table where the
+    ///   phase's own table finds it by position, so the threshold is multiplied by `sets`.
+    ///   Nexmark q16 split at P = 1 (10,004 keys; 0.53 per row folded, four sets) runs faster
+    ///   folding than bypassed (1.8x over 2M bids in the eleventh pass, 1.2-1.5x over 500k in
+    ///   the fifteenth).
+    fn threshold_now(&self) -> f64 {
+        if self.sets == 1 {
+            return self.threshold;
+        }
+        let rows = self.window_rows as f64 / self.window_in.max(1) as f64;
+        if rows < CHUNKED_SETS_MIN_RATIO {
+            self.threshold / self.sets as f64
+        } else {
+            self.threshold * self.sets as f64
+        }
     }
 
     /// Whether an Expand's sets are worth feeding to a local phase that folds them together
@@ -118,18 +142,20 @@ impl Adaptive {
         }
         self.window_in += folded;
         self.window_out += out + entries;
+        self.window_rows += out;
         self.window_hot_share = self.window_hot_share.max(hot_share);
         if self.window_in >= self.min_rows {
             let ratio = self.window_out as f64 / self.window_in as f64;
             self.m.last_ratio = Some(ratio);
             self.m.last_hot_share = Some(self.window_hot_share);
-            if ratio > self.threshold && self.window_hot_share <= 1.0 / self.workers as f64 {
+            if ratio > self.threshold_now() && self.window_hot_share <= 1.0 / self.workers as f64 {
                 self.m.bypassed = true;
                 self.m.bypass_decisions += 1;
                 self.since_bypass = 0;
             }
             self.window_in = 0;
             self.window_out = 0;
+            self.window_rows = 0;
             self.window_hot_share = 0.0;
         }
     }
@@ -184,7 +210,8 @@ mod tests {
         assert!(!off.m.bypassed && off.m.last_ratio.is_none());
     }
 
-    /// Folding an Expand's sets together scales the threshold by the sets.
+    /// Folding an Expand's sets together multiplies the threshold by the sets where the rows
+    /// fold into many keys.
     #[test]
     fn folding_sets_together_scales_the_threshold() {
         let config = Config {
@@ -207,6 +234,37 @@ mod tests {
         assert!(!b.m.bypassed);
         b.after_mini_batch(100, 90, 95, 0.0, 0);
         assert!(b.m.bypassed);
+    }
+
+    /// Folding an Expand's sets into few keys (under 0.01 accumulator rows a row) divides the
+    /// threshold by the sets: what counts is what the phase hands on per input row.
+    #[test]
+    fn sets_folding_into_few_keys_divide_the_threshold() {
+        let config = Config {
+            adaptive_threshold: 0.2,
+            adaptive_min_rows: 1000,
+            ..Config::default()
+        };
+        let mut a = Adaptive::new(&config, 1);
+        a.fold_sets(4);
+        // 5 rows and 40 entries per 1,000 rows folded: 0.045, under 0.2 / 4.
+        a.after_mini_batch(1000, 5, 40, 1.0, 0);
+        assert!(!a.m.bypassed);
+        assert_eq!(a.m.last_ratio, Some(0.045));
+        // 0.065: over it.
+        a.after_mini_batch(1000, 5, 60, 1.0, 0);
+        assert!(a.m.bypassed);
+        // The same ratio over many keys (20 rows per 1,000) is held against 0.2 x 4.
+        let mut many = Adaptive::new(&config, 1);
+        many.fold_sets(4);
+        many.after_mini_batch(1000, 20, 45, 1.0, 0);
+        assert!(!many.m.bypassed);
+        // Without sets, the option's threshold.
+        let mut plain = Adaptive::new(&config, 1);
+        plain.after_mini_batch(1000, 5, 60, 1.0, 0);
+        assert!(!plain.m.bypassed);
+        plain.after_mini_batch(1000, 5, 200, 1.0, 0);
+        assert!(plain.m.bypassed);
     }
 
     /// A local phase whose rows fold into few accumulator rows, but whose DISTINCT lists carry
