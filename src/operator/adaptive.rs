@@ -78,7 +78,7 @@ impl Adaptive {
     ///   before): bypassing costs about what folding does, so what counts is what the phase
     ///   hands on per input row, `sets` times its ratio per row folded: the threshold divided by
     ///   `sets`. Nexmark q15 split at P = 1 (one day; 0.083 per row folded, three sets) runs
-    ///   1.25x faster bypassed (BENCHMARKS.md, fifteenth pass);
+    ///   1.25-1.5x faster bypassed (BENCHMARKS.md, fifteenth pass);
     /// - many: each bypassed set row costs the workers a probe of a large key table where the
     ///   phase's own table finds it by position, so the threshold is multiplied by `sets`.
     ///   Nexmark q16 split at P = 1 (10,004 keys; 0.53 per row folded, four sets) runs faster
