@@ -367,26 +367,25 @@ impl Accumulators {
         }
     }
 
+    /// The DISTINCT accumulators.
+    fn distincts(&self) -> impl Iterator<Item = &DistinctAccumulator> {
+        self.slots.iter().filter_map(|s| match s {
+            Slot::Distinct { acc, .. } => Some(acc.as_ref()),
+            Slot::Plain { .. } => None,
+        })
+    }
+
     /// The (group, value) entries the DISTINCT tables hold.
     pub(crate) fn distinct_entries(&self) -> usize {
-        self.slots
-            .iter()
-            .map(|s| match s {
-                Slot::Distinct { acc, .. } => acc.entries(),
-                Slot::Plain { .. } => 0,
-            })
-            .sum()
+        self.distincts().map(DistinctAccumulator::entries).sum()
     }
 
     /// The DISTINCT tables' (group, value) entries and their bytes, from capacity.
     pub(crate) fn distinct_usage(&self) -> (usize, usize) {
-        self.slots
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Distinct { acc, .. } => Some((acc.entries(), acc.size())),
-                Slot::Plain { .. } => None,
-            })
-            .fold((0, 0), |(n, b), (n1, b1)| (n + n1, b + b1))
+        (
+            self.distinct_entries(),
+            self.distincts().map(DistinctAccumulator::size).sum(),
+        )
     }
 
     /// Bytes held by all accumulators.

@@ -210,17 +210,26 @@ mod tests {
         assert!(!off.m.bypassed && off.m.last_ratio.is_none());
     }
 
+    /// A phase with the default threshold (0.2), measured over `min_rows` rows, on `workers`
+    /// workers, folding `sets` group sets together (1: no Expand).
+    fn phase(min_rows: u64, workers: usize, sets: usize) -> Adaptive {
+        let config = Config {
+            adaptive_threshold: 0.2,
+            adaptive_min_rows: min_rows,
+            ..Config::default()
+        };
+        let mut a = Adaptive::new(&config, workers);
+        if sets > 1 {
+            a.fold_sets(sets);
+        }
+        a
+    }
+
     /// Folding an Expand's sets together multiplies the threshold by the sets where the rows
     /// fold into many keys.
     #[test]
     fn folding_sets_together_scales_the_threshold() {
-        let config = Config {
-            adaptive_threshold: 0.2,
-            adaptive_min_rows: 100,
-            ..Config::default()
-        };
-        let mut a = Adaptive::new(&config, 1);
-        a.fold_sets(4);
+        let mut a = phase(100, 1, 4);
         // 0.7 is above 0.2 but under 0.2 x 4: the local phase keeps folding.
         a.after_mini_batch(100, 70, 0, 0.0, 0);
         assert!(!a.m.bypassed);
@@ -228,8 +237,7 @@ mod tests {
         assert!(a.m.bypassed);
         // Many sets: 0.2 x 9 = 1.8, past a ratio of rows alone; rows and DISTINCT entries
         // may reach it.
-        let mut b = Adaptive::new(&config, 1);
-        b.fold_sets(9);
+        let mut b = phase(100, 1, 9);
         b.after_mini_batch(100, 100, 0, 0.0, 0);
         assert!(!b.m.bypassed);
         b.after_mini_batch(100, 90, 95, 0.0, 0);
@@ -240,13 +248,7 @@ mod tests {
     /// threshold by the sets: what counts is what the phase hands on per input row.
     #[test]
     fn sets_folding_into_few_keys_divide_the_threshold() {
-        let config = Config {
-            adaptive_threshold: 0.2,
-            adaptive_min_rows: 1000,
-            ..Config::default()
-        };
-        let mut a = Adaptive::new(&config, 1);
-        a.fold_sets(4);
+        let mut a = phase(1000, 1, 4);
         // 5 rows and 40 entries per 1,000 rows folded: 0.045, under 0.2 / 4.
         a.after_mini_batch(1000, 5, 40, 1.0, 0);
         assert!(!a.m.bypassed);
@@ -255,12 +257,11 @@ mod tests {
         a.after_mini_batch(1000, 5, 60, 1.0, 0);
         assert!(a.m.bypassed);
         // The same ratio over many keys (20 rows per 1,000) is held against 0.2 x 4.
-        let mut many = Adaptive::new(&config, 1);
-        many.fold_sets(4);
+        let mut many = phase(1000, 1, 4);
         many.after_mini_batch(1000, 20, 45, 1.0, 0);
         assert!(!many.m.bypassed);
         // Without sets, the option's threshold.
-        let mut plain = Adaptive::new(&config, 1);
+        let mut plain = phase(1000, 1, 1);
         plain.after_mini_batch(1000, 5, 60, 1.0, 0);
         assert!(!plain.m.bypassed);
         plain.after_mini_batch(1000, 5, 200, 1.0, 0);
@@ -271,12 +272,7 @@ mod tests {
     /// about a value a row, hands on as much as it takes: it steps aside (without a hot key).
     #[test]
     fn distinct_entries_count_as_handed_on() {
-        let config = Config {
-            adaptive_threshold: 0.2,
-            adaptive_min_rows: 100,
-            ..Config::default()
-        };
-        let mut a = Adaptive::new(&config, 2);
+        let mut a = phase(100, 2, 1);
         // Rows alone: 5 per 100, folding.
         a.after_mini_batch(100, 5, 0, 0.3, 0);
         assert!(!a.m.bypassed);
@@ -287,7 +283,7 @@ mod tests {
         assert_eq!(a.m.last_ratio, Some(0.95));
         assert_eq!((a.m.rows_out, a.m.entries_out), (10, 90));
         // A hot key past 1 / P keeps it folding whatever the entries.
-        let mut hot = Adaptive::new(&config, 4);
+        let mut hot = phase(100, 4, 1);
         hot.after_mini_batch(100, 5, 90, 0.3, 0);
         assert!(!hot.m.bypassed);
     }
