@@ -322,29 +322,50 @@ impl BytesGroupValues {
         // groups are numbered in order of first appearance; rows take their group in the same
         // pass.
         groups.resize(start + kv.len(), 0);
-        let mut null = u32::MAX;
-        for (i, (k, out)) in kv.iter().zip(&mut groups[start..]).enumerate() {
-            let k = k.as_usize() & mask;
-            *out = if key_nulls.is_some_and(|n| n.is_null(i)) {
-                if null == u32::MAX {
-                    null = self.null_group();
-                }
-                null
+        // A value met for the first time: its group, kept in the cache.
+        let miss = |this: &mut Self, cache: &mut [u32], i: usize, k: usize| {
+            let g = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
+                this.null_group()
             } else {
-                let cached = cache[k];
-                if cached != u32::MAX {
-                    cached
-                } else {
-                    let g = if value_nulls.as_ref().is_some_and(|n| n.is_null(k)) {
-                        self.null_group()
-                    } else {
-                        let v = string_at(k);
-                        self.intern_one(v, hash(i, v))
-                    };
-                    cache[k] = g;
-                    g
-                }
+                let v = string_at(k);
+                this.intern_one(v, hash(i, v))
             };
+            cache[k] = g;
+            g
+        };
+        let out = &mut groups[start..];
+        match key_nulls {
+            // No NULL keys (the common case): no validity test per row.
+            None => {
+                for (i, (k, out)) in kv.iter().zip(out).enumerate() {
+                    let k = k.as_usize() & mask;
+                    let cached = cache[k];
+                    *out = if cached != u32::MAX {
+                        cached
+                    } else {
+                        miss(self, &mut cache, i, k)
+                    };
+                }
+            }
+            Some(key_nulls) => {
+                let mut null = u32::MAX;
+                for (i, (k, out)) in kv.iter().zip(out).enumerate() {
+                    let k = k.as_usize() & mask;
+                    *out = if key_nulls.is_null(i) {
+                        if null == u32::MAX {
+                            null = self.null_group();
+                        }
+                        null
+                    } else {
+                        let cached = cache[k];
+                        if cached != u32::MAX {
+                            cached
+                        } else {
+                            miss(self, &mut cache, i, k)
+                        }
+                    };
+                }
+            }
         }
         self.dict_cache = cache;
         Ok(())
