@@ -8,17 +8,18 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions, new_null_array,
 };
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::Expr;
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_physical_expr::expressions::Column;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 
-use super::Stage;
+use super::{Stage, schema_of};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
-use crate::plan::columns_read;
+use crate::plan::{ColumnUses, columns_read, dictionary_capable};
 use crate::runtime::Runtime;
 
 /// Plans `expr` against `schema` into a physical expression.
@@ -40,6 +41,8 @@ pub fn physical_expr(expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalE
 pub struct CalcStage {
     pub(super) filter: Option<Arc<dyn PhysicalExpr>>,
     projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
+    /// The input's columns (their types: which may come as dictionaries).
+    input: SchemaRef,
     output: SchemaRef,
     /// Projected columns no later stage reads in this run ([`Stage::leave_unread`]): NULL.
     unread: BTreeSet<usize>,
@@ -80,6 +83,7 @@ impl CalcStage {
         Ok(Self {
             filter,
             projection,
+            input: Arc::clone(input.inner()),
             output,
             unread: BTreeSet::new(),
             nulls: RwLock::new(vec![]),
@@ -113,32 +117,6 @@ impl CalcStage {
         self.projection.is_none()
     }
 
-    /// The output schema for a filtered `data` (no projection): the declared one, or where
-    /// `data` carries dictionary-encoded strings ([`Pipeline::dictionary_columns`]), the same
-    /// names with `data`'s types.
-    fn output_for(&self, data: &RecordBatch) -> SchemaRef {
-        let same = self
-            .output
-            .fields()
-            .iter()
-            .zip(data.schema_ref().fields().iter())
-            .all(|(a, b)| a.data_type() == b.data_type());
-        if same {
-            return Arc::clone(&self.output);
-        }
-        let fields: Vec<Field> = self
-            .output
-            .fields()
-            .iter()
-            .zip(data.schema_ref().fields().iter())
-            .map(|(a, b)| a.as_ref().clone().with_data_type(b.data_type().clone()))
-            .collect();
-        Arc::new(Schema::new_with_metadata(
-            fields,
-            self.output.metadata().clone(),
-        ))
-    }
-
     /// The input columns (by index) its filter reads.
     pub(super) fn filter_columns(&self) -> BTreeSet<usize> {
         columns_read(&self.filter)
@@ -170,7 +148,10 @@ impl CalcStage {
             return Ok(None);
         }
         let data = match &self.projection {
-            None => RecordBatch::try_new(self.output_for(&data), data.columns().to_vec())?,
+            None => RecordBatch::try_new(
+                schema_of(&self.output, data.columns()),
+                data.columns().to_vec(),
+            )?,
             Some(exprs) => {
                 let n = data.num_rows();
                 let cols = exprs
@@ -185,7 +166,7 @@ impl CalcStage {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 RecordBatch::try_new_with_options(
-                    Arc::clone(&self.output),
+                    schema_of(&self.output, &cols),
                     cols,
                     &RecordBatchOptions::new().with_row_count(Some(n)),
                 )?
@@ -215,6 +196,41 @@ impl Stage for CalcStage {
 
     fn passes_every_row(&self) -> bool {
         self.filter.is_none()
+    }
+
+    /// A filter's columns compared only with literals, and a projection's columns passed on
+    /// bare to outputs in `outputs` (and read no other way); without a projection, the columns
+    /// of `outputs` the filter allows.
+    fn dictionary_inputs(&self, outputs: &BTreeSet<usize>) -> BTreeSet<usize> {
+        let mut uses = ColumnUses::default();
+        uses.predicates(&self.filter);
+        let candidates: BTreeSet<usize> = match &self.projection {
+            None => outputs
+                .iter()
+                .copied()
+                .filter(|&c| uses.allows_dictionary(c))
+                .collect(),
+            Some(exprs) => {
+                for (i, e) in exprs.iter().enumerate() {
+                    let one = std::slice::from_ref(e);
+                    if e.downcast_ref::<Column>().is_some() && outputs.contains(&i) {
+                        uses.keys(one);
+                    } else {
+                        uses.plain(one);
+                    }
+                }
+                uses.dictionary_safe()
+            }
+        };
+        let fields = self.input.fields();
+        candidates
+            .into_iter()
+            .filter(|&c| {
+                fields
+                    .get(c)
+                    .is_some_and(|f| dictionary_capable(f.data_type()))
+            })
+            .collect()
     }
 
     /// A projection leaves its unread columns NULL (of nullable fields); a filter alone passes
@@ -249,7 +265,7 @@ impl Stage for CalcStage {
 #[cfg(test)]
 mod tests {
     use arrow::array::Int64Array;
-    use arrow::datatypes::Int64Type;
+    use arrow::datatypes::{Field, Int64Type, Schema};
     use datafusion_expr::{col, lit};
 
     use super::*;

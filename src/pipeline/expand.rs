@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 
-use super::Stage;
+use super::{Stage, schema_of};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -79,7 +79,7 @@ impl ExpandStage {
                 Ok(ChangeBatch {
                     op: batch.op.clone(),
                     data: RecordBatch::try_new_with_options(
-                        Arc::clone(&self.output),
+                        schema_of(&self.output, &cols),
                         cols,
                         &RecordBatchOptions::new().with_row_count(Some(n)),
                     )?,
@@ -109,6 +109,17 @@ impl Stage for ExpandStage {
 
     fn map_batch(&self, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         self.expand(&batch)
+    }
+
+    /// Its input's columns pass on by position, those a set nulls excepted (a set's batch
+    /// would carry its NULLs as plain strings, another's the dictionary).
+    fn dictionary_inputs(&self, outputs: &BTreeSet<usize>) -> BTreeSet<usize> {
+        let width = self.output.fields().len() - 1;
+        outputs
+            .iter()
+            .copied()
+            .filter(|&c| c < width && !self.sets.iter().any(|(nulls, _)| nulls.contains(&c)))
+            .collect()
     }
 
     /// Its input's columns pass on by position (the last, `$e`, is its own).
@@ -171,5 +182,52 @@ mod tests {
                 assert!(e.iter().all(|v| v == Some(id)), "{n} rows, set {id}");
             }
         }
+    }
+
+    /// A dictionary passes through the sets that do not null its column (their batches carry
+    /// its type), and only such columns may come as dictionaries.
+    #[test]
+    fn dictionaries_pass_where_no_set_nulls_them() {
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let input = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("b", DataType::Utf8, true),
+        ]));
+        let mut fields = input.fields().to_vec();
+        fields.push(Arc::new(Field::new(
+            crate::plan::SET_ID_COLUMN,
+            DataType::Int64,
+            false,
+        )));
+        let stage = ExpandStage::new(
+            vec![(vec![], 0), (vec![1], 1)],
+            Arc::new(Schema::new(fields)),
+        );
+        assert_eq!(
+            stage.dictionary_inputs(&BTreeSet::from([0, 1, 2])),
+            BTreeSet::from([0])
+        );
+        let k: ArrayRef = Arc::new(arrow::array::DictionaryArray::<Int32Type>::from_iter([
+            Some("x"),
+            None,
+            Some("x"),
+        ]));
+        let b: ArrayRef = Arc::new(arrow::array::StringArray::from(vec!["p", "q", "r"]));
+        let in_schema = Arc::new(Schema::new(vec![
+            Field::new("k", dict.clone(), true),
+            Field::new("b", DataType::Utf8, true),
+        ]));
+        let out = stage
+            .map_batch(ChangeBatch::inserts(
+                RecordBatch::try_new(in_schema, vec![k, b]).unwrap(),
+            ))
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        for set in &out {
+            assert_eq!(set.data.schema().field(0).data_type(), &dict);
+            assert_eq!(set.data.column(0).data_type(), &dict);
+            assert_eq!(set.data.schema().field(1).data_type(), &DataType::Utf8);
+        }
+        assert_eq!(out[1].data.column(1).null_count(), 3);
     }
 }

@@ -13,15 +13,14 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{Field, Schema, SchemaRef};
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::even_slices;
 use crate::operator::pipelined::{Delivery, FiringFold, InputOrder, chunk_rows};
 use crate::operator::{AggregateMetrics, IncrementalAggregate, ParallelAggregate};
-use crate::plan::ColumnUses;
 use crate::runtime::Runtime;
 
 mod calc;
@@ -133,6 +132,14 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Given the output columns that later stages may take as dictionaries of their strings,
+    /// the input columns a per-batch stage may take so: those it passes on as they are to such
+    /// an output, or only compares with literals. None by default (the stage needs its input's
+    /// plain strings).
+    fn dictionary_inputs(&self, _outputs: &BTreeSet<usize>) -> BTreeSet<usize> {
+        BTreeSet::new()
+    }
+
     /// Sets an aggregate's smallest slice worth a task of its own
     /// ([`ParallelAggregate::set_min_slice_rows`]); other stages ignore it.
     fn set_min_slice_rows(&mut self, _rows: usize) {}
@@ -161,6 +168,29 @@ pub trait Stage: Send + Sync + std::fmt::Debug {
     fn restore(&mut self, _batches: &[RecordBatch]) -> Result<()> {
         Err(Error::invalid_input("this stage keeps no state to restore"))
     }
+}
+
+/// `declared` with the data types of `cols` where they differ (dictionaries of strings passed on
+/// where `declared` has the strings, [`Pipeline::dictionary_columns`]); `declared` itself when
+/// none differs.
+fn schema_of(declared: &SchemaRef, cols: &[ArrayRef]) -> SchemaRef {
+    let fields = declared.fields();
+    if fields
+        .iter()
+        .zip(cols)
+        .all(|(f, c)| f.data_type() == c.data_type())
+    {
+        return Arc::clone(declared);
+    }
+    let fields: Vec<Field> = fields
+        .iter()
+        .zip(cols)
+        .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+        .collect();
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        declared.metadata().clone(),
+    ))
 }
 
 /// Tells the per-batch stages `stages` (last to first) which output columns of the last no
@@ -365,27 +395,25 @@ impl Pipeline {
     }
 
     /// The source columns (by index) that may be read as dictionaries of their strings: those
-    /// the filters before the first aggregate and the aggregate itself only compare with
-    /// literals or key by ([`crate::plan::AggregatePlan::dictionary_columns`]). Empty when a
-    /// projection or another stage comes first (it would see the dictionaries).
+    /// the first aggregate only compares with literals or keys by
+    /// ([`crate::plan::AggregatePlan::dictionary_columns`]), traced back through the per-batch
+    /// stages before it to the source columns they pass on as they are
+    /// ([`Stage::dictionary_inputs`]: a filter's columns compared with literals, a projection's
+    /// bare columns, an Expand's columns that no set nulls), plus those the filters only compare
+    /// with literals. Empty when another stage comes first.
     pub fn dictionary_columns(&self) -> BTreeSet<usize> {
-        let mut filters = ColumnUses::default();
-        for stage in &self.stages {
-            match stage.as_calc() {
-                Some(calc) if calc.keeps_columns() => filters.predicates(&calc.filter),
-                _ if stage.per_batch() => return BTreeSet::new(),
-                _ => break,
-            }
-        }
-        let Some(agg) = self.first_aggregate() else {
+        let Some(at) = self.stages.iter().position(|s| !s.per_batch()) else {
             return BTreeSet::new();
         };
-        agg.plan()
-            .dictionary_columns
+        let Some(agg) = self.stages[at].as_aggregate() else {
+            return BTreeSet::new();
+        };
+        self.stages[..at]
             .iter()
-            .copied()
-            .filter(|&c| filters.allows_dictionary(c))
-            .collect()
+            .rev()
+            .fold(agg.plan().dictionary_columns.clone(), |outputs, stage| {
+                stage.dictionary_inputs(&outputs)
+            })
     }
 
     /// The aggregate the source feeds through per-batch stages (Calc, Expand), if the first

@@ -380,3 +380,77 @@ fn a_dictionary_batch_reaches_the_aggregate_as_its_strings() {
     m.apply(&out);
     assert_eq!(m.rows(), vec!["[a, 2, 5]", "[b, 1, null]", "[null, 1, 7]"]);
 }
+
+/// The pipeline of [`reference`] behind a projection: `shop`, `status` and `amount` passed on
+/// bare, `amount + 1` computed, and with `like` a `shop LIKE 'shop-1%'` column besides (which
+/// reads `shop` as its strings).
+fn projected_pipeline(config: Config, workers: usize, filter: bool, like: bool) -> Pipeline {
+    let input = datafusion_common::DFSchema::try_from(schema()).unwrap();
+    let mut exprs = vec![
+        col("shop"),
+        col("status"),
+        col("amount"),
+        (col("amount") + lit(1i64)).alias("amount1"),
+    ];
+    let mut fields = schema().fields().to_vec();
+    fields.push(Arc::new(Field::new("amount1", DataType::Int64, true)));
+    if like {
+        exprs.push(col("shop").like(lit("shop-1%")).alias("ones"));
+        fields.push(Arc::new(Field::new("ones", DataType::Boolean, true)));
+    }
+    let projected = Arc::new(Schema::new(fields));
+    let f = col("status").not_eq(lit("VOID"));
+    let calc = CalcStage::try_new(
+        &input,
+        filter.then_some(&f),
+        Some(&exprs),
+        Arc::clone(&projected),
+    )
+    .unwrap();
+    let agg = GroupAggregate::builder(projected)
+        .group_by([col("shop")])
+        .aggregate([
+            count_star().alias("n"),
+            paid(),
+            count_star()
+                .filter(lit("NEW").gt(col("status")))
+                .build()
+                .unwrap()
+                .alias("early"),
+            min(col("amount")).alias("lo"),
+        ])
+        .config(config)
+        .build_parallel()
+        .unwrap()
+        .with_min_slice_rows(1);
+    Pipeline::new(
+        vec![Box::new(calc), Box::new(AggregateStage::new(agg))],
+        Runtime::new(workers).unwrap(),
+    )
+}
+
+/// A projection passes a dictionary on where it passes the column on bare: the key and the
+/// compared column behind it are read as dictionaries (a column read another way in the
+/// projection as plain strings), and the results are the reference's.
+#[test]
+fn dictionaries_pass_through_a_projection_to_the_aggregate() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let rows = random_rows(&mut rng, 1800);
+    let path = temp("projected.parquet");
+    write_parquet(&path, &rows, 500, WriterProperties::default());
+    for (workers, pipelined, like) in [(1, true, false), (2, true, true), (3, false, false)] {
+        for filter in [false, true] {
+            let config = runtime_config(workers, true, 100, pipelined);
+            let what = format!("P={workers}, pipelined {pipelined}, LIKE {like}, filter {filter}");
+            let p = projected_pipeline(config, workers, filter, like);
+            let want: Vec<usize> = if like { vec![1] } else { vec![0, 1] };
+            assert_eq!(
+                p.dictionary_columns().into_iter().collect::<Vec<_>>(),
+                want,
+                "{what}"
+            );
+            let got = final_rows(Job::new(table(path.clone()), p, None), 256);
+            assert_eq!(got, reference(&rows, filter), "{what}");
+        }
+    }
+}
