@@ -128,9 +128,8 @@ pub struct PackedGroupValues<const W: usize> {
     map: HashTable<u32>,
     keys: Vec<[u64; W]>,
     hashes: Vec<u64>,
-    /// Scratch: the batch's packed keys, one string column's hashes and ids.
+    /// Scratch: the batch's packed keys, and one string column's ids.
     packed: Vec<[u64; W]>,
-    column_hashes: Vec<u64>,
     ids: Vec<u32>,
 }
 
@@ -155,7 +154,6 @@ impl<const W: usize> PackedGroupValues<W> {
             keys: Vec::with_capacity(128),
             hashes: Vec::with_capacity(128),
             packed: vec![],
-            column_hashes: vec![],
             ids: vec![],
         }
     }
@@ -198,15 +196,8 @@ impl<const W: usize> PackedGroupValues<W> {
         match self.slots[c] {
             Slot::Str { at, table } => {
                 // Plain strings by runs (hashing only where the value changes); a dictionary
-                // through its values' hashes, once per value.
-                if !self.strings[table].intern_runs(col, &mut self.ids)? {
-                    crate::hash::hash_columns(std::slice::from_ref(col), &mut self.column_hashes)?;
-                    self.strings[table].intern(
-                        std::slice::from_ref(col),
-                        &self.column_hashes,
-                        &mut self.ids,
-                    )?;
-                }
+                // by its values, each hashed where the table looks it up (no row hashes).
+                self.strings[table].intern(std::slice::from_ref(col), &[], &mut self.ids)?;
                 for (p, &id) in self.packed.iter_mut().zip(&self.ids) {
                     p[at.word] |= u64::from(id) << at.shift;
                 }
@@ -428,7 +419,6 @@ impl<const W: usize> GroupValues for PackedGroupValues<W> {
             + self.keys.capacity() * 8 * W
             + self.strings.iter().map(GroupValues::size).sum::<usize>()
             + self.packed.capacity() * 8 * W
-            + self.column_hashes.capacity() * 8
             + self.ids.capacity() * 4
     }
 
