@@ -26,10 +26,18 @@ pub struct BytesGroupValues {
     dict_cache: Vec<u32>,
     /// The dictionary values `dict_cache` is over (held, so that their buffers cannot be
     /// another dictionary's later): batches of one Parquet column chunk share them, and the
-    /// cache is kept from batch to batch until another dictionary comes or the table is
-    /// cleared.
+    /// cache is kept from batch to batch until another dictionary comes; a clear empties it
+    /// (a local phase clears its table at every flush), and its memory is kept.
     dict_values: Option<ArrayRef>,
+    /// Whether the table was cleared since `dict_cache` last took a group: its entries are
+    /// then emptied before it is read.
+    dict_cache_stale: bool,
 }
+
+/// The most values of a dictionary with more values than the batch has rows that a cache is
+/// made over (4 bytes each, kept for the dictionary's later batches, emptied at a clear); a
+/// larger one's rows are interned one by one.
+const MAX_CACHED_VALUES: usize = 1 << 16;
 
 /// Whether `offsets` (a block of [`RUN_BLOCK`]) are `from + len`, `from + 2 len`, and so on:
 /// rows of `len` bytes each, one after the other. Every offset is compared (no early exit), so
@@ -60,6 +68,7 @@ impl BytesGroupValues {
             null_group: None,
             dict_cache: vec![],
             dict_values: None,
+            dict_cache_stale: false,
         }
     }
 
@@ -254,9 +263,14 @@ impl BytesGroupValues {
         groups: &mut Vec<u32>,
     ) -> Result<(), ArrowError> {
         let values = dict.values();
-        if values.len() > dict.len() {
-            // More values than rows (a batch's share of a large dictionary): a cache over the
-            // values would cost more than it saves; each row's value is interned as it comes.
+        let same = self
+            .dict_values
+            .as_ref()
+            .is_some_and(|held| super::table::same_array(held, values));
+        if !same && values.len() > dict.len().max(MAX_CACHED_VALUES) {
+            // Far more values than rows (a batch's share of a large dictionary): a cache over
+            // the values would cost more than it saves; each row's value is interned as it
+            // comes.
             return match values.data_type() {
                 DataType::Utf8 => {
                     let a = values.as_string::<i32>();
@@ -285,20 +299,21 @@ impl BytesGroupValues {
         // Each dictionary value's group, found at the first row pointing at it. The cache has a
         // power-of-two length and keys are masked into it: the keys are valid indices of the
         // values, so the mask changes none and the per-row lookup needs no bounds check. The
-        // groups of the values met in earlier batches of the same dictionary are still there.
+        // groups of the values met in earlier batches of the same dictionary since the last
+        // clear are still there.
         let mut cache = std::mem::take(&mut self.dict_cache);
         let slots = values.len().next_power_of_two();
         let mask = slots - 1;
-        let kept = self
-            .dict_values
-            .as_ref()
-            .is_some_and(|held| super::table::same_array(held, values))
-            && cache.len() == slots;
-        if !kept {
+        let same = same && cache.len() == slots;
+        let kept = same && !self.dict_cache_stale;
+        if !same {
             cache.clear();
             cache.resize(slots, u32::MAX);
             self.dict_values = Some(Arc::clone(values));
+        } else if !kept {
+            cache.fill(u32::MAX);
         }
+        self.dict_cache_stale = false;
         let kv = keys.values();
         let start = groups.len();
         if kept && key_nulls.is_none() {
@@ -559,7 +574,7 @@ impl GroupValues for BytesGroupValues {
         self.offsets.push(0);
         self.hashes.clear();
         self.null_group = None;
-        self.dict_values = None;
+        self.dict_cache_stale = true;
     }
 
     fn hashes(&self) -> &[u64] {

@@ -113,3 +113,43 @@ fn dictionary_batches_take_their_values_groups() {
         }
     }
 }
+
+/// A clear empties the cache over a dictionary (kept for the dictionary's next batches): the
+/// groups are numbered afresh, none taken from the entries found before the clear.
+#[test]
+fn a_clear_empties_the_dictionary_cache() {
+    use arrow_array::{Int32Array, types::Int32Type};
+    let values: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c"]));
+    let dict = |keys: Vec<i32>| -> ArrayRef {
+        Arc::new(
+            DictionaryArray::<Int32Type>::try_new(Int32Array::from(keys), Arc::clone(&values))
+                .unwrap(),
+        )
+    };
+    let dt = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let mut table = BytesGroupValues::new(dt);
+    let mut groups = vec![];
+    for _ in 0..2 {
+        table
+            .intern(&[dict(vec![2, 0, 2])], &[], &mut groups)
+            .unwrap();
+        assert_eq!(groups, [0, 1, 0]);
+        table.clear();
+        table
+            .intern(&[dict(vec![0, 1, 2, 0])], &[], &mut groups)
+            .unwrap();
+        assert_eq!(groups, [0, 1, 2, 0]);
+        table
+            .intern(&[dict(vec![1, 1, 0])], &[], &mut groups)
+            .unwrap();
+        assert_eq!(groups, [1, 1, 0]);
+        let keys = table.keys(&[0, 1, 2]).unwrap();
+        let keys = arrow_cast::cast(&keys[0], &DataType::Utf8).unwrap();
+        let keys = keys.as_string::<i32>();
+        assert_eq!(
+            keys.iter().collect::<Vec<_>>(),
+            [Some("a"), Some("b"), Some("c")]
+        );
+        table.clear();
+    }
+}
