@@ -135,6 +135,17 @@ mod tests {
     use arrow::array::{Array, AsArray, Int32Array};
     use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
 
+    /// An Expand's output schema over `input`: its fields, then `$e`.
+    fn with_set_id(input: &Schema) -> SchemaRef {
+        let mut fields = input.fields().to_vec();
+        fields.push(Arc::new(Field::new(
+            crate::plan::SET_ID_COLUMN,
+            DataType::Int64,
+            false,
+        )));
+        Arc::new(Schema::new(fields))
+    }
+
     /// Batches of growing and shrinking lengths: every set's rows carry the input's values, NULL
     /// in its nulled columns, and its id in `$e`.
     #[test]
@@ -144,14 +155,10 @@ mod tests {
             Field::new("$f1", DataType::Int32, true),
             Field::new("$f2", DataType::Int32, true),
         ]));
-        let mut fields = input.fields().to_vec();
-        fields.push(Arc::new(Field::new(
-            crate::plan::SET_ID_COLUMN,
-            DataType::Int64,
-            false,
-        )));
-        let output = Arc::new(Schema::new(fields));
-        let stage = ExpandStage::new(vec![(vec![2], 1), (vec![1], 2), (vec![1, 2], 3)], output);
+        let stage = ExpandStage::new(
+            vec![(vec![2], 1), (vec![1], 2), (vec![1, 2], 3)],
+            with_set_id(&input),
+        );
         for n in [3usize, 10, 2, 70] {
             let col = |m: i32| {
                 Arc::new(Int32Array::from_iter_values((0..n as i32).map(|i| i * m))) as ArrayRef
@@ -193,16 +200,7 @@ mod tests {
             Field::new("k", DataType::Utf8, true),
             Field::new("b", DataType::Utf8, true),
         ]));
-        let mut fields = input.fields().to_vec();
-        fields.push(Arc::new(Field::new(
-            crate::plan::SET_ID_COLUMN,
-            DataType::Int64,
-            false,
-        )));
-        let stage = ExpandStage::new(
-            vec![(vec![], 0), (vec![1], 1)],
-            Arc::new(Schema::new(fields)),
-        );
+        let stage = ExpandStage::new(vec![(vec![], 0), (vec![1], 1)], with_set_id(&input));
         assert_eq!(
             stage.dictionary_inputs(&BTreeSet::from([0, 1, 2])),
             BTreeSet::from([0])

@@ -21,7 +21,7 @@ use tally::pipeline::{AggregateStage, CalcStage, Pipeline, Stage};
 use tally::run::Job;
 use tally::runtime::Runtime;
 use tally::source::{FileTable, Format};
-use tally::{Config, GroupAggregate};
+use tally::{Config, GroupAggregate, ParallelAggregate};
 
 use crate::common::{Materialized, format_changes, runtime_config};
 
@@ -141,9 +141,9 @@ fn paid() -> Expr {
         .alias("paid")
 }
 
-/// The pipeline of [`reference`], with `key` as the group key.
-fn pipeline(config: Config, workers: usize, filter: bool, key: Expr) -> Pipeline {
-    let agg = GroupAggregate::builder(schema())
+/// The aggregate of [`reference`] over `input`, by `key`.
+fn reference_aggregate(input: SchemaRef, key: Expr, config: Config) -> ParallelAggregate {
+    GroupAggregate::builder(input)
         .group_by([key])
         .aggregate([
             count_star().alias("n"),
@@ -158,7 +158,12 @@ fn pipeline(config: Config, workers: usize, filter: bool, key: Expr) -> Pipeline
         .config(config)
         .build_parallel()
         .unwrap()
-        .with_min_slice_rows(1);
+        .with_min_slice_rows(1)
+}
+
+/// The pipeline of [`reference`], with `key` as the group key.
+fn pipeline(config: Config, workers: usize, filter: bool, key: Expr) -> Pipeline {
+    let agg = reference_aggregate(schema(), key, config);
     let mut stages: Vec<Box<dyn Stage>> = vec![];
     if filter {
         let input = datafusion_common::DFSchema::try_from(schema()).unwrap();
@@ -407,22 +412,7 @@ fn projected_pipeline(config: Config, workers: usize, filter: bool, like: bool) 
         Arc::clone(&projected),
     )
     .unwrap();
-    let agg = GroupAggregate::builder(projected)
-        .group_by([col("shop")])
-        .aggregate([
-            count_star().alias("n"),
-            paid(),
-            count_star()
-                .filter(lit("NEW").gt(col("status")))
-                .build()
-                .unwrap()
-                .alias("early"),
-            min(col("amount")).alias("lo"),
-        ])
-        .config(config)
-        .build_parallel()
-        .unwrap()
-        .with_min_slice_rows(1);
+    let agg = reference_aggregate(projected, col("shop"), config);
     Pipeline::new(
         vec![Box::new(calc), Box::new(AggregateStage::new(agg))],
         Runtime::new(workers).unwrap(),
