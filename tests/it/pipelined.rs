@@ -426,6 +426,39 @@ fn two_keys_match_the_reference_while_the_local_phase_steps_aside() {
 
 /// Splits of Parquet row groups, and of row ranges inside one: every row once, and as many
 /// source tasks as there are workers.
+/// A worker's global phase fires as Flink's global aggregate does: once the accumulator rows it
+/// merged since it last fired reach the mini-batch size (and at the end of the input), not at
+/// every local flush. One split, four keys in turn, mini-batches of 100 rows: each local flush
+/// sends 4 accumulator rows, so the global phase fires every 25 flushes: 4 times over 10,000
+/// rows (4 `+I`, then a `-U`/`+U` pair per key 3 times), where a firing per flush would give
+/// 4 + 99 x 8 changes.
+#[test]
+fn a_global_phase_fires_after_a_mini_batch_of_accumulator_rows() {
+    let rows: Vec<Row> = (0..10_000)
+        .map(|i| Row {
+            k: Some(format!("k{}", i % 4)),
+            g: Some(i % 12),
+            v: Some(i % 100),
+            s: i.to_string(),
+        })
+        .collect();
+    let path = temp("bundle.parquet");
+    write_parquet(&path, &rows, rows.len());
+    let s = Settings {
+        workers: 1,
+        two_phase: true,
+        size: 100,
+        adaptive_probe: false,
+        pipelined: true,
+        batch: 1000,
+        filter: false,
+    };
+    let (stats, lines) = run(table(path, Format::Parquet), &s);
+    assert_eq!(stats.rows_out, 4 + 3 * 8, "changes: {}", lines.len());
+    assert_eq!(lines.iter().filter(|l| l.starts_with("-U")).count(), 3 * 4);
+    assert_eq!(final_rows(&lines), reference(&rows));
+}
+
 #[test]
 fn parquet_is_split_across_every_worker() {
     let mut rng = StdRng::seed_from_u64(7);

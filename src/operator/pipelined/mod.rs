@@ -17,8 +17,12 @@
 //! (Flink counts the size per task), or when the latency interval passes. The end of its `e`-th
 //! mini-batch is *epoch* `e`: each worker gets the source's part of the epoch (its routed rows
 //! and flushed accumulator rows). A worker aligns the epochs: it takes epoch `e` from every
-//! source still running, in source order, merges it and fires, and hands its changes to the
-//! caller, who takes each epoch from the workers in worker order. Epochs travel in runs (an
+//! source still running, in source order, and merges it; its own mini-batch fires, as a Flink
+//! keyed aggregate's bundle does, once the input records it took (rows and accumulator rows)
+//! reach the mini-batch size, at an epoch the latency trigger ended, before a checkpoint and at
+//! the end of the input, always at the end of an epoch. It hands the caller one output per epoch
+//! (empty where it did not fire), and the caller takes each epoch from the workers in worker
+//! order. Epochs travel in runs (an
 //! `Aligner` takes them apart): a source sends each worker, in one message, the parts of the
 //! epochs that one input batch ended (a batch of 65,536 rows ends 13 mini-batches of 5,000), and
 //! a worker sends the caller the changes of the epochs it fired before it would wait, so a task
@@ -44,7 +48,7 @@
 //! input order: it runs with [`InputOrder::Chunks`], where the input is cut into chunks of a fixed
 //! number of rows dealt to the splits in turn (split `s` of `n` reads chunks `s`, `s + n`, …),
 //! each chunk is one epoch of its source (cut by source rows, before any filter), and every
-//! worker applies and fires the epochs source by source within a round: chunk after chunk, in
+//! worker applies the epochs source by source within a round: chunk after chunk, in
 //! input order. The sources still decode, filter and fold their chunks in parallel.
 //!
 //! # Where the time goes
@@ -84,12 +88,12 @@ pub type Split = Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>;
 pub enum InputOrder {
     /// Any partition of the rows (insert-only input): a source's mini-batch ends after
     /// `table.exec.mini-batch.size` of its rows (or the latency), and each worker merges one
-    /// mini-batch of every source before it fires.
+    /// mini-batch of every source at a time (firing its own mini-batch by its input records).
     Any,
     /// Chunks of this many rows dealt to the splits in turn (split `s` of `n` holds chunks `s`,
     /// `s + n`, …, the input's last chunk possibly shorter): each chunk is one mini-batch of its
-    /// source, and each worker applies and fires them in chunk order, so that every key's rows
-    /// are applied in input order (a changelog input). No latency trigger: chunks end by rows.
+    /// source, and each worker applies them in chunk order, so that every key's rows are
+    /// applied in input order (a changelog input). No latency trigger: chunks end by rows.
     Chunks(usize),
 }
 

@@ -31,6 +31,9 @@ pub(super) struct EpochPart {
     /// The split's rows the epoch covers (before any filter): with chunks, the input position
     /// advances by them.
     pub(super) source_rows: u64,
+    /// Whether the latency trigger ended the epoch (Flink's mini-batch marker, which fires the
+    /// global phase too).
+    pub(super) by_latency: bool,
 }
 
 /// What a keyed task sends the caller after an epoch: the changes (through its
@@ -172,14 +175,14 @@ impl Source<'_> {
                     self.push(piece)?;
                 }
                 if in_chunk == chunk {
-                    self.end_epoch()?;
+                    self.end_epoch(false)?;
                     in_chunk = 0;
                 }
             }
             self.send_pending();
         }
         if in_chunk > 0 && !self.cut_short {
-            self.end_epoch()?;
+            self.end_epoch(false)?;
         }
         self.send_pending();
         Ok(())
@@ -216,7 +219,7 @@ impl Source<'_> {
             self.send_pending();
         }
         if self.epoch_folded + self.epoch_bypassed > 0 && !self.cut_short {
-            self.end_epoch()?;
+            self.end_epoch(false)?;
         }
         self.send_pending();
         Ok(())
@@ -342,7 +345,7 @@ impl Source<'_> {
             && self.epoch_folded + self.epoch_bypassed > 0
         {
             self.trigger.reset();
-            self.end_epoch()?;
+            self.end_epoch(true)?;
         }
         for (off, len, ends) in self.trigger.cut(n) {
             let piece = if len == n {
@@ -352,7 +355,7 @@ impl Source<'_> {
             };
             self.take(piece)?;
             if ends {
-                self.end_epoch()?;
+                self.end_epoch(false)?;
             }
         }
         Ok(())
@@ -388,9 +391,10 @@ impl Source<'_> {
         Ok(())
     }
 
-    /// Ends the source's mini-batch: flushes the local phase and queues every worker its part
-    /// (sent at the end of the input batch, [`Source::send_pending`]).
-    fn end_epoch(&mut self) -> Result<()> {
+    /// Ends the source's mini-batch (`by_latency`: on the latency trigger): flushes the local
+    /// phase and queues every worker its part (sent at the end of the input batch,
+    /// [`Source::send_pending`]).
+    fn end_epoch(&mut self, by_latency: bool) -> Result<()> {
         let p = self.senders.len();
         let start = Instant::now();
         let (mut parts, mut flushed, mut hot_share, mut entries) = (vec![], 0u64, 0.0f64, 0u64);
@@ -410,6 +414,7 @@ impl Source<'_> {
                 rows: std::mem::take(&mut self.routed[w]),
                 accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
                 source_rows: self.epoch_source_rows,
+                by_latency,
             });
         }
         if self.local.is_some() {
@@ -447,12 +452,44 @@ pub(super) struct KeyedRun<'a> {
     pub(super) stop: &'a Stop,
 }
 
-/// One keyed task: aligns the epochs of the sources, merges and fires.
+/// A keyed task's mini-batch, as Flink's bundle of a keyed aggregate counts it: the input
+/// records (raw rows and accumulator rows) taken since it last fired. It fires at the end of the
+/// first epoch that brings them to `table.exec.mini-batch.size`, at the end of an epoch the
+/// latency trigger ended, before a checkpoint, and at the end of the input.
+struct Bundle {
+    size: u64,
+    taken: u64,
+    /// The input ended: what was taken fires.
+    end: bool,
+}
+
+impl Bundle {
+    fn new(worker: &Worker) -> Self {
+        let size = worker.agg.config().mini_batch_size;
+        Self {
+            size: u64::try_from(size).unwrap_or(1).max(1),
+            taken: 0,
+            end: false,
+        }
+    }
+
+    /// Whether the mini-batch fires after an epoch (`by_latency`: one the latency trigger
+    /// ended) that brought it to `taken` records.
+    fn fires(&self, by_latency: bool, checkpoint: bool) -> bool {
+        checkpoint || (self.taken > 0 && (self.end || by_latency || self.taken >= self.size))
+    }
+}
+
+/// One keyed task: aligns the epochs of the sources, merges them, and fires its mini-batch
+/// ([`Bundle`]).
 ///
-/// With `run.per_source` (chunks in input order), each source's epoch is applied and fired on its
-/// own, in source order; otherwise one epoch of every source is merged and fired together.
+/// With `run.per_source` (chunks in input order), each source's epoch is applied on its own, in
+/// source order; otherwise one epoch of every source is merged together. Each epoch (or source's
+/// epoch) gives the caller one [`WorkerOutput`], empty where the mini-batch did not fire, and the
+/// end of the input one more, of the last firing.
 /// With `run.checkpoint_every` (chunks only), after a round of epochs that takes the input rows
-/// applied past a multiple of it, the worker's snapshot goes with the round's last changes.
+/// applied past a multiple of it, the mini-batch fires and the worker's snapshot goes with the
+/// round's last changes.
 pub(super) fn keyed_task(
     worker: &mut Worker,
     receivers: Vec<Receiver<Vec<EpochPart>>>,
@@ -477,6 +514,7 @@ pub(super) fn keyed_task(
         }
     };
     let mut position = 0u64;
+    let mut bundle = Bundle::new(worker);
     // The outputs of the epochs fired since the last send: sent when the next round would
     // wait, or once they are [`MAX_FIRED_RUN`] (one wake-up of the caller per run of epochs,
     // not per epoch, and the changes never held back for long).
@@ -514,11 +552,26 @@ pub(super) fn keyed_task(
                     parts,
                     checkpoint,
                     fold.as_mut(),
+                    &mut bundle,
                     &mut task,
                 )?);
             }
         }
-        if !sources.broken() && send_fired(&out, &mut fired, activity, &mut task) {
+        if sources.broken() {
+            return Ok(());
+        }
+        // The end of the input fires what the last epochs left (every worker sends this output,
+        // empty or not, so that the caller's rounds stay aligned).
+        bundle.end = true;
+        fired.push(apply_and_fire(
+            worker,
+            vec![],
+            None,
+            fold.as_mut(),
+            &mut bundle,
+            &mut task,
+        )?);
+        if send_fired(&out, &mut fired, activity, &mut task) {
             // The end of this worker's epochs (a source that failed leaves it out, and the
             // caller stops there too).
             let (_, waited) = activity.wait(|| out.send(vec![]));
@@ -552,20 +605,23 @@ fn send_fired(
     sent.is_ok()
 }
 
-/// Applies the rows and merges the accumulator rows of `parts` into the worker and fires: the
-/// changes (each firing's through `fold`), with the worker's snapshot at a `checkpoint` (the
-/// input rows applied).
+/// Applies the rows and merges the accumulator rows of `parts` into the worker, and fires where
+/// the `bundle` is due: the changes (through `fold`), with the worker's snapshot at a
+/// `checkpoint` (the input rows applied).
 fn apply_and_fire(
     worker: &mut Worker,
     parts: Vec<EpochPart>,
     checkpoint: Option<u64>,
     fold: Option<&mut FiringFold>,
+    bundle: &mut Bundle,
     task: &mut TaskMetrics,
 ) -> Result<WorkerOutput> {
     let (mut rows, mut accumulators) = (vec![], vec![]);
+    let mut by_latency = false;
     for part in parts {
         rows.extend(part.rows);
         accumulators.extend(part.accumulators);
+        by_latency |= part.by_latency;
     }
     let start = Instant::now();
     let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
@@ -575,11 +631,15 @@ fn apply_and_fire(
     if !accumulators.is_empty() {
         worker.agg.merge_routed(&accumulators)?;
     }
-    changes.extend(worker.agg.finish()?);
+    bundle.taken += n_rows + n_acc;
+    if bundle.fires(by_latency, checkpoint.is_some()) {
+        changes.extend(worker.agg.finish()?);
+        bundle.taken = 0;
+        task.epochs += 1;
+    }
     worker.rows_received += n_rows + n_acc;
     worker.input_rows += n_rows + folded;
     worker.busy += start.elapsed();
-    task.epochs += 1;
     task.rows += n_rows + n_acc;
     let state = match checkpoint {
         Some(rows) => Some((rows, worker.agg.snapshot()?)),
