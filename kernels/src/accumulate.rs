@@ -137,6 +137,44 @@ pub fn count_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
+
+    /// The rows visited are those both bitmaps select, in order, with their groups: over
+    /// bitmaps of long runs of valid rows (whole words of set bits) and scattered NULLs, sliced
+    /// at an offset inside a word, with lengths that leave a partial last word.
+    #[test]
+    fn the_rows_visited_are_the_selected_ones() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for case in 0..40 {
+            let len = 1 + rng.below(700) as usize;
+            let offset = rng.below(130) as usize;
+            let total = offset + len;
+            // Runs of valid rows, broken now and then: NULLs rare in some cases, common in others.
+            let null_rate = [2u64, 50, 500][case % 3];
+            let valid: Vec<bool> = (0..total).map(|_| rng.below(1000) >= null_rate).collect();
+            let picked: Vec<bool> = (0..total).map(|_| rng.below(10) < 8).collect();
+            let nulls = NullBuffer::from(valid.clone()).slice(offset, len);
+            let filter = BooleanBuffer::from(picked.clone()).slice(offset, len);
+            let groups: Vec<u32> = (0..len).map(|_| rng.below(5) as u32).collect();
+            for (n, f) in [
+                (Some(&nulls), None),
+                (None, Some(&filter)),
+                (Some(&nulls), Some(&filter)),
+                (None, None),
+            ] {
+                let want: Vec<(usize, u32)> = (0..len)
+                    .filter(|&r| {
+                        (n.is_none() || valid[offset + r]) && (f.is_none() || picked[offset + r])
+                    })
+                    .map(|r| (r, groups[r]))
+                    .collect();
+                let mut got = vec![];
+                for_each_selected(&groups, n, f, |r, g| got.push((r, g)));
+                assert_eq!(got, want, "case {case}: {len} rows at offset {offset}");
+                assert_eq!(count_selected(len, n, f), want.len());
+            }
+        }
+    }
 
     /// Counting in lanes gives what one cell per group gives, over few and many groups, with
     /// the lanes reused pass after pass and the group count changing.
