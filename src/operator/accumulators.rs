@@ -375,6 +375,11 @@ impl Accumulators {
         })
     }
 
+    /// Whether there are DISTINCT accumulators.
+    pub(crate) fn has_distinct(&self) -> bool {
+        self.distincts().next().is_some()
+    }
+
     /// The (group, value) entries the DISTINCT tables hold.
     pub(crate) fn distinct_entries(&self) -> usize {
         self.distincts().map(DistinctAccumulator::entries).sum()

@@ -62,7 +62,19 @@ pub struct LocalGroupAggregate {
     /// Where a split PARTIAL's rows fold by key on one worker: the key columns interned last
     /// since the flush, whose ids `gids` holds (`None` after a flush).
     last_keys: Option<Vec<ArrayRef>>,
+    /// Whether the key table still holds keys of earlier mini-batches ([`RETAINED_KEYS`]):
+    /// then the groups folded since the last flush are those with rows.
+    retained: bool,
 }
+
+/// The most keys a local phase keeps in its key table across a flush (their accumulators
+/// reset), so that the next mini-batch finds them again instead of interning them afresh (a
+/// dictionary's values, for one, each hashed and inserted again): a flush then sends only the
+/// groups that got rows. A larger table is cleared, as the local phase keeps no state; so is
+/// one of which the mini-batch flushed fewer than half the keys (they do not come back), and
+/// one with DISTINCT accumulators (whose lists are built fastest for every group of the
+/// table).
+pub const RETAINED_KEYS: usize = 4096;
 
 /// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
 #[derive(Debug)]
@@ -101,6 +113,7 @@ impl LocalGroupAggregate {
             state_keys: plan.key_types.len(),
             owners: None,
             last_keys: None,
+            retained: false,
             plan,
         })
     }
@@ -149,11 +162,12 @@ impl LocalGroupAggregate {
         if state_keys == self.state_keys && owners.is_none() && self.owners.is_none() {
             return Ok(());
         }
-        if self.len() > 0 {
+        if self.keys() > 0 {
             return Err(Error::internal(
                 "a local phase changed its keys with rows folded",
             ));
         }
+        self.retained = false;
         self.groups = if state_keys == all || owners.is_some() {
             key_table(&self.plan)?
         } else {
@@ -172,7 +186,8 @@ impl LocalGroupAggregate {
         self.state_keys < self.plan.key_types.len()
     }
 
-    /// Local groups folded since the last flush: keys, or (key, worker) slots.
+    /// Local groups in the key table: keys, or (key, worker) slots (with [`RETAINED_KEYS`],
+    /// some of them from earlier mini-batches).
     fn len(&self) -> usize {
         self.owners
             .as_ref()
@@ -349,10 +364,15 @@ impl LocalGroupAggregate {
 
     /// Keys folded since the last flush.
     pub fn keys(&self) -> usize {
-        self.len()
+        if self.retained {
+            self.rows_per_group().iter().filter(|&&r| r > 0).count()
+        } else {
+            self.len()
+        }
     }
 
-    /// Bytes held by the keys and accumulators folded since the last flush.
+    /// Bytes held by the keys (those folded since the last flush, and those it retained) and
+    /// their accumulators.
     pub fn size(&self) -> usize {
         self.groups.size()
             + self.owners.as_ref().map_or(0, Owners::size)
@@ -395,9 +415,22 @@ impl LocalGroupAggregate {
     pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
         let n = self.len() as u32;
         let rows = self.rows_per_group();
+        let parts = self.folded_only(vec![(0..n).collect()], &rows);
         Ok(self
-            .flush_in_parts(vec![(0..n).collect()], &rows)?
+            .flush_in_parts(parts, &rows)?
             .and_then(|parts| parts.into_iter().next()))
+    }
+
+    /// `parts` without the groups that got no rows since the last flush, where the key table
+    /// retained keys of earlier mini-batches (otherwise every group got some).
+    fn folded_only(&self, parts: Vec<Vec<u32>>, rows: &[u64]) -> Vec<Vec<u32>> {
+        if !self.retained {
+            return parts;
+        }
+        parts
+            .into_iter()
+            .map(|ids| ids.into_iter().filter(|&g| rows[g as usize] > 0).collect())
+            .collect()
     }
 
     /// Flushes straight into one part per worker (the owner of each key's key group, in
@@ -409,10 +442,10 @@ impl LocalGroupAggregate {
     /// As [`LocalGroupAggregate::flush`].
     pub(crate) fn flush_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
         let n = self.len();
-        if n == 0 {
+        let rows = self.rows_per_group();
+        if rows.iter().all(|&r| r == 0) {
             return Ok(None);
         }
-        let rows = self.rows_per_group();
         let top = rows.iter().copied().max().unwrap_or(0);
         let all: u64 = rows.iter().sum();
         let hot_share = top as f64 / all.max(1) as f64;
@@ -424,6 +457,7 @@ impl LocalGroupAggregate {
         } else {
             partition(self.groups.hashes(), kg)
         };
+        let parts = self.folded_only(parts, &rows);
         let routing = start.elapsed();
         let entries = self.state.distinct_entries() as u64;
         let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
@@ -435,13 +469,16 @@ impl LocalGroupAggregate {
         }))
     }
 
-    /// Each group's input rows since the last flush.
+    /// Each group's input rows since the last flush (0 for a retained key that got none).
     fn rows_per_group(&self) -> Vec<u64> {
-        if self.retracted {
-            self.group_rows[..self.len()].to_vec()
+        let n = self.len();
+        let mut rows: Vec<u64> = if self.retracted {
+            self.group_rows[..n].to_vec()
         } else {
             self.count1.iter().map(|&c| c as u64).collect()
-        }
+        };
+        rows.resize(n, 0);
+        rows
     }
 
     /// Flushes the groups of each part (together, every group once) as one [`Flushed`] per
@@ -453,10 +490,10 @@ impl LocalGroupAggregate {
         rows: &[u64],
     ) -> Result<Option<Vec<Flushed>>> {
         let n = self.len();
-        if n == 0 {
+        let order: Vec<u32> = parts.concat();
+        if order.is_empty() {
             return Ok(None);
         }
-        let order: Vec<u32> = parts.concat();
         // A (key, worker) slot's key and hash are its query key's.
         let key_hashes = self.groups.hashes();
         let hash_of = |g: u32| match &self.owners {
@@ -495,7 +532,16 @@ impl LocalGroupAggregate {
                 part
             })
             .collect();
-        self.groups.clear();
+        // A small plain key table keeps its keys (their accumulators reset below) while most
+        // of them come back in each mini-batch; the others start from group 0 again.
+        self.retained = n <= RETAINED_KEYS
+            && 2 * order.len() >= n
+            && self.owners.is_none()
+            && !self.merges_buckets()
+            && !self.state.has_distinct();
+        if !self.retained {
+            self.groups.clear();
+        }
         if let Some(owners) = &mut self.owners {
             owners.clear();
         }
@@ -503,7 +549,7 @@ impl LocalGroupAggregate {
         self.count1.clear();
         self.group_rows.clear();
         self.retracted = false;
-        // The next mini-batch starts from group 0 again, in the same allocations.
+        // Every group's accumulators start afresh, in the same allocations.
         self.state.clear(n);
         Ok(Some(flushed))
     }
@@ -566,9 +612,62 @@ mod tests {
         local
             .push(&batch(vec![3, 3, 2], vec!["+I", "+I", "+I"]))
             .unwrap();
-        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![2, 1]);
+        // The key table kept its keys (in their first-seen order: 2, then 3).
+        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![1, 2]);
         local.push(&batch(vec![2], vec!["-D"])).unwrap();
         assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![1]);
+    }
+
+    /// A small key table keeps its keys across a flush, and a flush sends only the keys that
+    /// got rows since the last one, their accumulators afresh; a table of which fewer than
+    /// half the keys came back, or past [`RETAINED_KEYS`], is cleared.
+    #[test]
+    fn a_small_key_table_outlives_a_flush() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let plan = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k")],
+            &[
+                crate::aggregates::count_star(),
+                crate::aggregates::sum(col("v")),
+            ],
+            None,
+        )
+        .unwrap();
+        let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
+        let batch = |keys: Vec<i64>, values: Vec<i64>| {
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(Int64Array::from(values)),
+            ];
+            RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+        };
+        let show = |b: &RecordBatch| {
+            let keys = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            let sums = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+            (0..b.num_rows())
+                .map(|r| (keys.value(r), sums.value(r)))
+                .collect::<Vec<_>>()
+        };
+        local.push(&batch(vec![1, 2, 3], vec![10, 20, 30])).unwrap();
+        assert_eq!(
+            show(&local.flush().unwrap().unwrap()),
+            [(1, 10), (2, 20), (3, 30)]
+        );
+        assert_eq!((local.len(), local.keys()), (3, 0));
+        assert!(local.flush().unwrap().is_none());
+        local.push(&batch(vec![3, 3], vec![5, 6])).unwrap();
+        assert_eq!((local.len(), local.keys()), (3, 1));
+        assert_eq!(show(&local.flush().unwrap().unwrap()), [(3, 11)]);
+        // One key of three came back: the table is cleared.
+        assert_eq!(local.len(), 0);
+        let many: Vec<i64> = (0..=RETAINED_KEYS as i64).collect();
+        local.push(&batch(many.clone(), many.clone())).unwrap();
+        assert_eq!(local.flush().unwrap().unwrap().num_rows(), many.len());
+        assert_eq!((local.len(), local.keys()), (0, 0));
     }
 
     /// A flush routed to the workers holds, part by part, exactly the rows of the whole flush
