@@ -575,6 +575,17 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion_expr::col;
 
+    /// The schema `(k BIGINT NOT NULL, v BIGINT)` and the plan of `aggregates` grouped by `k`.
+    fn plan_by_k(aggregates: &[datafusion_expr::Expr]) -> (SchemaRef, Arc<AggregatePlan>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let plan =
+            AggregatePlan::try_new(Arc::clone(&schema), &[col("k")], aggregates, None).unwrap();
+        (schema, Arc::new(plan))
+    }
+
     /// The input rows each flushed key folded: every row, accumulating or retracting, before
     /// and after the first retraction of a mini-batch and in the next one.
     #[test]
@@ -678,28 +689,17 @@ mod tests {
         use arrow::array::AsArray;
         use arrow::datatypes::Int64Type;
         use arrow::util::display::array_value_to_string;
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, true),
-        ]));
-        let plan = AggregatePlan::try_new(
-            Arc::clone(&schema),
-            &[col("k")],
-            &[
-                crate::aggregates::count_star(),
-                crate::aggregates::sum(col("v")),
-                {
-                    use datafusion_expr::ExprFunctionExt;
-                    crate::aggregates::count(col("v"))
-                        .distinct()
-                        .build()
-                        .unwrap()
-                },
-            ],
-            None,
-        )
-        .map(Arc::new)
-        .unwrap();
+        let (schema, plan) = plan_by_k(&[
+            crate::aggregates::count_star(),
+            crate::aggregates::sum(col("v")),
+            {
+                use datafusion_expr::ExprFunctionExt;
+                crate::aggregates::count(col("v"))
+                    .distinct()
+                    .build()
+                    .unwrap()
+            },
+        ]);
         let keys: Vec<i64> = (0..500).map(|i| (i * 7919) % 61).collect();
         let values: Vec<Option<i64>> = (0..500).map(|i| (i % 11 != 0).then_some(i % 13)).collect();
         let batch = RecordBatch::try_new(
