@@ -15,9 +15,8 @@
 //! global phase elsewhere.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
@@ -26,11 +25,15 @@ use tally_kernels::group_values::{BucketRoutes, GroupValues, new_group_values, s
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
-use crate::operator::exchange::partition;
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed, key_table};
 use crate::operator::owners::Owners;
 use crate::plan::{AggregatePlan, CalcBatch};
+
+mod flush;
+
+pub(crate) use flush::Flushed;
+pub use flush::RETAINED_KEYS;
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
 #[derive(Debug)]
@@ -65,27 +68,6 @@ pub struct LocalGroupAggregate {
     /// Whether the key table still holds keys of earlier mini-batches ([`RETAINED_KEYS`]):
     /// then the groups folded since the last flush are those with rows.
     retained: bool,
-}
-
-/// The most keys a local phase keeps in its key table across a flush (their accumulators
-/// reset), so that the next mini-batch finds them again instead of interning them afresh (a
-/// dictionary's values, for one, each hashed and inserted again): a flush then sends only the
-/// groups that got rows. A larger table is cleared, as the local phase keeps no state; so is
-/// one of which the mini-batch flushed fewer than half the keys (they do not come back), and
-/// one with DISTINCT accumulators (whose lists are built fastest for every group of the
-/// table).
-pub const RETAINED_KEYS: usize = 4096;
-
-/// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
-#[derive(Debug)]
-pub(crate) struct Flushed {
-    pub(crate) batch: RecordBatch,
-    pub(crate) hashes: Vec<u64>,
-    /// How many of the first key columns `hashes` are over: all of them, or a split
-    /// PARTIAL's keys before the buckets where the local phase merged them
-    /// ([`LocalGroupAggregate::merge_buckets`]).
-    pub(crate) hashed_keys: usize,
-    pub(crate) rows: Vec<u64>,
 }
 
 impl LocalGroupAggregate {
@@ -365,7 +347,7 @@ impl LocalGroupAggregate {
     /// Keys folded since the last flush.
     pub fn keys(&self) -> usize {
         if self.retained {
-            self.rows_per_group().iter().filter(|&&r| r > 0).count()
+            self.folded_keys()
         } else {
             self.len()
         }
@@ -379,376 +361,7 @@ impl LocalGroupAggregate {
             + self.state.size()
             + (self.count1.capacity() + self.group_rows.capacity()) * 8
     }
-
-    /// Emits one accumulator row per key folded since the last flush (None if there was none)
-    /// and starts afresh.
-    ///
-    /// # Errors
-    /// When the state cannot be represented (a bug).
-    pub fn flush(&mut self) -> Result<Option<RecordBatch>> {
-        Ok(self.flush_parts()?.map(|f| f.batch))
-    }
-
-    /// [`LocalGroupAggregate::flush`] cut by key group, for a host that routes by key group
-    /// itself (Flink): one accumulator batch per key group of `key_groups` that holds keys, in
-    /// key group order, each with its key group. Built once with its rows ordered by key group
-    /// and sliced, from the hashes the local phase keeps (`LocalGroupAggregate::flush_routed`
-    /// with a worker per key group).
-    ///
-    /// # Errors
-    /// As [`LocalGroupAggregate::flush`]; no key group, or too many.
-    pub fn flush_by_key_group(&mut self, key_groups: usize) -> Result<Vec<(usize, RecordBatch)>> {
-        let kg = KeyGroups::new(key_groups, key_groups)?;
-        let Some(flushed) = self.flush_routed(&kg)? else {
-            return Ok(vec![]);
-        };
-        Ok(flushed
-            .parts
-            .into_iter()
-            .enumerate()
-            .filter(|(_, p)| p.batch.num_rows() > 0)
-            .map(|(g, p)| (g, p.batch))
-            .collect())
-    }
-
-    /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
-    pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
-        let n = self.len() as u32;
-        let rows = self.rows_per_group();
-        let parts = self.folded_only(vec![(0..n).collect()], &rows);
-        Ok(self
-            .flush_in_parts(parts, &rows)?
-            .and_then(|parts| parts.into_iter().next()))
-    }
-
-    /// `parts` without the groups that got no rows since the last flush, where the key table
-    /// retained keys of earlier mini-batches (otherwise every group got some).
-    fn folded_only(&self, parts: Vec<Vec<u32>>, rows: &[u64]) -> Vec<Vec<u32>> {
-        if !self.retained {
-            return parts;
-        }
-        parts
-            .into_iter()
-            .map(|ids| ids.into_iter().filter(|&g| rows[g as usize] > 0).collect())
-            .collect()
-    }
-
-    /// Flushes straight into one part per worker (the owner of each key's key group, in
-    /// worker order; a part may be empty): the accumulator batch is built once with its rows
-    /// ordered by worker and sliced, instead of built whole and gathered per worker. Also
-    /// returns the hottest key's share of the rows folded. `None` when nothing was folded.
-    ///
-    /// # Errors
-    /// As [`LocalGroupAggregate::flush`].
-    pub(crate) fn flush_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
-        let n = self.len();
-        let rows = self.rows_per_group();
-        if rows.iter().all(|&r| r == 0) {
-            return Ok(None);
-        }
-        let top = rows.iter().copied().max().unwrap_or(0);
-        let all: u64 = rows.iter().sum();
-        let hot_share = top as f64 / all.max(1) as f64;
-        let start = Instant::now();
-        let parts = if kg.workers() == 1 {
-            vec![(0..n as u32).collect()]
-        } else if let Some(owners) = &self.owners {
-            owners.parts()
-        } else {
-            partition(self.groups.hashes(), kg)
-        };
-        let parts = self.folded_only(parts, &rows);
-        let routing = start.elapsed();
-        let entries = self.state.distinct_entries() as u64;
-        let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
-        Ok(Some(RoutedFlush {
-            parts,
-            hot_share,
-            routing,
-            entries,
-        }))
-    }
-
-    /// Each group's input rows since the last flush (0 for a retained key that got none).
-    fn rows_per_group(&self) -> Vec<u64> {
-        let n = self.len();
-        let mut rows: Vec<u64> = if self.retracted {
-            self.group_rows[..n].to_vec()
-        } else {
-            self.count1.iter().map(|&c| c as u64).collect()
-        };
-        rows.resize(n, 0);
-        rows
-    }
-
-    /// Flushes the groups of each part (together, every group once) as one [`Flushed`] per
-    /// part, from one accumulator batch whose rows run part after part, and starts afresh;
-    /// `rows` are [`LocalGroupAggregate::rows_per_group`].
-    fn flush_in_parts(
-        &mut self,
-        parts: Vec<Vec<u32>>,
-        rows: &[u64],
-    ) -> Result<Option<Vec<Flushed>>> {
-        let n = self.len();
-        let order: Vec<u32> = parts.concat();
-        if order.is_empty() {
-            return Ok(None);
-        }
-        // A (key, worker) slot's key and hash are its query key's.
-        let key_hashes = self.groups.hashes();
-        let hash_of = |g: u32| match &self.owners {
-            Some(owners) => owners.key_hash(g),
-            None => key_hashes[g as usize],
-        };
-        let mut cols: Vec<ArrayRef> = match &self.owners {
-            Some(owners) => owners.key_columns(&order)?,
-            None => self.groups.keys(&order)?,
-        };
-        for t in &self.plan.key_types[self.state_keys..] {
-            cols.push(arrow::array::new_null_array(t, order.len()));
-        }
-        let keys = cols.len();
-        cols.extend(self.state.state(&order)?);
-        let count1: ArrayRef = Arc::new(Int64Array::from_iter_values(
-            order.iter().map(|&g| self.count1[g as usize]),
-        ));
-        if let Some(c) = self.count_star_column {
-            cols[keys + c] = Arc::clone(&count1);
-        }
-        cols.push(count1);
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
-            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
-        let mut offset = 0;
-        let flushed = parts
-            .iter()
-            .map(|ids| {
-                let part = Flushed {
-                    batch: batch.slice(offset, ids.len()),
-                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
-                    hashed_keys: self.state_keys,
-                    rows: ids.iter().map(|&g| rows[g as usize]).collect(),
-                };
-                offset += ids.len();
-                part
-            })
-            .collect();
-        // A small plain key table keeps its keys (their accumulators reset below) while most
-        // of them come back in each mini-batch; the others start from group 0 again.
-        self.retained = n <= RETAINED_KEYS
-            && 2 * order.len() >= n
-            && self.owners.is_none()
-            && !self.merges_buckets()
-            && !self.state.has_distinct();
-        if !self.retained {
-            self.groups.clear();
-        }
-        if let Some(owners) = &mut self.owners {
-            owners.clear();
-        }
-        self.last_keys = None;
-        self.count1.clear();
-        self.group_rows.clear();
-        self.retracted = false;
-        // Every group's accumulators start afresh, in the same allocations.
-        self.state.clear(n);
-        Ok(Some(flushed))
-    }
-}
-
-/// A local phase's flush routed to the workers ([`LocalGroupAggregate::flush_routed`]).
-#[derive(Debug)]
-pub(crate) struct RoutedFlush {
-    /// One part per worker, in worker order (possibly empty).
-    pub(crate) parts: Vec<Flushed>,
-    /// The hottest key's share of the rows folded (for the adaptive local phase).
-    pub(crate) hot_share: f64,
-    /// The time taken to assign the keys to the workers (the exchange's share of the flush).
-    pub(crate) routing: Duration,
-    /// The DISTINCT (group, value) entries the flush's lists hold.
-    pub(crate) entries: u64,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::StringArray;
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion_expr::col;
-
-    /// The schema `(k BIGINT NOT NULL, v BIGINT)` and the plan of `aggregates` grouped by `k`.
-    fn plan_by_k(aggregates: &[datafusion_expr::Expr]) -> (SchemaRef, Arc<AggregatePlan>) {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, true),
-        ]));
-        let plan =
-            AggregatePlan::try_new(Arc::clone(&schema), &[col("k")], aggregates, None).unwrap();
-        (schema, Arc::new(plan))
-    }
-
-    /// The input rows each flushed key folded: every row, accumulating or retracting, before
-    /// and after the first retraction of a mini-batch and in the next one.
-    #[test]
-    fn a_flush_counts_each_keys_rows() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("op", DataType::Utf8, false),
-        ]));
-        let plan = AggregatePlan::try_new(
-            Arc::clone(&schema),
-            &[col("k")],
-            &[crate::aggregates::count_star()],
-            None,
-        )
-        .unwrap();
-        let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
-        let batch = |keys: Vec<i64>, ops: Vec<&str>| {
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(Int64Array::from(keys)),
-                Arc::new(StringArray::from(ops)),
-            ];
-            RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
-        };
-        let rows_of = |f: Flushed| -> Vec<u64> { f.rows };
-        local
-            .push(&batch(vec![1, 2, 1], vec!["+I", "+I", "+I"]))
-            .unwrap();
-        local.push(&batch(vec![1, 3], vec!["-D", "+I"])).unwrap();
-        local.push(&batch(vec![2, 3], vec!["+I", "+I"])).unwrap();
-        // Keys in first-seen order: 1, 2, 3.
-        assert_eq!(
-            rows_of(local.flush_parts().unwrap().unwrap()),
-            vec![3, 2, 2]
-        );
-        local
-            .push(&batch(vec![3, 3, 2], vec!["+I", "+I", "+I"]))
-            .unwrap();
-        // The key table kept its keys (in their first-seen order: 2, then 3).
-        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![1, 2]);
-        local.push(&batch(vec![2], vec!["-D"])).unwrap();
-        assert_eq!(rows_of(local.flush_parts().unwrap().unwrap()), vec![1]);
-    }
-
-    /// A small key table keeps its keys across a flush, and a flush sends only the keys that
-    /// got rows since the last one, their accumulators afresh; a table of which fewer than
-    /// half the keys came back, or past [`RETAINED_KEYS`], is cleared.
-    #[test]
-    fn a_small_key_table_outlives_a_flush() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let plan = AggregatePlan::try_new(
-            Arc::clone(&schema),
-            &[col("k")],
-            &[
-                crate::aggregates::count_star(),
-                crate::aggregates::sum(col("v")),
-            ],
-            None,
-        )
-        .unwrap();
-        let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
-        let batch = |keys: Vec<i64>, values: Vec<i64>| {
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(Int64Array::from(keys)),
-                Arc::new(Int64Array::from(values)),
-            ];
-            RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
-        };
-        let show = |b: &RecordBatch| {
-            let keys = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            let sums = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
-            (0..b.num_rows())
-                .map(|r| (keys.value(r), sums.value(r)))
-                .collect::<Vec<_>>()
-        };
-        local.push(&batch(vec![1, 2, 3], vec![10, 20, 30])).unwrap();
-        assert_eq!(
-            show(&local.flush().unwrap().unwrap()),
-            [(1, 10), (2, 20), (3, 30)]
-        );
-        assert_eq!((local.len(), local.keys()), (3, 0));
-        assert!(local.flush().unwrap().is_none());
-        local.push(&batch(vec![3, 3], vec![5, 6])).unwrap();
-        assert_eq!((local.len(), local.keys()), (3, 1));
-        assert_eq!(show(&local.flush().unwrap().unwrap()), [(3, 11)]);
-        // One key of three came back: the table is cleared.
-        assert_eq!(local.len(), 0);
-        let many: Vec<i64> = (0..=RETAINED_KEYS as i64).collect();
-        local.push(&batch(many.clone(), many.clone())).unwrap();
-        assert_eq!(local.flush().unwrap().unwrap().num_rows(), many.len());
-        assert_eq!((local.len(), local.keys()), (0, 0));
-    }
-
-    /// A flush routed to the workers holds, part by part, exactly the rows of the whole flush
-    /// whose keys' key groups the worker owns (keys, accumulators, counts, hashes and rows),
-    /// DISTINCT lists included (built once for the groups in worker order).
-    #[test]
-    fn a_routed_flush_is_the_whole_flush_cut_by_worker() {
-        use arrow::array::AsArray;
-        use arrow::datatypes::Int64Type;
-        use arrow::util::display::array_value_to_string;
-        let (schema, plan) = plan_by_k(&[
-            crate::aggregates::count_star(),
-            crate::aggregates::sum(col("v")),
-            {
-                use datafusion_expr::ExprFunctionExt;
-                crate::aggregates::count(col("v"))
-                    .distinct()
-                    .build()
-                    .unwrap()
-            },
-        ]);
-        let keys: Vec<i64> = (0..500).map(|i| (i * 7919) % 61).collect();
-        let values: Vec<Option<i64>> = (0..500).map(|i| (i % 11 != 0).then_some(i % 13)).collect();
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                Arc::new(Int64Array::from(keys)),
-                Arc::new(Int64Array::from(values)),
-            ],
-        )
-        .unwrap();
-        let rows_of = |f: &Flushed| -> Vec<String> {
-            (0..f.batch.num_rows())
-                .map(|r| {
-                    let cols: Vec<String> = f
-                        .batch
-                        .columns()
-                        .iter()
-                        .map(|c| array_value_to_string(c, r).unwrap())
-                        .collect();
-                    format!("{} {} {}", cols.join(" "), f.hashes[r], f.rows[r])
-                })
-                .collect()
-        };
-        let mut whole = LocalGroupAggregate::try_new(Arc::clone(&plan)).unwrap();
-        whole.push(&batch).unwrap();
-        let whole = whole.flush_parts().unwrap().unwrap();
-        let kg = KeyGroups::new(128, 3).unwrap();
-        let mut local = LocalGroupAggregate::try_new(Arc::clone(&plan)).unwrap();
-        for _ in 0..2 {
-            local.push(&batch).unwrap();
-            let routed = local.flush_routed(&kg).unwrap().unwrap();
-            assert_eq!(routed.parts.len(), 3);
-            let mut seen = 0;
-            for (w, part) in routed.parts.iter().enumerate() {
-                let want: Vec<String> = rows_of(&whole)
-                    .into_iter()
-                    .zip(&whole.hashes)
-                    .filter(|(_, h)| kg.worker_of_hash(**h) == w)
-                    .map(|(r, _)| r)
-                    .collect();
-                assert_eq!(rows_of(part), want, "worker {w}");
-                seen += part.batch.num_rows();
-            }
-            assert_eq!(seen, whole.batch.num_rows());
-            // The hottest key's share of the rows folded.
-            let counts = whole.batch.column(whole.batch.num_columns() - 1);
-            let counts = counts.as_primitive::<Int64Type>();
-            let top = counts.values().iter().copied().max().unwrap();
-            assert_eq!(routed.hot_share, top as f64 / 500.0);
-        }
-    }
-}
+mod tests;

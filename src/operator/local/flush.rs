@@ -1,0 +1,235 @@
+//! Flushing a [`LocalGroupAggregate`]: its accumulator rows, whole, cut by worker or by key
+//! group, and what its key table keeps for the next mini-batch ([`RETAINED_KEYS`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+
+use super::LocalGroupAggregate;
+use crate::error::{Error, Result};
+use crate::operator::exchange::partition;
+use crate::operator::key_groups::KeyGroups;
+
+/// The most keys a local phase keeps in its key table across a flush (their accumulators
+/// reset), so that the next mini-batch finds them again instead of interning them afresh (a
+/// dictionary's values, for one, each hashed and inserted again): a flush then sends only the
+/// groups that got rows. A larger table is cleared, as the local phase keeps no state; so is
+/// one of which the mini-batch flushed fewer than half the keys (they do not come back), and
+/// one with DISTINCT accumulators (whose lists are built fastest for every group of the
+/// table).
+pub const RETAINED_KEYS: usize = 4096;
+
+/// A flushed accumulator batch with, per row, its key's hash and the input rows it folds.
+#[derive(Debug)]
+pub(crate) struct Flushed {
+    pub(crate) batch: RecordBatch,
+    pub(crate) hashes: Vec<u64>,
+    /// How many of the first key columns `hashes` are over: all of them, or a split
+    /// PARTIAL's keys before the buckets where the local phase merged them
+    /// ([`LocalGroupAggregate::merge_buckets`]).
+    pub(crate) hashed_keys: usize,
+    pub(crate) rows: Vec<u64>,
+}
+
+impl LocalGroupAggregate {
+    /// Emits one accumulator row per key folded since the last flush (None if there was none)
+    /// and starts afresh.
+    ///
+    /// # Errors
+    /// When the state cannot be represented (a bug).
+    pub fn flush(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(self.flush_parts()?.map(|f| f.batch))
+    }
+
+    /// [`LocalGroupAggregate::flush`] cut by key group, for a host that routes by key group
+    /// itself (Flink): one accumulator batch per key group of `key_groups` that holds keys, in
+    /// key group order, each with its key group. Built once with its rows ordered by key group
+    /// and sliced, from the hashes the local phase keeps (`LocalGroupAggregate::flush_routed`
+    /// with a worker per key group).
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::flush`]; no key group, or too many.
+    pub fn flush_by_key_group(&mut self, key_groups: usize) -> Result<Vec<(usize, RecordBatch)>> {
+        let kg = KeyGroups::new(key_groups, key_groups)?;
+        let Some(flushed) = self.flush_routed(&kg)? else {
+            return Ok(vec![]);
+        };
+        Ok(flushed
+            .parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, p)| p.batch.num_rows() > 0)
+            .map(|(g, p)| (g, p.batch))
+            .collect())
+    }
+
+    /// [`LocalGroupAggregate::flush`], with each row's key hash and input row count.
+    pub(crate) fn flush_parts(&mut self) -> Result<Option<Flushed>> {
+        let n = self.len() as u32;
+        let rows = self.rows_per_group();
+        let parts = self.folded_only(vec![(0..n).collect()], &rows);
+        Ok(self
+            .flush_in_parts(parts, &rows)?
+            .and_then(|parts| parts.into_iter().next()))
+    }
+
+    /// `parts` without the groups that got no rows since the last flush, where the key table
+    /// retained keys of earlier mini-batches (otherwise every group got some).
+    fn folded_only(&self, parts: Vec<Vec<u32>>, rows: &[u64]) -> Vec<Vec<u32>> {
+        if !self.retained {
+            return parts;
+        }
+        parts
+            .into_iter()
+            .map(|ids| ids.into_iter().filter(|&g| rows[g as usize] > 0).collect())
+            .collect()
+    }
+
+    /// Flushes straight into one part per worker (the owner of each key's key group, in
+    /// worker order; a part may be empty): the accumulator batch is built once with its rows
+    /// ordered by worker and sliced, instead of built whole and gathered per worker. Also
+    /// returns the hottest key's share of the rows folded. `None` when nothing was folded.
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::flush`].
+    pub(crate) fn flush_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
+        let n = self.len();
+        let rows = self.rows_per_group();
+        if rows.iter().all(|&r| r == 0) {
+            return Ok(None);
+        }
+        let top = rows.iter().copied().max().unwrap_or(0);
+        let all: u64 = rows.iter().sum();
+        let hot_share = top as f64 / all.max(1) as f64;
+        let start = Instant::now();
+        let parts = if kg.workers() == 1 {
+            vec![(0..n as u32).collect()]
+        } else if let Some(owners) = &self.owners {
+            owners.parts()
+        } else {
+            partition(self.groups.hashes(), kg)
+        };
+        let parts = self.folded_only(parts, &rows);
+        let routing = start.elapsed();
+        let entries = self.state.distinct_entries() as u64;
+        let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
+        Ok(Some(RoutedFlush {
+            parts,
+            hot_share,
+            routing,
+            entries,
+        }))
+    }
+
+    /// The keys that got rows since the last flush (counted as [`Self::rows_per_group`] would
+    /// give them, without the list).
+    pub(super) fn folded_keys(&self) -> usize {
+        if self.retracted {
+            self.group_rows[..self.len()]
+                .iter()
+                .filter(|&&r| r > 0)
+                .count()
+        } else {
+            self.count1.iter().filter(|&&c| c != 0).count()
+        }
+    }
+
+    /// Each group's input rows since the last flush (0 for a retained key that got none).
+    fn rows_per_group(&self) -> Vec<u64> {
+        let n = self.len();
+        let mut rows: Vec<u64> = if self.retracted {
+            self.group_rows[..n].to_vec()
+        } else {
+            self.count1.iter().map(|&c| c as u64).collect()
+        };
+        rows.resize(n, 0);
+        rows
+    }
+
+    /// Flushes the groups of each part (together, every group once) as one [`Flushed`] per
+    /// part, from one accumulator batch whose rows run part after part, and starts afresh;
+    /// `rows` are [`LocalGroupAggregate::rows_per_group`].
+    fn flush_in_parts(
+        &mut self,
+        parts: Vec<Vec<u32>>,
+        rows: &[u64],
+    ) -> Result<Option<Vec<Flushed>>> {
+        let n = self.len();
+        let order: Vec<u32> = parts.concat();
+        if order.is_empty() {
+            return Ok(None);
+        }
+        // A (key, worker) slot's key and hash are its query key's.
+        let key_hashes = self.groups.hashes();
+        let hash_of = |g: u32| match &self.owners {
+            Some(owners) => owners.key_hash(g),
+            None => key_hashes[g as usize],
+        };
+        let mut cols: Vec<ArrayRef> = match &self.owners {
+            Some(owners) => owners.key_columns(&order)?,
+            None => self.groups.keys(&order)?,
+        };
+        for t in &self.plan.key_types[self.state_keys..] {
+            cols.push(arrow::array::new_null_array(t, order.len()));
+        }
+        let keys = cols.len();
+        cols.extend(self.state.state(&order)?);
+        let count1: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            order.iter().map(|&g| self.count1[g as usize]),
+        ));
+        if let Some(c) = self.count_star_column {
+            cols[keys + c] = Arc::clone(&count1);
+        }
+        cols.push(count1);
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let mut offset = 0;
+        let flushed = parts
+            .iter()
+            .map(|ids| {
+                let part = Flushed {
+                    batch: batch.slice(offset, ids.len()),
+                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
+                    hashed_keys: self.state_keys,
+                    rows: ids.iter().map(|&g| rows[g as usize]).collect(),
+                };
+                offset += ids.len();
+                part
+            })
+            .collect();
+        // A small plain key table keeps its keys (their accumulators reset below) while most
+        // of them come back in each mini-batch; the others start from group 0 again.
+        self.retained = n <= RETAINED_KEYS
+            && 2 * order.len() >= n
+            && self.owners.is_none()
+            && !self.merges_buckets()
+            && !self.state.has_distinct();
+        if !self.retained {
+            self.groups.clear();
+        }
+        if let Some(owners) = &mut self.owners {
+            owners.clear();
+        }
+        self.last_keys = None;
+        self.count1.clear();
+        self.group_rows.clear();
+        self.retracted = false;
+        // Every group's accumulators start afresh, in the same allocations.
+        self.state.clear(n);
+        Ok(Some(flushed))
+    }
+}
+
+/// A local phase's flush routed to the workers ([`LocalGroupAggregate::flush_routed`]).
+#[derive(Debug)]
+pub(crate) struct RoutedFlush {
+    /// One part per worker, in worker order (possibly empty).
+    pub(crate) parts: Vec<Flushed>,
+    /// The hottest key's share of the rows folded (for the adaptive local phase).
+    pub(crate) hot_share: f64,
+    /// The time taken to assign the keys to the workers (the exchange's share of the flush).
+    pub(crate) routing: Duration,
+    /// The DISTINCT (group, value) entries the flush's lists hold.
+    pub(crate) entries: u64,
+}
