@@ -64,21 +64,11 @@ fn a_flush_counts_each_keys_rows() {
 /// half the keys came back, or past [`RETAINED_KEYS`], is cleared.
 #[test]
 fn a_small_key_table_outlives_a_flush() {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("v", DataType::Int64, false),
-    ]));
-    let plan = AggregatePlan::try_new(
-        Arc::clone(&schema),
-        &[col("k")],
-        &[
-            crate::aggregates::count_star(),
-            crate::aggregates::sum(col("v")),
-        ],
-        None,
-    )
-    .unwrap();
-    let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
+    let (schema, plan) = plan_by_k(&[
+        crate::aggregates::count_star(),
+        crate::aggregates::sum(col("v")),
+    ]);
+    let mut local = LocalGroupAggregate::try_new(plan).unwrap();
     let batch = |keys: Vec<i64>, values: Vec<i64>| {
         let cols: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(keys)),
