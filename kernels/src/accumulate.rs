@@ -2,7 +2,8 @@
 //!
 //! A row counts when its value is not NULL and the filter (if any) selects it. Which of the four
 //! (nulls × filter) cases applies is decided once per batch; the selected rows are then walked
-//! with bit iterators that read validity 64 bits at a time.
+//! with bit iterators that read validity 64 bits at a time, or, for state that takes an update
+//! back exactly and a column with few NULLs, every row is visited and the NULL rows taken back.
 
 use arrow_buffer::{BooleanBuffer, NullBuffer};
 
@@ -41,6 +42,38 @@ pub fn for_each_selected<F: FnMut(usize, u32)>(
             }
         }
     }
+}
+
+/// At most one row in this many NULL (and no filter): a pass over state that takes an update
+/// back exactly visits every row and then takes the NULL rows back
+/// ([`for_each_row_then_nulls`]) instead of walking the validity's set bits.
+pub const SPARSE_NULLS: usize = 8;
+
+/// For state that takes an update back exactly (wrapping integer sums, counts): where `nulls`
+/// marks few rows NULL (at most one in [`SPARSE_NULLS`]) and there is no `filter`, calls
+/// `f(row, group, true)` for every row and then `f(row, group, false)` for each NULL row, and
+/// returns true; the state ends as if [`for_each_selected`] had visited the valid rows, without
+/// a bit walk over nearly every row. Otherwise visits nothing and returns false.
+#[inline(always)]
+pub fn for_each_row_then_nulls<F: FnMut(usize, u32, bool)>(
+    groups: &[u32],
+    nulls: Option<&NullBuffer>,
+    filter: Option<&BooleanBuffer>,
+    mut f: F,
+) -> bool {
+    let Some(n) = nulls.filter(|n| n.null_count() > 0) else {
+        return false;
+    };
+    if filter.is_some() || n.null_count() * SPARSE_NULLS > groups.len() {
+        return false;
+    }
+    for (i, &g) in groups.iter().enumerate() {
+        f(i, g, true);
+    }
+    for i in (!n.inner()).set_indices() {
+        f(i, groups[i], false);
+    }
+    true
 }
 
 /// The number of rows [`for_each_selected`] would visit.
