@@ -1,8 +1,11 @@
 //! One Parquet row group's column chunks held in memory: each projected column's chunk read
 //! whole, in one read, and served to the Parquet decoder as zero-copy slices. Read from a
 //! `File`, the decoder would duplicate the handle, seek and read into a new buffer for every
-//! page (and decompress from that copy); here a page costs a slice of the chunk. The chunks'
-//! buffers come back to their split once the decoder drops them ([`ChunkBuffers`]).
+//! page (and decompress from that copy); here a page costs a slice of the chunk. A split that
+//! reads some rows of the group, in a file with an offset index, reads only the pages that hold
+//! them (and the dictionary page before them): the decoder then skips the others by the index,
+//! without reading them. The chunks' buffers come back to their split once the decoder drops
+//! them ([`ChunkBuffers`]).
 
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
@@ -12,9 +15,11 @@ use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
 };
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::reader::{ChunkReader, Length};
 
 use crate::error::{Error, Result};
@@ -76,7 +81,8 @@ pub(super) struct RowGroupChunks {
 }
 
 impl RowGroupChunks {
-    /// Reads the chunks of row group `rg` that `mask` projects from `file` (one read each),
+    /// Reads the chunks of row group `rg` that `mask` projects from `file` (one read each, or
+    /// one per run of pages holding the row ranges `rows` where given: see the module docs),
     /// into buffers from `buffers`.
     ///
     /// # Errors
@@ -87,6 +93,7 @@ impl RowGroupChunks {
         metadata: &ParquetMetaData,
         rg: usize,
         mask: &ProjectionMask,
+        rows: Option<&[(usize, usize)]>,
         buffers: &ChunkBuffers,
         ctx: &str,
     ) -> Result<Self> {
@@ -95,10 +102,23 @@ impl RowGroupChunks {
             .map_err(|e| Error::io(format!("{ctx}: {e}")))?
             .len();
         let group = metadata.row_group(rg);
-        let mut ranges: Vec<(u64, u64)> = (0..group.num_columns())
-            .filter(|&c| mask.leaf_included(c))
-            .map(|c| group.column(c).byte_range())
-            .collect();
+        let pages = metadata
+            .offset_index()
+            .and_then(|index| index.get(rg))
+            .filter(|columns| columns.len() == group.num_columns());
+        let mut ranges: Vec<(u64, u64)> = vec![];
+        for c in (0..group.num_columns()).filter(|&c| mask.leaf_included(c)) {
+            let whole = group.column(c).byte_range();
+            match (rows, pages) {
+                (Some(rows), Some(pages)) => ranges.extend(page_ranges(
+                    whole,
+                    pages[c].page_locations(),
+                    usize::try_from(group.num_rows()).unwrap_or(0),
+                    rows,
+                )),
+                _ => ranges.push(whole),
+            }
+        }
         ranges.sort_unstable();
         let mut chunks = Vec::with_capacity(ranges.len());
         for (start, len) in ranges {
@@ -124,9 +144,9 @@ impl RowGroupChunks {
         Ok(Self { file_len, chunks })
     }
 
-    /// A reader of row group `rg` of `table`'s file (its projected chunks read whole into
-    /// `buffers`), in batches of `batch_size` rows, reading the rows `selection` selects (all
-    /// when None).
+    /// A reader of row group `rg` of `table`'s file (its projected chunks read into
+    /// `buffers`), in batches of `batch_size` rows, reading the row ranges `rows` (first row
+    /// within the group, rows; in order, not overlapping), or every row when None.
     ///
     /// # Errors
     /// As [`RowGroupChunks::read`], and a reader the decoder refuses.
@@ -137,18 +157,18 @@ impl RowGroupChunks {
         mask: &ProjectionMask,
         buffers: &ChunkBuffers,
         batch_size: usize,
-        selection: Option<RowSelection>,
+        rows: Option<&[(usize, usize)]>,
     ) -> Result<ParquetRecordBatchReader> {
         let ctx = table.ctx();
         let file = super::open(&table.path)?;
-        let chunks = Self::read(file, metadata.metadata(), rg, mask, buffers, &ctx)?;
+        let chunks = Self::read(file, metadata.metadata(), rg, mask, rows, buffers, &ctx)?;
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata.clone())
                 .with_row_groups(vec![rg])
                 .with_projection(mask.clone())
                 .with_batch_size(batch_size);
-        if let Some(selection) = selection {
-            builder = builder.with_row_selection(selection);
+        if let Some(rows) = rows {
+            builder = builder.with_row_selection(selection(rows));
         }
         builder
             .build()
@@ -168,6 +188,61 @@ impl RowGroupChunks {
         }
         Ok(bytes.slice(skip..))
     }
+}
+
+/// The byte ranges of a column chunk (`whole`: start, length) that a reader of the row ranges
+/// `rows` of its row group (of `num_rows` rows) needs, where `pages` locates its data pages:
+/// what comes before the first data page (the dictionary page), and each run of pages that
+/// hold selected rows. The whole chunk when the locations do not start inside it.
+fn page_ranges(
+    whole: (u64, u64),
+    pages: &[PageLocation],
+    num_rows: usize,
+    rows: &[(usize, usize)],
+) -> Vec<(u64, u64)> {
+    let (start, len) = whole;
+    let first = pages.first().and_then(|p| u64::try_from(p.offset).ok());
+    let Some(first) = first.filter(|&f| f >= start && f < start + len) else {
+        return vec![whole];
+    };
+    let mut out = vec![];
+    if first > start {
+        out.push((start, first - start));
+    }
+    for (i, page) in pages.iter().enumerate() {
+        let from = usize::try_from(page.first_row_index).unwrap_or(0);
+        let to = pages.get(i + 1).map_or(num_rows, |next| {
+            usize::try_from(next.first_row_index).unwrap_or(num_rows)
+        });
+        if !rows.iter().any(|&(a, n)| a < to && from < a + n) {
+            continue;
+        }
+        let (Ok(at), Ok(size)) = (
+            u64::try_from(page.offset),
+            u64::try_from(page.compressed_page_size),
+        ) else {
+            return vec![whole];
+        };
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == at => *l += size,
+            _ => out.push((at, size)),
+        }
+    }
+    out
+}
+
+/// The row selection reading `ranges` (first row, rows; ascending) of a row group.
+fn selection(ranges: &[(usize, usize)]) -> RowSelection {
+    let mut selectors = Vec::with_capacity(ranges.len() * 2);
+    let mut at = 0;
+    for &(first, rows) in ranges {
+        if first > at {
+            selectors.push(RowSelector::skip(first - at));
+        }
+        selectors.push(RowSelector::select(rows));
+        at = first + rows;
+    }
+    RowSelection::from(selectors)
 }
 
 fn outside(start: u64) -> ParquetError {
@@ -256,6 +331,136 @@ mod tests {
             1,
             "the small one stays kept"
         );
+    }
+
+    fn page(offset: i64, size: i32, first_row: i64) -> PageLocation {
+        PageLocation {
+            offset,
+            compressed_page_size: size,
+            first_row_index: first_row,
+        }
+    }
+
+    /// A split reads what precedes the first data page (the dictionary page) and the runs of
+    /// pages that hold its rows; without locations inside the chunk, the whole chunk.
+    #[test]
+    fn a_split_reads_the_dictionary_and_its_pages() {
+        // A chunk at bytes 100..400: a dictionary page, then pages of 10 rows at 150, 200, 250,
+        // 300 and 350.
+        let whole = (100, 300);
+        let pages: Vec<PageLocation> = (0..5).map(|i| page(150 + 50 * i, 50, 10 * i)).collect();
+        assert_eq!(page_ranges(whole, &pages, 50, &[(0, 50)]), vec![(100, 300)]);
+        assert_eq!(
+            page_ranges(whole, &pages, 50, &[(12, 5)]),
+            vec![(100, 50), (200, 50)]
+        );
+        // Rows 15..25 span two pages; a range that ends where a page starts leaves it out.
+        assert_eq!(
+            page_ranges(whole, &pages, 50, &[(15, 10)]),
+            vec![(100, 50), (200, 100)]
+        );
+        assert_eq!(
+            page_ranges(whole, &pages, 50, &[(20, 10)]),
+            vec![(100, 50), (250, 50)]
+        );
+        // Two ranges, with a page between them not read; the last page runs to the group's end.
+        assert_eq!(
+            page_ranges(whole, &pages, 50, &[(0, 5), (41, 2)]),
+            vec![(100, 100), (350, 50)]
+        );
+        // No dictionary page: the first data page starts the chunk.
+        let plain: Vec<PageLocation> = (0..3).map(|i| page(100 + 100 * i, 100, 10 * i)).collect();
+        assert_eq!(page_ranges(whole, &plain, 30, &[(25, 5)]), vec![(300, 100)]);
+        // Locations that do not fall inside the chunk (a file that lies): the whole chunk.
+        let wrong = vec![page(90, 50, 0), page(140, 50, 10)];
+        assert_eq!(page_ranges(whole, &wrong, 20, &[(12, 2)]), vec![whole]);
+        assert_eq!(page_ranges(whole, &[], 20, &[(12, 2)]), vec![whole]);
+    }
+
+    /// Over a file with an offset index and pages of 100 rows, the rows 1,000..1,150 of a
+    /// row group of 4,000 take a fraction of its bytes, and a reader over them gives those
+    /// rows; read whole, the group gives every row.
+    #[test]
+    fn a_split_of_a_row_group_reads_its_pages_only() {
+        use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+        use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+        use parquet::arrow::ArrowWriter;
+        use parquet::arrow::arrow_reader::ArrowReaderOptions;
+        use parquet::file::metadata::PageIndexPolicy;
+        use parquet::file::properties::WriterProperties;
+        use std::sync::Arc;
+
+        let dir = std::env::temp_dir().join(format!("tally-chunks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pages.parquet");
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, false),
+        ]));
+        let n = 4000i64;
+        let v = Int64Array::from_iter((0..n).map(|i| (i % 7 != 0).then_some(i)));
+        let s = StringArray::from_iter_values((0..n).map(|i| format!("k{}", i % 13)));
+        let batch =
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(v), Arc::new(s)]).unwrap();
+        // `v` in plain pages (a dictionary of its 4,000 values would outweigh them), `s` in a
+        // dictionary page and pages of its keys.
+        let props = WriterProperties::builder()
+            .set_data_page_row_count_limit(100)
+            .set_write_batch_size(50)
+            .set_column_dictionary_enabled("v".into(), false)
+            .build();
+        let mut w =
+            ArrowWriter::try_new(File::create(&path).unwrap(), schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+
+        let options =
+            ArrowReaderOptions::default().with_offset_index_policy(PageIndexPolicy::Required);
+        let meta = ArrowReaderMetadata::load(&File::open(&path).unwrap(), options).unwrap();
+        let mask = ProjectionMask::all();
+        let buffers = ChunkBuffers::default();
+        let read = |rows: Option<&[(usize, usize)]>| {
+            let file = File::open(&path).unwrap();
+            RowGroupChunks::read(file, meta.metadata(), 0, &mask, rows, &buffers, "f").unwrap()
+        };
+        let bytes = |c: &RowGroupChunks| c.chunks.iter().map(|(_, b)| b.len()).sum::<usize>();
+        let rows = [(1000, 150)];
+        let (whole, part) = (read(None), read(Some(&rows)));
+        assert!(
+            bytes(&part) * 4 < bytes(&whole),
+            "{} of {} bytes",
+            bytes(&part),
+            bytes(&whole)
+        );
+        let values = |chunks: RowGroupChunks, rows: Option<&[(usize, usize)]>| -> Vec<i64> {
+            let mut builder =
+                ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
+                    .with_batch_size(64);
+            if let Some(rows) = rows {
+                builder = builder.with_row_selection(selection(rows));
+            }
+            let mut out = vec![];
+            for b in builder.build().unwrap() {
+                let b = b.unwrap();
+                let v = b.column(0).as_primitive::<Int64Type>();
+                let s = b.column(1).as_string::<i32>();
+                for i in 0..b.num_rows() {
+                    // The row number: its value, or (under a NULL) its string's residue checks.
+                    let row = if v.is_valid(i) { v.value(i) } else { -1 };
+                    assert!(row == -1 || s.value(i) == format!("k{}", row % 13));
+                    out.push(row);
+                }
+            }
+            out
+        };
+        let want = |from: i64, to: i64| -> Vec<i64> {
+            (from..to)
+                .map(|i| if i % 7 == 0 { -1 } else { i })
+                .collect()
+        };
+        assert_eq!(values(part, Some(&rows)), want(1000, 1150));
+        assert_eq!(values(whole, None), want(0, n));
+        std::fs::remove_file(&path).ok();
     }
 
     #[test]

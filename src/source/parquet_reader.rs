@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::basic::Encoding;
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
 use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
 use super::{FileTable, NullColumns, SourceReader, open};
@@ -55,9 +55,21 @@ impl FileTable {
     /// columns this table decodes, and the schema of its batches: the declared one, except that
     /// the [`FileTable::dictionary_columns`] whose chunks are all dictionary encoded are read as
     /// `Dictionary(Int32, Utf8)` (the strings are decoded once per row group, not once per row).
-    pub(super) fn parquet_metadata(&self) -> Result<ParquetScan> {
+    /// With `pages`, the file's offset index comes too where it has one (so that a split of a
+    /// row group reads only its pages: `parquet_chunks.rs`); an index that cannot be read is
+    /// left out.
+    pub(super) fn parquet_metadata(&self, pages: bool) -> Result<ParquetScan> {
         let file = open(&self.path)?;
-        let mut metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
+        let with_pages = ArrowReaderOptions::default()
+            .with_offset_index_policy(PageIndexPolicy::Optional)
+            .with_column_index_policy(PageIndexPolicy::Skip);
+        let plain = || ArrowReaderMetadata::load(&file, ArrowReaderOptions::default());
+        let loaded = if pages {
+            ArrowReaderMetadata::load(&file, with_pages).or_else(|_| plain())
+        } else {
+            plain()
+        };
+        let mut metadata = loaded
             .map_err(|e| Error::io(format!("{}: not a readable Parquet file: {e}", self.ctx())))?;
         self.check_columns(metadata.schema())?;
         let needed = self.needed();
@@ -151,7 +163,7 @@ impl FileTable {
             mask,
             schema,
             ..
-        } = self.parquet_metadata()?;
+        } = self.parquet_metadata(false)?;
         let total_rows = Some(metadata.metadata().file_metadata().num_rows() as u64);
         let decoders = decoders.min(metadata.metadata().num_row_groups());
         if decoders <= 1 {

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-
 use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
 use super::parquet_reader::ParquetScan;
 use super::{FileTable, Format, NullColumns, Rechunk, SourceReader, open};
@@ -125,7 +123,7 @@ impl FileTable {
             mask,
             schema,
             ..
-        } = self.parquet_metadata()?;
+        } = self.parquet_metadata(true)?;
         let sizes: Vec<usize> = metadata
             .metadata()
             .row_groups()
@@ -160,9 +158,9 @@ impl FileTable {
                         }
                     }
                     let (rg, ranges) = groups.next()?;
-                    let selection = (ranges != [(0, sizes[rg])]).then(|| selection(&ranges));
+                    let part = (ranges != [(0, sizes[rg])]).then_some(ranges.as_slice());
                     let built = RowGroupChunks::reader(
-                        &table, &metadata, rg, &mask, &buffers, batch_size, selection,
+                        &table, &metadata, rg, &mask, &buffers, batch_size, part,
                     );
                     match built {
                         Ok(r) => current = Some(r),
@@ -381,20 +379,6 @@ fn share_of(sizes: &[usize], ranges: impl IntoIterator<Item = (usize, usize)>) -
         rg_start = rg_end;
     }
     share
-}
-
-/// The row selection reading `ranges` (first row, rows; ascending) of a row group.
-fn selection(ranges: &[(usize, usize)]) -> RowSelection {
-    let mut selectors = Vec::with_capacity(ranges.len() * 2);
-    let mut at = 0;
-    for &(first, rows) in ranges {
-        if first > at {
-            selectors.push(RowSelector::skip(first - at));
-        }
-        selectors.push(RowSelector::select(rows));
-        at = first + rows;
-    }
-    RowSelection::from(selectors)
 }
 
 #[cfg(test)]

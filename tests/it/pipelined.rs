@@ -71,9 +71,17 @@ pub(crate) fn batch(rows: &[Row]) -> RecordBatch {
 }
 
 fn write_parquet(path: &Path, rows: &[Row], row_group: usize) {
-    let props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(row_group))
-        .build();
+    write_parquet_with(path, rows, row_group, WriterProperties::builder());
+}
+
+/// [`write_parquet`] with other writer properties (small pages, say).
+fn write_parquet_with(
+    path: &Path,
+    rows: &[Row],
+    row_group: usize,
+    props: parquet::file::properties::WriterPropertiesBuilder,
+) {
+    let props = props.set_max_row_group_row_count(Some(row_group)).build();
     let file = std::fs::File::create(path).unwrap();
     let mut w = ArrowWriter::try_new(file, schema(), Some(props)).unwrap();
     for chunk in rows.chunks(333) {
@@ -463,9 +471,25 @@ fn a_global_phase_fires_after_a_mini_batch_of_accumulator_rows() {
 fn parquet_is_split_across_every_worker() {
     let mut rng = StdRng::seed_from_u64(7);
     let rows = random_rows(&mut rng, 4000);
-    for (row_group, workers) in [(1000, 4), (4000, 3), (1500, 2)] {
-        let path = temp(&format!("split-{row_group}-{workers}.parquet"));
-        write_parquet(&path, &rows, row_group);
+    // The last cases write pages of 100 rows (with an offset index, as parquet-rs does by
+    // default): a split of a row group then reads only the pages that hold its rows.
+    for (row_group, workers, pages) in [
+        (1000, 4, false),
+        (4000, 3, false),
+        (1500, 2, false),
+        (4000, 3, true),
+        (1500, 5, true),
+    ] {
+        let path = temp(&format!("split-{row_group}-{workers}-{pages}.parquet"));
+        let props = WriterProperties::builder();
+        let props = if pages {
+            props
+                .set_data_page_row_count_limit(100)
+                .set_write_batch_size(50)
+        } else {
+            props
+        };
+        write_parquet_with(&path, &rows, row_group, props);
         let splits = table(path, Format::Parquet)
             .open_splits(256, workers)
             .unwrap();
