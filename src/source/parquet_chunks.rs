@@ -193,7 +193,7 @@ impl RowGroupChunks {
 /// The byte ranges of a column chunk (`whole`: start, length) that a reader of the row ranges
 /// `rows` of its row group (of `num_rows` rows) needs, where `pages` locates its data pages:
 /// what comes before the first data page (the dictionary page), and each run of pages that
-/// hold selected rows. The whole chunk when the locations do not start inside it.
+/// hold selected rows. The whole chunk when a selected page does not lie inside it.
 fn page_ranges(
     whole: (u64, u64),
     pages: &[PageLocation],
@@ -223,6 +223,9 @@ fn page_ranges(
         ) else {
             return vec![whole];
         };
+        if at < first || at + size > start + len {
+            return vec![whole];
+        }
         match out.last_mut() {
             Some((s, l)) if *s + *l == at => *l += size,
             _ => out.push((at, size)),
@@ -374,6 +377,8 @@ mod tests {
         // Locations that do not fall inside the chunk (a file that lies): the whole chunk.
         let wrong = vec![page(90, 50, 0), page(140, 50, 10)];
         assert_eq!(page_ranges(whole, &wrong, 20, &[(12, 2)]), vec![whole]);
+        let past_end = vec![page(150, 50, 0), page(380, 50, 10)];
+        assert_eq!(page_ranges(whole, &past_end, 20, &[(12, 2)]), vec![whole]);
         assert_eq!(page_ranges(whole, &[], 20, &[(12, 2)]), vec![whole]);
     }
 
