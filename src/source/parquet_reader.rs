@@ -60,12 +60,11 @@ impl FileTable {
     /// left out.
     pub(super) fn parquet_metadata(&self, pages: bool) -> Result<ParquetScan> {
         let file = open(&self.path)?;
-        let with_pages = ArrowReaderOptions::default()
-            .with_offset_index_policy(PageIndexPolicy::Optional)
-            .with_column_index_policy(PageIndexPolicy::Skip);
         let plain = || ArrowReaderMetadata::load(&file, ArrowReaderOptions::default());
         let loaded = if pages {
-            ArrowReaderMetadata::load(&file, with_pages).or_else(|_| plain())
+            let offsets =
+                ArrowReaderOptions::default().with_offset_index_policy(PageIndexPolicy::Optional);
+            ArrowReaderMetadata::load(&file, offsets).or_else(|_| plain())
         } else {
             plain()
         };
