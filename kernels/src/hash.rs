@@ -182,19 +182,40 @@ pub fn bucket_array(
             "the number of buckets must be positive".to_string(),
         ));
     }
-    let mut hashes = Vec::new();
-    hash_columns(std::slice::from_ref(array), &mut hashes)?;
     let n = u64::from(buckets);
-    let spread = |h: u64| h.wrapping_mul(0x2545_f491_4f6c_dd1d);
-    let values: Vec<i32> = if n.is_power_of_two() {
-        // The same buckets as `%`, without a 64-bit division per row (Flink's default of 1024
-        // buckets is a power of two).
-        let mask = n - 1;
-        hashes.iter().map(|&h| (spread(h) & mask) as i32).collect()
-    } else {
-        hashes.iter().map(|&h| (spread(h) % n) as i32).collect()
+    let values = match array.data_type() {
+        // The common arguments hashed and bucketed in one pass (the value under a NULL is
+        // bucketed too: it is never read).
+        DataType::Int64 => buckets_of(array.as_primitive::<Int64Type>().values(), n),
+        DataType::Int32 => buckets_of(array.as_primitive::<Int32Type>().values(), n),
+        _ => {
+            let mut hashes = Vec::new();
+            hash_columns(std::slice::from_ref(array), &mut hashes)?;
+            bucket_hashes(hashes.into_iter(), n)
+        }
     };
     Ok(PrimitiveArray::new(values.into(), array.logical_nulls()))
+}
+
+/// The buckets of primitive `values` (see [`bucket_array`]), each hashed as a key.
+fn buckets_of<T: KeyNative>(values: &[T], buckets: u64) -> Vec<i32> {
+    let rs = random_state();
+    bucket_hashes(values.iter().map(|v| v.key_hash(&rs)), buckets)
+}
+
+/// The bucket of each hash in `0..buckets`: its high bits spread by a multiply, then the
+/// remainder.
+#[inline(always)]
+fn bucket_hashes(hashes: impl Iterator<Item = u64>, buckets: u64) -> Vec<i32> {
+    let spread = |h: u64| h.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    if buckets.is_power_of_two() {
+        // The same buckets as `%`, without a 64-bit division per row (Flink's default of 1024
+        // buckets is a power of two).
+        let mask = buckets - 1;
+        hashes.map(|h| (spread(h) & mask) as i32).collect()
+    } else {
+        hashes.map(|h| (spread(h) % buckets) as i32).collect()
+    }
 }
 
 /// Hashes one array into `out`: appended to a vector, or folded into hashes already there.
@@ -343,4 +364,43 @@ fn hash_dictionary<K: ArrowDictionaryKeyType>(
         value_hashes[key_values[i].as_usize()]
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int32Array, Int64Array};
+
+    use super::*;
+
+    /// The one-pass buckets of Int64 and Int32 values are the buckets of their key hashes, as
+    /// every other type's are (a checkpoint of a split run keeps them), for a power of two of
+    /// buckets and another; a NULL stays NULL.
+    #[test]
+    fn one_pass_buckets_are_the_key_hashes_buckets() {
+        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
+        let raw: Vec<u64> = (0..2_000).map(|_| rng.next()).collect();
+        let valid = |i: usize| raw[i] % 7 != 0;
+        let int64: ArrayRef = Arc::new(Int64Array::from_iter(
+            (0..raw.len()).map(|i| valid(i).then_some(raw[i] as i64 % 50_000)),
+        ));
+        let int32: ArrayRef = Arc::new(Int32Array::from_iter(
+            (0..raw.len()).map(|i| valid(i).then_some((raw[i] >> 7) as i32)),
+        ));
+        for array in [int64, int32] {
+            let mut hashes = vec![];
+            hash_columns(std::slice::from_ref(&array), &mut hashes).unwrap();
+            for buckets in [1024u32, 1000] {
+                let want = bucket_hashes(hashes.iter().copied(), u64::from(buckets));
+                let got = bucket_array(&array, buckets).unwrap();
+                for (i, &w) in want.iter().enumerate() {
+                    assert_eq!(got.is_valid(i), valid(i), "row {i}");
+                    if valid(i) {
+                        assert_eq!(got.value(i), w, "row {i} of {buckets} buckets");
+                    }
+                }
+            }
+        }
+    }
 }
