@@ -381,7 +381,7 @@ mod tests {
     fn one_pass_buckets_are_the_key_hashes_buckets() {
         let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
         let raw: Vec<u64> = (0..2_000).map(|_| rng.next()).collect();
-        let valid = |i: usize| raw[i] % 7 != 0;
+        let valid = |i: usize| !raw[i].is_multiple_of(7);
         let int64: ArrayRef = Arc::new(Int64Array::from_iter(
             (0..raw.len()).map(|i| valid(i).then_some(raw[i] as i64 % 50_000)),
         ));
