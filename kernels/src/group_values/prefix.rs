@@ -30,50 +30,92 @@ pub(super) struct PrefixKeys {
 }
 
 /// The ids of rows `from..from + ids.len()` of the buffers of some prefix columns: where an
-/// Expand's sets go whole, a mini-batch ends in each set's batch at other rows than in the set
-/// before it, so the pieces of one batch differ, but their rows are found here.
+/// Expand's sets go whole, or chunk by chunk, a mini-batch may end in a set's chunk at other rows
+/// than in the set before it, so the pieces differ, but their rows are found here.
 #[derive(Debug)]
 struct Cut {
-    /// Per column, its buffers (held, so that no other array takes their addresses).
-    buffers: Vec<Vec<Buffer>>,
+    /// Per column, where its rows lie.
+    columns: Vec<Rows>,
     from: usize,
     ids: Vec<u32>,
+}
+
+/// Where a column's rows lie: its buffers (held, so that no other array takes their addresses)
+/// and, for a dictionary, its values' buffers and where the values start in them (the same keys
+/// over other values are other rows).
+#[derive(Debug)]
+struct Rows {
+    buffers: Vec<Buffer>,
+    values: Vec<Buffer>,
+    at: Vec<usize>,
+}
+
+impl Rows {
+    fn same(&self, other: &Rows) -> bool {
+        fn same(a: &[Buffer], b: &[Buffer]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.data_ptr() == y.data_ptr())
+        }
+        same(&self.buffers, &other.buffers)
+            && same(&self.values, &other.values)
+            && self.at == other.at
+    }
 }
 
 /// The most rows a [`Cut`] keeps ids for.
 const MAX_CUT_ROWS: usize = 1 << 20;
 
-/// Where the rows of columns `cols` lie: their buffers and their first row among them, for
-/// columns without NULLs of a primitive or string type, all starting at the same row.
-fn cut_of(cols: &[ArrayRef]) -> Option<(Vec<Vec<Buffer>>, usize)> {
-    let mut row = None;
-    let mut buffers = Vec::with_capacity(cols.len());
-    for col in cols {
-        let d = col.to_data();
-        if d.nulls().is_some() || !d.child_data().is_empty() {
-            return None;
-        }
-        let width = match d.data_type() {
-            DataType::Utf8 => 4,
-            DataType::LargeUtf8 => 8,
-            dt => dt.primitive_width()?,
-        };
-        let first = d.buffers().first()?;
-        let at = d.offset() + first.ptr_offset() / width;
-        if *row.get_or_insert(at) != at {
-            return None;
-        }
-        buffers.push(d.buffers().to_vec());
+/// The byte width of one row in the first buffer of a column of type `dt` (its values, its
+/// offsets, or a dictionary's keys), for columns a [`Cut`] may read.
+fn row_width(dt: &DataType) -> Option<usize> {
+    match dt {
+        DataType::Utf8 => Some(4),
+        DataType::LargeUtf8 => Some(8),
+        DataType::Dictionary(key, _) => key.primitive_width(),
+        dt => dt.primitive_width(),
     }
-    Some((buffers, row?))
 }
 
-/// Whether two columns' buffers are the same allocations.
-fn same_buffers(a: &[Vec<Buffer>], b: &[Vec<Buffer>]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(a, b)| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.data_ptr() == y.data_ptr())
-        })
+/// Where the rows of columns `cols` lie: per column its [`Rows`], and their first row among
+/// their buffers, for columns without NULLs of a primitive or string type or dictionaries of
+/// them, all starting at the same row.
+fn cut_of(cols: &[ArrayRef]) -> Option<(Vec<Rows>, usize)> {
+    let mut row = None;
+    let mut columns = Vec::with_capacity(cols.len());
+    for col in cols {
+        let d = col.to_data();
+        if d.nulls().is_some() {
+            return None;
+        }
+        let width = row_width(d.data_type())?;
+        let (values, at) = match d.child_data() {
+            [] => (vec![], vec![]),
+            [v] if matches!(d.data_type(), DataType::Dictionary(..))
+                && v.child_data().is_empty()
+                && v.nulls().is_none() =>
+            {
+                let mut at: Vec<usize> = v.buffers().iter().map(Buffer::ptr_offset).collect();
+                at.extend([v.offset(), v.len()]);
+                (v.buffers().to_vec(), at)
+            }
+            _ => return None,
+        };
+        let first = d.buffers().first()?;
+        let start = d.offset() + first.ptr_offset() / width;
+        if *row.get_or_insert(start) != start {
+            return None;
+        }
+        columns.push(Rows {
+            buffers: d.buffers().to_vec(),
+            values,
+            at,
+        });
+    }
+    Some((columns, row?))
+}
+
+/// Whether two sets of columns' rows lie in the same buffers.
+fn same_rows(a: &[Rows], b: &[Rows]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.same(b))
 }
 
 /// The table itself.
@@ -166,8 +208,8 @@ impl PrefixKeys {
         }
         self.last.clear();
         let here = cut_of(cols).filter(|_| cols.iter().all(|c| c.len() == n));
-        if let (Some((buffers, row)), Some(cut)) = (&here, &self.cut)
-            && same_buffers(&cut.buffers, buffers)
+        if let (Some((columns, row)), Some(cut)) = (&here, &self.cut)
+            && same_rows(&cut.columns, columns)
             && *row >= cut.from
             && row + n <= cut.from + cut.ids.len()
         {
@@ -190,11 +232,11 @@ impl PrefixKeys {
             }
         }
         self.last.extend(cols.iter().cloned());
-        if let Some((buffers, row)) = here {
+        if let Some((columns, row)) = here {
             match &mut self.cut {
                 // The next rows of the same arrays: the run grows.
                 Some(cut)
-                    if same_buffers(&cut.buffers, &buffers)
+                    if same_rows(&cut.columns, &columns)
                         && row == cut.from + cut.ids.len()
                         && cut.ids.len() + n <= MAX_CUT_ROWS =>
                 {
@@ -202,7 +244,7 @@ impl PrefixKeys {
                 }
                 _ => {
                     self.cut = Some(Cut {
-                        buffers,
+                        columns,
                         from: row,
                         ids: self.ids.clone(),
                     });
@@ -327,75 +369,86 @@ pub(super) fn split_columns(
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::{Int64Array, StringArray};
+    use arrow_array::{DictionaryArray, Int32Array, Int64Array, StringArray};
 
     use super::*;
 
     /// The ids of pieces of one batch cut at other rows than the pieces interned before them
-    /// (an Expand's sets cut by a mini-batch) are the ids of their values, for a string prefix
-    /// and for two columns; an array of other values at the same rows is interned, not taken
+    /// (an Expand's sets cut by a mini-batch) are the ids of their values: for a string prefix,
+    /// a string and an integer, a dictionary and a string. Columns of other values at the same
+    /// rows (other strings; the same dictionary keys over other values) are interned, not taken
     /// for the first; after a clear the ids start again.
     #[test]
     fn pieces_cut_at_other_rows_keep_their_values_ids() {
         let n = 300;
-        let day: ArrayRef = Arc::new(StringArray::from_iter_values(
-            (0..n).map(|i| ["a", "b", "c", "d"][i * 7 % 4]),
-        ));
-        let other: ArrayRef = Arc::new(StringArray::from_iter_values(
-            (0..n).map(|i| ["e", "a", "f"][i % 3]),
-        ));
+        let strings = |f: &dyn Fn(usize) -> &'static str| -> ArrayRef {
+            Arc::new(StringArray::from_iter_values((0..n).map(f)))
+        };
+        let day = strings(&|i| ["a", "b", "c", "d"][i * 7 % 4]);
+        let other_day = strings(&|i| ["e", "a", "f"][i % 3]);
         let shop: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i % 5)));
-        for types in [vec![DataType::Utf8], vec![DataType::Utf8, DataType::Int64]] {
-            let two = types.len() == 2;
-            let cols = |day: &ArrayRef, from: usize, len: usize| -> Vec<ArrayRef> {
-                let mut c = vec![day.slice(from, len)];
-                if two {
-                    c.push(shop.slice(from, len));
-                }
-                c
+        let keys = Int32Array::from_iter_values((0..n as i32).map(|i| i % 3));
+        let dictionary = |values: [&str; 3]| -> ArrayRef {
+            let values = Arc::new(StringArray::from_iter_values(values));
+            Arc::new(DictionaryArray::try_new(keys.clone(), values).unwrap())
+        };
+        let channel = dictionary(["web", "app", "api"]);
+        let other_channel = dictionary(["app", "tv", "web"]);
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let cases: [(Vec<DataType>, Vec<ArrayRef>, Vec<ArrayRef>); 3] = [
+            (
+                vec![DataType::Utf8],
+                vec![day.clone()],
+                vec![other_day.clone()],
+            ),
+            (
+                vec![DataType::Utf8, DataType::Int64],
+                vec![day.clone(), shop.clone()],
+                vec![other_day.clone(), shop.clone()],
+            ),
+            (
+                vec![dict, DataType::Utf8],
+                vec![channel, day.clone()],
+                vec![other_channel, day.clone()],
+            ),
+        ];
+        for (types, first, second) in cases {
+            let slice = |arrays: &[ArrayRef], from: usize, len: usize| -> Vec<ArrayRef> {
+                arrays.iter().map(|a| a.slice(from, len)).collect()
             };
-            let mut keys = PrefixKeys::try_new(&types).unwrap();
+            let mut table = PrefixKeys::try_new(&types).unwrap();
             // The ids each row's values must have: as the table gives them one row at a time.
-            let want = |keys: &mut PrefixKeys, day: &ArrayRef, from: usize, len: usize| {
+            let want = |table: &mut PrefixKeys, arrays: &[ArrayRef], from: usize, len: usize| {
                 let mut ids = vec![];
                 for r in from..from + len {
                     let mut fresh = PrefixKeys::try_new(&types).unwrap();
-                    std::mem::swap(&mut fresh.table, &mut keys.table);
-                    fresh.intern(&cols(day, r, 1), 1).unwrap();
+                    std::mem::swap(&mut fresh.table, &mut table.table);
+                    fresh.intern(&slice(arrays, r, 1), 1).unwrap();
                     ids.push(fresh.ids()[0]);
-                    std::mem::swap(&mut fresh.table, &mut keys.table);
+                    std::mem::swap(&mut fresh.table, &mut table.table);
                 }
                 ids
             };
             for round in 0..2 {
-                // The first set in pieces of 100, the second in pieces cut elsewhere.
-                for (from, len) in [
+                // The first set in pieces of 100, the next cut elsewhere; then other values.
+                let pieces = [
                     (0, 100),
                     (100, 100),
                     (200, 100),
                     (0, 37),
                     (37, 150),
                     (187, 113),
-                ] {
-                    keys.intern(&cols(&day, from, len), len).unwrap();
-                    let got = keys.ids().to_vec();
-                    assert_eq!(
-                        got,
-                        want(&mut keys, &day, from, len),
-                        "round {round} {from}+{len}"
-                    );
+                ];
+                for (arrays, pieces) in [(&first, &pieces[..]), (&second, &[(37, 150), (0, 300)])] {
+                    for &(from, len) in pieces {
+                        table.intern(&slice(arrays, from, len), len).unwrap();
+                        let got = table.ids().to_vec();
+                        let ctx = format!("{types:?} round {round} {from}+{len}");
+                        assert_eq!(got, want(&mut table, arrays, from, len), "{ctx}");
+                    }
                 }
-                for (from, len) in [(37, 150), (0, 300)] {
-                    keys.intern(&cols(&other, from, len), len).unwrap();
-                    let got = keys.ids().to_vec();
-                    assert_eq!(
-                        got,
-                        want(&mut keys, &other, from, len),
-                        "other {from}+{len}"
-                    );
-                }
-                keys.clear();
-                assert_eq!(keys.len(), 0);
+                table.clear();
+                assert_eq!(table.len(), 0);
             }
         }
     }
