@@ -1,8 +1,7 @@
 //! The query's own keys in front of a split-distinct PARTIAL's bucket columns: interned once
 //! for the group sets of an Expand that share their arrays (or cut them at other rows), a single
-//! string by runs; and what
-//! the two tables over such keys ([`super::BucketedGroupValues`], [`super::BucketRoutes`])
-//! share: their shape's checks and a key's hash.
+//! string by runs; and what the two tables over such keys ([`super::BucketedGroupValues`],
+//! [`super::BucketRoutes`]) share: their shape's checks and a key's hash.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
