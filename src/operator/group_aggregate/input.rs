@@ -1,0 +1,289 @@
+//! What a [`GroupAggregate`] takes: input rows and changes, the accumulator rows of local
+//! phases, and the parts routed to it as a worker, into its keyed state and mini-batch.
+
+use arrow::array::{AsArray, RecordBatch};
+
+use super::{Firing, GroupAggregate, Input};
+use crate::changelog::ChangeBatch;
+use crate::error::{Error, Result};
+use crate::operator::exchange::Routed;
+use crate::operator::local::Flushed;
+use crate::plan::CalcBatch;
+
+impl GroupAggregate {
+    /// Consumes one record batch of the builder's schema (its changelog column, if any, read as
+    /// row kinds) and returns the changes that became due; see
+    /// [`GroupAggregate::push_changes`].
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push_changes`]; a batch of another schema.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<Vec<ChangeBatch>> {
+        let changes = self.plan.to_changes(batch)?;
+        self.push_changes(&changes)
+    }
+
+    /// Consumes one batch of changes and returns the changelog batches that became due: with
+    /// mini-batch off, the changes of every row; with it on, those of each mini-batch that
+    /// filled up (or whose latency passed on the clock).
+    ///
+    /// # Errors
+    /// Rows whose schema differs from the input schema, bad row kinds, or an expression that
+    /// fails on the data. Such a batch is refused whole before anything happens: the state is
+    /// unchanged and no mini-batch fires (a pending one fires on the next call), so no change is
+    /// lost.
+    pub fn push_changes(&mut self, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        self.plan.check_input(changes)?;
+        let n = changes.num_rows();
+        // Calc first: a batch that fails to evaluate changes nothing, and fires nothing whose
+        // changes the error would lose.
+        let cb = if n > 0 {
+            Some(self.plan.calc.evaluate(changes)?)
+        } else {
+            None
+        };
+        let mut out = vec![];
+        self.set_now();
+        self.check_latency(&mut out)?;
+        self.sweep_expired()?;
+        self.metrics.batches_in += 1;
+        let Some(cb) = cb else {
+            return Ok(out);
+        };
+        crate::operator::keyed::hash_keys(&cb.keys, n, &mut self.hashes)?;
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = self
+            .keyed
+            .intern(&cb.keys, &self.hashes, cb.keys.len(), n, &mut gids)
+            .and_then(|()| {
+                self.grow();
+                self.metrics.rows_in += n as u64;
+                if self.config.mini_batch_enabled {
+                    self.push_mini_batch(&cb, &gids, &mut out)
+                } else {
+                    // One changelog batch per pushed batch, in input order.
+                    self.run_records(&cb, &gids)
+                        .and_then(|()| self.emit(&mut out))
+                }
+            });
+        self.gids = gids;
+        result?;
+        Ok(out)
+    }
+
+    /// Merges one accumulator batch (a global phase only). Each accumulator row counts as one
+    /// input record for the mini-batch size, as in Flink.
+    ///
+    /// # Errors
+    /// Not a global phase, or a batch of another schema.
+    pub fn push_accumulators(&mut self, batch: &RecordBatch) -> Result<Vec<ChangeBatch>> {
+        let Input::Accumulators(schema) = &self.input else {
+            return Err(Error::invalid_input(
+                "push_accumulators needs a global phase (try_new_global)",
+            ));
+        };
+        if batch.schema().fields() != schema.fields() {
+            return Err(Error::invalid_input(
+                "accumulator batch schema does not match this aggregate's accumulators",
+            ));
+        }
+        let mut out = vec![];
+        self.set_now();
+        self.check_latency(&mut out)?;
+        let n = batch.num_rows();
+        self.metrics.batches_in += 1;
+        if n == 0 {
+            return Ok(out);
+        }
+        let k = self.plan.key_types.len();
+        crate::operator::keyed::hash_keys(&batch.columns()[..k], n, &mut self.hashes)?;
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            self.keyed
+                .intern(&batch.columns()[..k], &self.hashes, k, n, &mut gids)?;
+            self.grow();
+            let pieces = match &mut self.firing {
+                Firing::Own(trigger) => trigger.cut(n),
+                Firing::Runtime => vec![(0, n, false)],
+            };
+            for (off, len, ends) in pieces {
+                self.merge_rows(&batch.slice(off, len), &gids[off..off + len], None)?;
+                if ends {
+                    self.fire()?;
+                    self.emit(&mut out)?;
+                }
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result?;
+        self.metrics.rows_in += n as u64;
+        Ok(out)
+    }
+
+    /// Fires the pending mini-batch if the latency interval has passed on the clock (for a
+    /// source that has gone quiet). Returns the changes it emitted.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push_changes`].
+    pub fn poll(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out = vec![];
+        self.set_now();
+        self.check_latency(&mut out)?;
+        self.sweep_expired()?;
+        Ok(out)
+    }
+
+    /// End of input (or, for a worker, the end of the runtime's mini-batch): fires the pending
+    /// mini-batch and returns its changes.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push_changes`].
+    pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out = vec![];
+        self.set_now();
+        if let Firing::Own(trigger) = &mut self.firing {
+            trigger.reset();
+        }
+        self.fire()?;
+        self.emit(&mut out)?;
+        Ok(out)
+    }
+
+    /// Takes rows routed to this worker, in order. With mini-batch on they join the pending
+    /// mini-batch (a global phase applies them as raw rows, dropping no retraction); with it off
+    /// each part is processed per record and the changes of all parts come back as one batch.
+    pub(crate) fn push_routed(&mut self, parts: &[Routed]) -> Result<Vec<ChangeBatch>> {
+        let mut out = vec![];
+        self.set_now();
+        self.sweep_expired()?;
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            for part in parts {
+                let n = part.cb.num_rows;
+                self.metrics.batches_in += 1;
+                if n == 0 {
+                    continue;
+                }
+                self.keyed.intern(
+                    &part.cb.keys,
+                    &part.hashes,
+                    part.cb.keys.len(),
+                    n,
+                    &mut gids,
+                )?;
+                self.grow();
+                self.metrics.rows_in += n as u64;
+                if self.config.mini_batch_enabled {
+                    self.apply(&part.cb, 0, n, &gids)?;
+                } else {
+                    self.run_records(&part.cb, &gids)?;
+                }
+            }
+            if !self.config.mini_batch_enabled {
+                self.emit(&mut out)?;
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result?;
+        Ok(out)
+    }
+
+    /// Merges accumulator rows routed to this worker (a global phase of the runtime), with their
+    /// key hashes and the input rows each folds.
+    pub(crate) fn merge_routed(&mut self, parts: &[Flushed]) -> Result<()> {
+        if !self.is_global() {
+            return Err(Error::internal("merge_routed needs a global phase"));
+        }
+        self.set_now();
+        self.sweep_expired()?;
+        let k = self.plan.key_types.len();
+        let mut gids = std::mem::take(&mut self.gids);
+        let result = (|| -> Result<()> {
+            for part in parts {
+                let batch = &part.batch;
+                let n = batch.num_rows();
+                self.metrics.batches_in += 1;
+                if n == 0 {
+                    continue;
+                }
+                self.keyed.intern(
+                    &batch.columns()[..k],
+                    &part.hashes,
+                    part.hashed_keys,
+                    n,
+                    &mut gids,
+                )?;
+                self.grow();
+                self.merge_rows(batch, &gids, Some(&part.rows))?;
+                self.metrics.rows_in += n as u64;
+            }
+            Ok(())
+        })();
+        self.gids = gids;
+        result
+    }
+
+    /// Merges accumulator rows (interned as `gids`) into the pending mini-batch: keeps the
+    /// groups' results on first touch, merges the states, adds the record counts, and counts the
+    /// input rows each stands for (`rows`, or the absolute record count when not given).
+    fn merge_rows(
+        &mut self,
+        batch: &RecordBatch,
+        gids: &[u32],
+        rows: Option<&[u64]>,
+    ) -> Result<()> {
+        let k = self.plan.key_types.len();
+        let last = batch.num_columns() - 1;
+        let counts = batch
+            .column(last)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?;
+        self.touch(gids, false)?;
+        let total = self.keyed.len();
+        self.keyed
+            .accs
+            .merge(&batch.columns()[k..last], gids, total)?;
+        if self.plan.has_retractions() {
+            for (&g, &c) in gids.iter().zip(counts.values()) {
+                self.keyed.count1[g as usize] += c;
+            }
+        }
+        match rows {
+            Some(rows) => {
+                for (&g, &r) in gids.iter().zip(rows) {
+                    self.keyed.key_rows[g as usize] += r;
+                }
+            }
+            None => {
+                for (&g, &c) in gids.iter().zip(counts.values()) {
+                    self.keyed.key_rows[g as usize] += c.unsigned_abs();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Mini-batch on: applies `cb` (group ids `gids`) to the pending mini-batch, firing each
+    /// one that fills up on the way when the operator fires its own.
+    fn push_mini_batch(
+        &mut self,
+        cb: &CalcBatch,
+        gids: &[u32],
+        out: &mut Vec<ChangeBatch>,
+    ) -> Result<()> {
+        let n = cb.num_rows;
+        let pieces = match &mut self.firing {
+            Firing::Own(trigger) => trigger.cut(n),
+            Firing::Runtime => vec![(0, n, false)],
+        };
+        for (off, len, ends) in pieces {
+            self.apply(cb, off, len, &gids[off..off + len])?;
+            if ends {
+                self.fire()?;
+                self.emit(out)?;
+            }
+        }
+        Ok(())
+    }
+}
