@@ -24,8 +24,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef};
-use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
+use arrow_array::ArrayRef;
 use arrow_schema::{ArrowError, DataType};
 use hashbrown::HashMap;
 
@@ -35,6 +34,7 @@ use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
 
 mod bits;
+mod input;
 mod pairs;
 mod state;
 
@@ -398,174 +398,6 @@ impl DistinctAccumulator {
     /// The result type of aggregate `i`.
     pub fn result_type(&self, i: usize) -> DataType {
         self.inners[i].result_type()
-    }
-
-    /// Adds `delta` per selected row (accumulate with +1, retract with −1). `filters[i]` selects
-    /// the rows of aggregate `i` (None: all rows).
-    ///
-    /// # Errors
-    /// When the argument's type or length is wrong, or a retraction of an accumulator built
-    /// for insert-only input.
-    pub fn apply(
-        &mut self,
-        arg: &ArrayRef,
-        groups: &[u32],
-        filters: &[Option<&BooleanBuffer>],
-        total_groups: usize,
-        delta: i64,
-    ) -> Result<(), ArrowError> {
-        let k = self.inners.len();
-        if filters.len() != k {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "expected {k} filters, got {}",
-                filters.len()
-            )));
-        }
-        if arg.data_type() != &self.arg_type || arg.len() != groups.len() {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "DISTINCT expected {} rows of {}, got {} rows of {}",
-                groups.len(),
-                self.arg_type,
-                arg.len(),
-                arg.data_type()
-            )));
-        }
-        if filters.iter().flatten().any(|f| f.len() != groups.len()) {
-            return Err(ArrowError::InvalidArgumentError(
-                "filter and group ids differ in length".into(),
-            ));
-        }
-        if delta < 0 && !matches!(self.pairs, Pairs::Counted(_)) {
-            return Err(insert_only());
-        }
-        self.grow_groups(total_groups)?;
-        // No row selected by any aggregate (a split's Expand hands every set's rows to every
-        // call, most of them filtered out whole): nothing to convert, intern or count.
-        if !filters.is_empty()
-            && filters
-                .iter()
-                .all(|f| f.is_some_and(|f| f.count_set_bits() == 0))
-        {
-            return Ok(());
-        }
-        let n = groups.len();
-        self.load_bits(arg)?;
-        let bits = std::mem::take(&mut self.bits);
-        let nulls = arg.logical_nulls();
-        if self.local {
-            // A local phase's inner aggregates are never read: the rows only count.
-            self.add_rows(
-                &bits,
-                nulls.as_ref(),
-                groups,
-                filters,
-                delta,
-                |_, _, _, _| {},
-            );
-            self.bits = bits;
-            return Ok(());
-        }
-        let mut flips: Vec<BooleanBufferBuilder> = (0..k)
-            .map(|_| {
-                let mut b = BooleanBufferBuilder::new(n);
-                b.append_n(n, false);
-                b
-            })
-            .collect();
-        let mut any_flip = vec![false; k];
-        self.add_rows(
-            &bits,
-            nulls.as_ref(),
-            groups,
-            filters,
-            delta,
-            |r, i, before, after| {
-                if (delta > 0 && before == 0 && after == 1)
-                    || (delta < 0 && before == 1 && after == 0)
-                {
-                    flips[i].set_bit(r, true);
-                    any_flip[i] = true;
-                }
-            },
-        );
-        self.bits = bits;
-        let arg_slice = std::slice::from_ref(arg);
-        for (i, mut flip) in flips.into_iter().enumerate() {
-            if !any_flip[i] {
-                continue;
-            }
-            let mask = flip.finish();
-            if delta > 0 {
-                self.inners[i].update(arg_slice, groups, Some(&mask), total_groups)?;
-            } else {
-                self.inners[i].retract(arg_slice, groups, Some(&mask), total_groups)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Adds `delta` for each non-NULL row to the counters of the aggregates whose filters
-    /// select it; `seen(row, i, before, after)` hears of each change.
-    #[inline(always)]
-    fn add_rows(
-        &mut self,
-        bits: &[u64],
-        nulls: Option<&arrow_buffer::NullBuffer>,
-        groups: &[u32],
-        filters: &[Option<&BooleanBuffer>],
-        delta: i64,
-        mut seen: impl FnMut(usize, usize, i64, i64),
-    ) {
-        let k = self.inners.len();
-        // The gains of a row every aggregate takes (none to count past a word's bits).
-        let all = match k {
-            1..=MAX_FLAGGED if delta > 0 => u32::MAX >> (u32::BITS as usize - k),
-            _ => 0,
-        };
-        if filters.iter().all(Option::is_none) {
-            for (r, &g) in groups.iter().enumerate() {
-                if nulls.is_none_or(|nb| nb.is_valid(r)) {
-                    self.add(g, bits[r], |_| Some(delta), all, |i, b, a| seen(r, i, b, a));
-                }
-            }
-            return;
-        }
-        if k > MAX_FLAGGED {
-            for (r, &g) in groups.iter().enumerate() {
-                let selected = |i: usize| filters[i].is_none_or(|f| f.value(r));
-                if nulls.is_some_and(|nb| nb.is_null(r)) || !(0..k).any(selected) {
-                    continue;
-                }
-                // Counted: more aggregates than a word's bits have no gains.
-                let delta = |i| selected(i).then_some(delta);
-                self.add(g, bits[r], delta, 0, |i, b, a| seen(r, i, b, a));
-            }
-            return;
-        }
-        // Each row's aggregates as one word, from the FILTERs' set bits: a row no aggregate
-        // takes costs one load.
-        let mut selected = std::mem::take(&mut self.selected);
-        selected.clear();
-        selected.resize(groups.len(), 0);
-        for (i, filter) in filters.iter().enumerate() {
-            match filter {
-                Some(f) => f.set_indices().for_each(|r| selected[r] |= 1 << i),
-                None => selected.iter_mut().for_each(|s| *s |= 1 << i),
-            }
-        }
-        if let Some(nb) = nulls {
-            nb.inner()
-                .iter()
-                .zip(&mut selected)
-                .for_each(|(valid, s)| *s = if valid { *s } else { 0 });
-        }
-        for (r, (&g, &s)) in groups.iter().zip(&selected).enumerate() {
-            if s != 0 {
-                let delta = |i: usize| (s >> i & 1 == 1).then_some(delta);
-                self.add(g, bits[r], delta, s & all, |i, b, a| seen(r, i, b, a));
-            }
-        }
-        self.selected = selected;
     }
 
     /// The result of every sharing aggregate for `groups`: one array per aggregate.

@@ -2,6 +2,7 @@ use super::*;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Float64Array, Int64Array, ListArray, StructArray};
+use arrow_buffer::BooleanBuffer;
 
 /// The values of group 0's list in a state.
 fn listed(state: &ArrayRef) -> ArrayRef {

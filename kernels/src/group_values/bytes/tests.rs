@@ -1,5 +1,6 @@
 use super::*;
 use crate::test_rng::XorShift;
+use arrow_array::DictionaryArray;
 
 /// Short and long runs, of values of one length and of several (the empty string among
 /// them), in sliced arrays: each row's group is the group its value gets alone.
