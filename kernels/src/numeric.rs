@@ -358,21 +358,25 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
         Ok(())
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let results: Vec<Option<<K::Out as ArrowPrimitiveType>::Native>> = groups
+        // One pass for the values; the validity only where a result is NULL (a SUM or AVG over
+        // no values), which is rare, and a $SUM0's never is.
+        let mut any_null = false;
+        let values: ScalarBuffer<_> = groups
             .iter()
             .map(|&g| {
                 let (sum, count) = self.get(g as usize);
-                self.kind.result(sum, count)
+                self.kind.result(sum, count).unwrap_or_else(|| {
+                    any_null = true;
+                    <K::Out as ArrowPrimitiveType>::Native::ZERO
+                })
             })
             .collect();
-        let valid = NullBuffer::new(BooleanBuffer::collect_bool(results.len(), |i| {
-            results[i].is_some()
-        }));
-        let nulls = (valid.null_count() > 0).then_some(valid);
-        let values: ScalarBuffer<_> = results
-            .iter()
-            .map(|r| r.unwrap_or(<K::Out as ArrowPrimitiveType>::Native::ZERO))
-            .collect();
+        let nulls = any_null.then(|| {
+            NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {
+                let (sum, count) = self.get(groups[i] as usize);
+                self.kind.result(sum, count).is_some()
+            }))
+        });
         Ok(Arc::new(
             PrimitiveArray::<K::Out>::new(values, nulls).with_data_type(self.kind.result_type()),
         ))
