@@ -31,11 +31,10 @@ pub(crate) fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
     }
     let values = a.as_primitive::<Int64Type>().values();
     let v = values[0];
-    // Every value compared (no early exit), so that the loop vectorizes.
-    values
-        .iter()
-        .fold(true, |same, &x| same & (x == v))
-        .then_some((c, v))
+    // Every value compared (no early exit) as the OR of its bits' differences, so that the loop
+    // vectorizes.
+    let differs = values.iter().fold(0i64, |acc, &x| acc | (x ^ v));
+    (differs == 0).then_some((c, v))
 }
 
 /// `expr` with column `column` replaced by `value`, and every comparison of two literals, and
