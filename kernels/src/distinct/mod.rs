@@ -15,7 +15,8 @@
 //! (16 bytes). With retractions the counter is the aggregate's own (a counter that outgrows 32
 //! bits moves to a side map) or, with several sharing aggregates, the index of their 64-bit
 //! counters. Insert-only input needs no counts, since a counter only ever grows: the 32 bits flag
-//! which of several aggregates have seen the pair, and with one aggregate the entry has no
+//! which of several aggregates have seen the pair; with up to four the flags share a word with
+//! the group's id (12 bytes, while the ids fit it), and with one aggregate the entry has no
 //! counter at all (12 bytes). The 64 bits are a primitive value's own bits or, for other types
 //! (strings, say), the id the value was interned under once ([`crate::group_values`]). A row of
 //! a primitive argument so costs one probe of one table, whose entry holds everything the row
@@ -39,7 +40,10 @@ mod pairs;
 mod state;
 
 use bits::{bits_type, to_bits};
-use pairs::{Bare, MAX_FLAGGED, Pair, PairTable, Pairs, SPILLED, count_at, pair_hash, set_count};
+use pairs::{
+    Bare, MAX_FLAGGED, Pair, PairTable, Pairs, SPILLED, TAG_FLAGS, TAG_IDS, Tagged, count_at,
+    pair_hash, set_count,
+};
 
 /// No group has this id: the top of the id space, below which fresh ids are counted down.
 const NO_ID: u32 = u32::MAX;
@@ -148,6 +152,8 @@ impl DistinctAccumulator {
                 Pairs::Counted(PairTable::default())
             } else if kinds.len() == 1 {
                 Pairs::Bare(PairTable::default())
+            } else if kinds.len() <= TAG_FLAGS {
+                Pairs::Tagged(PairTable::default())
             } else {
                 Pairs::Flagged(PairTable::default())
             },
@@ -213,6 +219,10 @@ impl DistinctAccumulator {
             // The groups' numbers would reach the fresh ids.
             self.purge();
         }
+        if total > TAG_IDS as usize {
+            // The new groups' numbers are past a tagged pair's ids.
+            self.pairs.untag();
+        }
         let from = self.ids.len() as u32;
         self.ids.extend(from..total as u32);
         self.pairs_of.resize(total, 0);
@@ -241,7 +251,7 @@ impl DistinctAccumulator {
         let k = self.inners.len();
         match &self.pairs {
             _ if k == 1 => c,
-            Pairs::Flagged(_) => (c >> j) & 1,
+            Pairs::Flagged(_) | Pairs::Tagged(_) => (c >> j) & 1,
             _ => self.counts[c as usize * k + j],
         }
     }
@@ -270,6 +280,21 @@ impl DistinctAccumulator {
                 if gains != 0 && table.find_or_insert(hash, Bare::new(id, value)).1 {
                     self.pairs_of[group as usize] += 1;
                     seen(0, 0, 1);
+                }
+                return;
+            }
+            Pairs::Tagged(table) => {
+                if gains == 0 {
+                    return;
+                }
+                let (pos, inserted) = table.find_or_insert(hash, Tagged::new(id, value));
+                if inserted {
+                    self.pairs_of[group as usize] += 1;
+                }
+                let mut new = table.flag(pos, gains);
+                while new != 0 {
+                    seen(new.trailing_zeros() as usize, 0, 1);
+                    new &= new - 1;
                 }
                 return;
             }
@@ -357,6 +382,11 @@ impl DistinctAccumulator {
         }
     }
 
+    /// The fresh id the next emptied group takes.
+    fn next_fresh_id(&self) -> u32 {
+        NO_ID - 1 - self.owners.len() as u32
+    }
+
     /// Keeps only the pairs under current ids, and gives every group its own number as id
     /// again (no fresh ids left).
     fn purge(&mut self) {
@@ -438,12 +468,14 @@ impl DistinctAccumulator {
             if self.pairs_of.get(g).is_none_or(|&n| n == 0) {
                 continue;
             }
-            if self.ids.len() + self.owners.len() + 1 >= NO_ID as usize {
+            let tagged_full =
+                matches!(self.pairs, Pairs::Tagged(_)) && !Tagged::fits(self.next_fresh_id());
+            if self.ids.len() + self.owners.len() + 1 >= NO_ID as usize || tagged_full {
                 self.purge();
             }
             self.stale += self.pairs_of[g] as usize;
             self.pairs_of[g] = 0;
-            self.ids[g] = NO_ID - 1 - self.owners.len() as u32;
+            self.ids[g] = self.next_fresh_id();
             self.owners.push(g as u32);
         }
         if self.stale >= PURGE_MIN_STALE && self.stale * 2 >= self.pairs.len() {

@@ -3,11 +3,15 @@
 //! A [`Pair`] holds the value's 64 bits, the id its group has in the table and a 32-bit counter
 //! (16 bytes; with hashbrown's control byte a bucket is 17); a [`Bare`] pair, for an insert-only
 //! argument with one aggregate, holds only the value and the id (12 bytes, 13 a bucket): that it
-//! is held says all there is to count. [`Pairs`] is the table an argument keeps, of the kind its
-//! input calls for. Entries are addressed by bucket index, which holds until the next insertion
-//! or removal.
+//! is held says all there is to count; a [`Tagged`] pair, for an insert-only argument with a few
+//! aggregates, holds the value and one word of the id and the aggregates' flags (12 bytes too),
+//! while the ids fit the word. [`Pairs`] is the table an argument keeps, of the kind its input
+//! calls for. Entries are addressed by bucket index, which holds until the next insertion or
+//! removal.
 
 use hashbrown::{HashMap, HashTable};
+
+use super::NO_ID;
 
 /// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
 pub(super) const SPILLED: i32 = i32::MIN;
@@ -16,16 +20,32 @@ pub(super) const SPILLED: i32 = i32::MIN;
 /// one bit each in an entry's counter.
 pub(super) const MAX_FLAGGED: usize = 32;
 
+/// The most aggregates over insert-only input whose flags a [`Tagged`] pair holds.
+pub(super) const TAG_FLAGS: usize = 4;
+
+/// The ids a [`Tagged`] pair holds: group numbers below this, and as many fresh ids (counted
+/// down from `NO_ID - 1`). Small in the unit tests, so that they reach it.
+pub(super) const TAG_IDS: u32 = if cfg!(test) {
+    (1 << 6) - 1
+} else {
+    (1 << (31 - TAG_FLAGS)) - 1
+};
+
 /// An entry of a [`PairTable`]: a (group id, value) pair and what it counts.
 pub(super) trait Entry: Copy {
     /// The group's id in the table.
     fn id(&self) -> u32;
     /// The value's bits, or its interned id.
     fn value(&self) -> u64;
-    /// The entry's 32-bit counter (a bare pair's: 1).
+    /// The entry's 32-bit counter (a bare pair's: 1; a tagged pair's: its flags).
     fn count(&self) -> i32;
     /// The same entry under group id `id`.
     fn with_id(self, id: u32) -> Self;
+    /// Whether `other` is the same (group id, value) pair.
+    #[inline(always)]
+    fn same_pair(&self, other: &Self) -> bool {
+        self.id() == other.id() && self.value() == other.value()
+    }
 }
 
 /// One (group, value) pair with a counter.
@@ -91,6 +111,74 @@ impl Entry for Bare {
     }
 }
 
+/// One (group, value) pair of an insert-only argument with a few aggregates, packed into 12
+/// bytes: the value, and one word whose top [`TAG_FLAGS`] bits flag the aggregates that have
+/// seen the pair (bit `i`: aggregate `i`) and whose other bits hold the group id plus
+/// `TAG_IDS + 1` (wrapping): a group number below [`TAG_IDS`] lands above `TAG_IDS`, and a fresh
+/// id `NO_ID - 1 - i` with `i` below it lands below ([`Tagged::fits`]).
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+pub(super) struct Tagged {
+    value: u64,
+    word: u32,
+}
+
+/// Where a [`Tagged`] word's flags start.
+const TAG_SHIFT: u32 = u32::BITS - TAG_FLAGS as u32;
+
+/// A [`Tagged`] word's id bits.
+const TAG_ID_MASK: u32 = (1 << TAG_SHIFT) - 1;
+
+impl Tagged {
+    /// Whether a tagged pair can hold group id `id`.
+    #[inline(always)]
+    pub fn fits(id: u32) -> bool {
+        id < TAG_IDS || NO_ID - 1 - id < TAG_IDS
+    }
+
+    /// The pair (id, value), no aggregate flagged; `id` must [`Tagged::fits`].
+    #[inline(always)]
+    pub fn new(id: u32, value: u64) -> Self {
+        debug_assert!(Self::fits(id), "id {id} in a tagged pair");
+        Self {
+            value,
+            word: id.wrapping_add(TAG_IDS + 1),
+        }
+    }
+
+    /// The aggregates that have seen the pair (bit `i`: aggregate `i`).
+    #[inline(always)]
+    fn flags(&self) -> u32 {
+        self.word >> TAG_SHIFT
+    }
+}
+
+impl Entry for Tagged {
+    #[inline(always)]
+    fn id(&self) -> u32 {
+        (self.word & TAG_ID_MASK).wrapping_sub(TAG_IDS + 1)
+    }
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        self.value
+    }
+    #[inline(always)]
+    fn count(&self) -> i32 {
+        self.flags() as i32
+    }
+    fn with_id(self, id: u32) -> Self {
+        let fresh = Self::new(id, self.value());
+        Self {
+            word: fresh.word | (self.flags() << TAG_SHIFT),
+            ..fresh
+        }
+    }
+    #[inline(always)]
+    fn same_pair(&self, other: &Self) -> bool {
+        (self.word ^ other.word) & TAG_ID_MASK == 0 && self.value() == other.value()
+    }
+}
+
 /// The hash of `value` under group id `id`: both mixed into 64 bits (the bits of a primitive
 /// value are not hashed beforehand).
 #[inline(always)]
@@ -143,11 +231,7 @@ impl<E: Entry> PairTable<E> {
     /// inserted if absent, and whether it was inserted.
     #[inline(always)]
     pub fn find_or_insert(&mut self, hash: u64, entry: E) -> (usize, bool) {
-        let (id, value) = (entry.id(), entry.value());
-        match self
-            .table
-            .find_bucket_index(hash, |p| p.id() == id && p.value() == value)
-        {
+        match self.table.find_bucket_index(hash, |p| p.same_pair(&entry)) {
             Some(at) => (at, false),
             None => {
                 let at = self.table.insert_unique(hash, entry, rehash).bucket_index();
@@ -198,6 +282,18 @@ impl PairTable<Pair> {
     }
 }
 
+impl PairTable<Tagged> {
+    /// Flags the aggregates of `gains` (bit `i`: aggregate `i`, below [`TAG_FLAGS`]) on the
+    /// pair in bucket `at`, and returns those it had not flagged yet.
+    #[inline(always)]
+    pub fn flag(&mut self, at: usize, gains: u32) -> u32 {
+        let e = self.table.get_bucket_mut(at).expect("a held pair's bucket");
+        let new = gains & !e.flags();
+        e.word |= new << TAG_SHIFT;
+        new
+    }
+}
+
 /// The pairs of an argument and what their entries count, chosen by the input and the number
 /// of sharing aggregates.
 pub(super) enum Pairs {
@@ -209,6 +305,9 @@ pub(super) enum Pairs {
     /// whether it is past 0; the entry's counter flags the aggregates that have seen the pair
     /// (bit `i`: aggregate `i`).
     Flagged(PairTable<Pair>),
+    /// As [`Pairs::Flagged`], with at most [`TAG_FLAGS`] aggregates, in 12-byte entries while
+    /// every id [`Tagged::fits`] ([`Pairs::untag`] makes it flagged).
+    Tagged(PairTable<Tagged>),
     /// Insert-only input, one aggregate: a pair is held once it has been seen, and that is all.
     Bare(PairTable<Bare>),
 }
@@ -219,6 +318,7 @@ impl Pairs {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.len(),
             Self::Bare(t) => t.len(),
+            Self::Tagged(t) => t.len(),
         }
     }
 
@@ -227,6 +327,7 @@ impl Pairs {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.bytes(),
             Self::Bare(t) => t.bytes(),
+            Self::Tagged(t) => t.bytes(),
         }
     }
 
@@ -235,6 +336,7 @@ impl Pairs {
         match self {
             Self::Counted(t) | Self::Flagged(t) => t.clear(),
             Self::Bare(t) => t.clear(),
+            Self::Tagged(t) => t.clear(),
         }
     }
 
@@ -248,6 +350,7 @@ impl Pairs {
         match self {
             Self::Counted(t) | Self::Flagged(t) => each(t, &mut f),
             Self::Bare(t) => each(t, &mut f),
+            Self::Tagged(t) => each(t, &mut f),
         }
     }
 
@@ -263,6 +366,24 @@ impl Pairs {
         match self {
             Self::Counted(t) | Self::Flagged(t) => each(t, &mut map),
             Self::Bare(t) => each(t, &mut map),
+            Self::Tagged(t) => each(t, &mut map),
+        }
+    }
+
+    /// A tagged table made flagged (16-byte entries, any id), for ids a tagged pair cannot
+    /// hold; any other table stays as it is.
+    pub fn untag(&mut self) {
+        if let Self::Tagged(t) = self {
+            let mut table = HashTable::with_capacity(t.len());
+            for e in t.iter() {
+                let p = Pair {
+                    value: e.value(),
+                    id: e.id(),
+                    count: e.count(),
+                };
+                table.insert_unique(rehash(&p), p, rehash);
+            }
+            *self = Self::Flagged(PairTable { table });
         }
     }
 }
@@ -407,5 +528,58 @@ mod tests {
         }
         assert_eq!(table.len(), want.len());
         assert_eq!(table.bytes(), table.table.num_buckets() * 13);
+    }
+
+    /// Tagged pairs: 12 bytes, group numbers and fresh ids at both ends of what they hold
+    /// found again with their flags, through a renumbering and made flagged.
+    #[test]
+    fn tagged_pairs_keep_ids_and_flags() {
+        assert_eq!(std::mem::size_of::<Tagged>(), 12);
+        let ids = [0, 1, TAG_IDS - 1, NO_ID - 1, NO_ID - TAG_IDS];
+        assert!(ids.iter().all(|&id| Tagged::fits(id)));
+        assert!(!Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS));
+        let mut table = PairTable::<Tagged>::default();
+        for (i, &id) in ids.iter().enumerate() {
+            for value in [0, 7, u64::MAX] {
+                let (at, inserted) =
+                    table.find_or_insert(pair_hash(id, value), Tagged::new(id, value));
+                assert!(inserted);
+                assert_eq!(table.flag(at, 1 << (i % TAG_FLAGS)), 1 << (i % TAG_FLAGS));
+                assert_eq!(table.flag(at, 0b1111), 0b1111 & !(1 << (i % TAG_FLAGS)));
+                assert_eq!(table.flag(at, 0b0101), 0);
+            }
+        }
+        let held = |t: &PairTable<Tagged>| {
+            let mut v: Vec<(u32, u64, i32)> =
+                t.iter().map(|p| (p.id(), p.value(), p.count())).collect();
+            v.sort_unstable();
+            v
+        };
+        let mut want: Vec<(u32, u64, i32)> = ids
+            .iter()
+            .flat_map(|&id| [0, 7, u64::MAX].map(|v| (id, v, 0b1111)))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(held(&table), want);
+        for &(id, value, _) in &want {
+            let (_, inserted) = table.find_or_insert(pair_hash(id, value), Tagged::new(id, value));
+            assert!(!inserted, "({id}, {value})");
+        }
+        // Renumbered, each id to the other end of the ids: the flags stay.
+        table.rebuild(|p| Some(p.with_id(NO_ID - 1 - p.id())));
+        let mut moved: Vec<(u32, u64, i32)> = want
+            .iter()
+            .map(|&(id, v, c)| (NO_ID - 1 - id, v, c))
+            .collect();
+        moved.sort_unstable();
+        assert_eq!(held(&table), moved);
+        let before = held(&table);
+        let mut pairs = Pairs::Tagged(table);
+        pairs.untag();
+        assert!(matches!(pairs, Pairs::Flagged(_)));
+        let mut after = vec![];
+        pairs.for_each(|id, value, count| after.push((id, value, count)));
+        after.sort_unstable();
+        assert_eq!(after, before);
     }
 }

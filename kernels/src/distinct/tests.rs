@@ -329,3 +329,84 @@ fn insert_only_pairs_keep_no_counts() {
         );
     }
 }
+
+/// A few aggregates over insert-only input keep their flags in 12-byte tagged pairs: with ids
+/// past what a tagged pair holds (more fresh ids than it can name, then more groups) the
+/// results and listed pairs stay those of counted accumulators; fresh ids past it purge the
+/// table and keep it tagged, group numbers past it make it flagged.
+#[test]
+fn tagged_pairs_hold_the_flags_of_a_few_aggregates() {
+    let kinds = [
+        AggregateKind::Count,
+        AggregateKind::Count,
+        AggregateKind::Sum,
+    ];
+    let new =
+        |retractable| DistinctAccumulator::try_new(&DataType::Int64, &kinds, retractable).unwrap();
+    let (mut local, mut tagged, mut counted) = (new(false), new(false), new(true));
+    assert!(matches!(tagged.pairs, Pairs::Tagged(_)));
+    let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut rand = move || rng.next();
+    let fewer = TAG_IDS as usize / 2;
+    for batch in 0..80usize {
+        // Fewer groups than a tagged pair names, then more.
+        let groups = if batch < 50 { fewer } else { fewer + 3 * batch };
+        let all: Vec<u32> = (0..groups as u32).collect();
+        let n = 400;
+        let values: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|_| {
+            let v = rand() % 300;
+            (v % 17 != 0).then_some(v as i64)
+        })));
+        let gids: Vec<u32> = (0..n).map(|_| (rand() % groups as u64) as u32).collect();
+        let masks: Vec<BooleanBuffer> = (0..kinds.len())
+            .map(|i| BooleanBuffer::collect_bool(n, |r| (r + batch) % (i + 1) == 0))
+            .collect();
+        let filters: Vec<Option<&BooleanBuffer>> = masks.iter().map(Some).collect();
+        if batch % 2 == 0 {
+            tagged.apply(&values, &gids, &filters, groups, 1).unwrap();
+        } else {
+            // Through a local phase's flush.
+            local.apply(&values, &gids, &filters, groups, 1).unwrap();
+            tagged
+                .merge(&local.state(&all).unwrap(), &all, groups)
+                .unwrap();
+            local.clear(groups);
+        }
+        counted.apply(&values, &gids, &filters, groups, 1).unwrap();
+        // Groups emptied, batch after batch: more fresh ids than a tagged pair names.
+        let emptied: Vec<u32> = (0..4).map(|_| (rand() % groups as u64) as u32).collect();
+        tagged.reset(&emptied);
+        counted.reset(&emptied);
+        let ctx = format!("batch {batch}, {groups} groups");
+        assert_eq!(
+            tagged.evaluate(&all).unwrap(),
+            counted.evaluate(&all).unwrap(),
+            "{ctx}"
+        );
+        let counters = |s: &ArrayRef, g: usize| -> Vec<(i64, Vec<i64>)> {
+            let list = s.as_list::<i32>();
+            let entries = list.value(g);
+            let entries = entries.as_struct();
+            let cols: Vec<&[i64]> = entries
+                .columns()
+                .iter()
+                .map(|c| c.as_primitive::<Int64Type>().values().as_ref())
+                .collect();
+            let mut rows: Vec<(i64, Vec<i64>)> = (0..cols[0].len())
+                .map(|r| (cols[0][r], cols[1..].iter().map(|c| c[r].min(1)).collect()))
+                .collect();
+            rows.sort_unstable();
+            rows
+        };
+        let (a, b) = (tagged.state(&all).unwrap(), counted.state(&all).unwrap());
+        for g in 0..groups {
+            assert_eq!(counters(&a, g), counters(&b, g), "{ctx}, group {g}");
+        }
+        assert_eq!(
+            matches!(tagged.pairs, Pairs::Tagged(_)),
+            groups <= TAG_IDS as usize,
+            "{ctx}: tagged"
+        );
+    }
+    assert!(matches!(tagged.pairs, Pairs::Flagged(_)));
+}
