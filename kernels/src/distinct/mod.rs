@@ -180,9 +180,12 @@ impl DistinctAccumulator {
 
     /// Makes this the DISTINCT of a local phase, whose state is only ever read by flushes
     /// ([`Self::state`]): its inner aggregates are no longer updated, since their results are
-    /// never asked for.
+    /// never asked for. Its few aggregates' pairs stay flagged in 16 bytes rather than tagged:
+    /// a local table holds one mini-batch's pairs, and the tags' few instructions more a pair
+    /// buy no memory worth having there.
     pub fn for_local_phase(&mut self) {
         self.local = true;
+        self.pairs.untag();
     }
 
     /// The values of `array` as entry bits, into `self.bits` (interning them if need be).
