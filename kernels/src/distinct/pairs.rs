@@ -129,11 +129,15 @@ const TAG_SHIFT: u32 = u32::BITS - TAG_FLAGS as u32;
 /// A [`Tagged`] word's id bits.
 const TAG_ID_MASK: u32 = (1 << TAG_SHIFT) - 1;
 
+// Group numbers land in `TAG_IDS + 1..=2 * TAG_IDS`, fresh ids in `0..TAG_IDS`: both in the
+// id bits.
+const _: () = assert!(2 * TAG_IDS <= TAG_ID_MASK);
+
 impl Tagged {
     /// Whether a tagged pair can hold group id `id`.
     #[inline(always)]
     pub fn fits(id: u32) -> bool {
-        id < TAG_IDS || NO_ID - 1 - id < TAG_IDS
+        id < TAG_IDS || (NO_ID - 1).wrapping_sub(id) < TAG_IDS
     }
 
     /// The pair (id, value), no aggregate flagged; `id` must [`Tagged::fits`].
@@ -537,7 +541,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<Tagged>(), 12);
         let ids = [0, 1, TAG_IDS - 1, NO_ID - 1, NO_ID - TAG_IDS];
         assert!(ids.iter().all(|&id| Tagged::fits(id)));
-        assert!(!Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS));
+        assert!(
+            !Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS) && !Tagged::fits(NO_ID)
+        );
         let mut table = PairTable::<Tagged>::default();
         for (i, &id) in ids.iter().enumerate() {
             for value in [0, 7, u64::MAX] {
