@@ -438,8 +438,17 @@ impl GroupAggregate {
         Ok(())
     }
 
-    /// Emits the transitions collected since the last call as one changelog batch.
+    /// Emits the transitions collected since the last call as one changelog batch, then
+    /// compacts the state where that is due (which renumbers the groups).
     pub(super) fn emit(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        self.emit_keeping_ids(out)?;
+        self.maybe_compact()
+    }
+
+    /// [`GroupAggregate::emit`] without the compaction, so that the group ids handed out so
+    /// far stay valid: for a batch interned whole and cut at a mini-batch's end, whose later
+    /// rows are applied with those ids after the emission (the caller compacts after them).
+    pub(super) fn emit_keeping_ids(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
         if let Some(deltas) = &mut self.deltas {
             if !deltas.groups().is_empty() {
                 let keys = self.keyed.key_columns(deltas.groups())?;
@@ -449,10 +458,10 @@ impl GroupAggregate {
                     out.push(batch);
                 }
             }
-            return self.maybe_compact();
+            return Ok(());
         }
         let Some(pending) = self.pending.take() else {
-            return self.maybe_compact();
+            return Ok(());
         };
         let mut columns = Vec::with_capacity(self.plan.output_schema.fields().len());
         columns.extend(self.keyed.key_columns(&pending.groups)?);
@@ -464,6 +473,6 @@ impl GroupAggregate {
         self.metrics.rows_out += batch.num_rows() as u64;
         self.metrics.batches_out += 1;
         out.push(batch);
-        self.maybe_compact()
+        Ok(())
     }
 }

@@ -3,6 +3,7 @@
 #[cfg(feature = "cli")]
 mod checkpoint;
 mod common;
+mod compaction;
 mod csv_splits;
 mod dictionary;
 mod emission;

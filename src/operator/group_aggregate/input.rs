@@ -109,10 +109,11 @@ impl GroupAggregate {
                 self.merge_rows(&batch.slice(off, len), &gids[off..off + len], None)?;
                 if ends {
                     self.fire()?;
-                    self.emit(&mut out)?;
+                    // The batch's later rows go on with `gids`: no compaction before them.
+                    self.emit_keeping_ids(&mut out)?;
                 }
             }
-            Ok(())
+            self.maybe_compact()
         })();
         self.gids = gids;
         result?;
@@ -281,9 +282,10 @@ impl GroupAggregate {
             self.apply(cb, off, len, &gids[off..off + len])?;
             if ends {
                 self.fire()?;
-                self.emit(out)?;
+                // The batch's later rows go on with `gids`: no compaction before them.
+                self.emit_keeping_ids(out)?;
             }
         }
-        Ok(())
+        self.maybe_compact()
     }
 }
