@@ -263,14 +263,20 @@ impl<E: Entry> PairTable<E> {
     }
 
     /// Replaces every pair by what `map` makes of it, dropping those it maps to None.
-    pub fn rebuild(&mut self, mut map: impl FnMut(E) -> Option<E>) {
+    pub fn rebuild(&mut self, map: impl FnMut(E) -> Option<E>) {
+        *self = self.rebuilt(map);
+    }
+
+    /// A table of what `map` makes of every pair (of any entry type), dropping those it maps to
+    /// None; this one is left empty.
+    fn rebuilt<F: Entry>(&mut self, mut map: impl FnMut(E) -> Option<F>) -> PairTable<F> {
         let mut table = HashTable::with_capacity(self.table.len());
         for p in self.table.drain() {
             if let Some(p) = map(p) {
                 table.insert_unique(rehash(&p), p, rehash);
             }
         }
-        self.table = table;
+        PairTable { table }
     }
 }
 
@@ -378,16 +384,14 @@ impl Pairs {
     /// hold; any other table stays as it is.
     pub fn untag(&mut self) {
         if let Self::Tagged(t) = self {
-            let mut table = HashTable::with_capacity(t.len());
-            for e in t.iter() {
-                let p = Pair {
+            let flagged = t.rebuilt(|e| {
+                Some(Pair {
                     value: e.value(),
                     id: e.id(),
                     count: e.count(),
-                };
-                table.insert_unique(rehash(&p), p, rehash);
-            }
-            *self = Self::Flagged(PairTable { table });
+                })
+            });
+            *self = Self::Flagged(flagged);
         }
     }
 }
