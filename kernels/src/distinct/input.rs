@@ -5,7 +5,8 @@ use arrow_array::{Array, ArrayRef};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::ArrowError;
 
-use super::pairs::{MAX_FLAGGED, Pairs};
+use super::lines::for_each_pair;
+use super::pairs::{MAX_FLAGGED, Pairs, pair_hash};
 use super::{DistinctAccumulator, insert_only};
 
 impl DistinctAccumulator {
@@ -132,11 +133,14 @@ impl DistinctAccumulator {
             _ => 0,
         };
         if filters.iter().all(Option::is_none) {
-            for (r, &g) in groups.iter().enumerate() {
-                if nulls.is_none_or(|nb| nb.is_valid(r)) {
-                    self.add(g, bits[r], |_| Some(delta), all, |i, b, a| seen(r, i, b, a));
-                }
-            }
+            let valid = |r: &usize| nulls.is_none_or(|nb| nb.is_valid(*r));
+            let rows = (0..groups.len()).filter(valid);
+            for_each_pair!(self, groups, bits, rows, |r, hash| {
+                let delta = |_| Some(delta);
+                self.add(groups[r], bits[r], hash, delta, all, |i, b, a| {
+                    seen(r, i, b, a)
+                });
+            });
             return;
         }
         if k > MAX_FLAGGED {
@@ -147,7 +151,8 @@ impl DistinctAccumulator {
                 }
                 // Counted: more aggregates than a word's bits have no gains.
                 let delta = |i| selected(i).then_some(delta);
-                self.add(g, bits[r], delta, 0, |i, b, a| seen(r, i, b, a));
+                let hash = pair_hash(self.ids[g as usize], bits[r]);
+                self.add(g, bits[r], hash, delta, 0, |i, b, a| seen(r, i, b, a));
             }
             return;
         }
@@ -168,12 +173,14 @@ impl DistinctAccumulator {
                 .zip(&mut selected)
                 .for_each(|(valid, s)| *s = if valid { *s } else { 0 });
         }
-        for (r, (&g, &s)) in groups.iter().zip(&selected).enumerate() {
-            if s != 0 {
-                let delta = |i: usize| (s >> i & 1 == 1).then_some(delta);
-                self.add(g, bits[r], delta, s & all, |i, b, a| seen(r, i, b, a));
-            }
-        }
+        let rows = (0..groups.len()).filter(|&r| selected[r] != 0);
+        for_each_pair!(self, groups, bits, rows, |r, hash| {
+            let s = selected[r];
+            let delta = |i: usize| (s >> i & 1 == 1).then_some(delta);
+            self.add(groups[r], bits[r], hash, delta, s & all, |i, b, a| {
+                seen(r, i, b, a)
+            });
+        });
         self.selected = selected;
     }
 }

@@ -22,6 +22,10 @@
 //! a primitive argument so costs one probe of one table, whose entry holds everything the row
 //! updates. An emptied group's pairs are dropped in O(1) by giving the group a fresh id; the
 //! pairs left under old ids are purged once they are half the table.
+//!
+//! The 12-byte pairs of insert-only input sit in hashbrown's table while it is small and move to
+//! one of cache lines of five once it outgrows the caches (`packed.rs`, `lines.rs`), where a run
+//! of rows has its lines read ahead before it is probed.
 
 use std::sync::Arc;
 
@@ -36,13 +40,16 @@ use crate::hash::hash_columns;
 
 mod bits;
 mod input;
+mod lines;
+mod packed;
 mod pairs;
 mod state;
 
 use bits::{bits_type, to_bits};
+use packed::{LINES_FROM, Packed, Probe};
 use pairs::{
     Bare, MAX_FLAGGED, Pair, PairTable, Pairs, SPILLED, TAG_FLAGS, TAG_IDS, Tagged, count_at,
-    pair_hash, set_count,
+    set_count,
 };
 
 /// No group has this id: the top of the id space, below which fresh ids are counted down.
@@ -110,6 +117,14 @@ impl std::fmt::Debug for DistinctAccumulator {
     }
 }
 
+/// Finds or inserts the tagged pair `entry` (whose hash is `hash`) and flags the aggregates of
+/// `gains` on it: whether it was inserted, and the aggregates it had not flagged yet.
+#[inline(always)]
+fn flag_pair(table: &mut impl Probe<Tagged>, hash: u64, entry: Tagged, gains: u32) -> (bool, u32) {
+    let (at, inserted) = table.find_or_insert(hash, entry);
+    (inserted, table.get_mut(at).flag(gains))
+}
+
 /// The group whose id is `id`: a fresh id's owner, or the group of that number.
 fn owner(owners: &[u32], id: u32) -> u32 {
     owners.get((NO_ID - 1 - id) as usize).copied().unwrap_or(id)
@@ -151,9 +166,9 @@ impl DistinctAccumulator {
             pairs: if retractable || kinds.len() > MAX_FLAGGED {
                 Pairs::Counted(PairTable::default())
             } else if kinds.len() == 1 {
-                Pairs::Bare(PairTable::default())
+                Pairs::Bare(Packed::default())
             } else if kinds.len() <= TAG_FLAGS {
-                Pairs::Tagged(PairTable::default())
+                Pairs::Tagged(Packed::default())
             } else {
                 Pairs::Flagged(PairTable::default())
             },
@@ -259,9 +274,10 @@ impl DistinctAccumulator {
         }
     }
 
-    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)` for every `i`
-    /// it selects (None: not selected), creating the pair and dropping it once every counter
-    /// is 0; `seen(i, before, after)` hears of each change. Without counts (insert-only input)
+    /// Adds `deltas(i)` to aggregate `i`'s counter of the pair `(group, value)`, whose
+    /// [`pair_hash`](pairs::pair_hash) is `hash`, for every `i` it selects (None: not selected),
+    /// creating the pair and dropping it once every counter is 0; `seen(i, before, after)`
+    /// hears of each change. Without counts (insert-only input)
     /// only the aggregates in `gains` count (bit `i`: `delta(i)` is past 0), and `seen` hears of
     /// each counter that leaves 0.
     #[inline(always)]
@@ -269,35 +285,61 @@ impl DistinctAccumulator {
         &mut self,
         group: u32,
         value: u64,
+        hash: u64,
         delta: impl Fn(usize) -> Option<i64>,
         gains: u32,
         mut seen: impl FnMut(usize, i64, i64),
     ) {
         let k = self.inners.len();
         let id = self.ids[group as usize];
-        let hash = pair_hash(id, value);
         // Each kind of pair probes at its own call site: one probe shared by flagged and counted
         // pairs cost q15 (two-phase, P = 1) 3.7 % more instructions.
         let table = match &mut self.pairs {
-            Pairs::Bare(table) => {
-                if gains != 0 && table.find_or_insert(hash, Bare::new(id, value)).1 {
-                    self.pairs_of[group as usize] += 1;
-                    seen(0, 0, 1);
-                }
-                return;
-            }
-            Pairs::Tagged(table) => {
+            Pairs::Bare(packed) => {
                 if gains == 0 {
                     return;
                 }
-                let (pos, inserted) = table.find_or_insert(hash, Tagged::new(id, value));
+                let entry = Bare::new(id, value);
+                let (inserted, full) = match packed {
+                    Packed::Hashed(t) => {
+                        let inserted = t.find_or_insert(hash, entry).1;
+                        (inserted, inserted && t.len() >= LINES_FROM)
+                    }
+                    Packed::Lines(t) => (t.find_or_insert(hash, entry).1, false),
+                };
+                if inserted {
+                    self.pairs_of[group as usize] += 1;
+                    seen(0, 0, 1);
+                }
+                if full {
+                    packed.move_to_lines();
+                }
+                return;
+            }
+            Pairs::Tagged(packed) => {
+                if gains == 0 {
+                    return;
+                }
+                let entry = Tagged::new(id, value);
+                let (inserted, mut new, full) = match packed {
+                    Packed::Hashed(t) => {
+                        let (inserted, new) = flag_pair(t, hash, entry, gains);
+                        (inserted, new, inserted && t.len() >= LINES_FROM)
+                    }
+                    Packed::Lines(t) => {
+                        let (inserted, new) = flag_pair(t, hash, entry, gains);
+                        (inserted, new, false)
+                    }
+                };
                 if inserted {
                     self.pairs_of[group as usize] += 1;
                 }
-                let mut new = table.flag(pos, gains);
                 while new != 0 {
                     seen(new.trailing_zeros() as usize, 0, 1);
                     new &= new - 1;
+                }
+                if full {
+                    packed.move_to_lines();
                 }
                 return;
             }

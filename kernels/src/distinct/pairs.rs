@@ -1,4 +1,4 @@
-//! The (group, value) pairs of a DISTINCT argument: one hash table of 16- or 12-byte entries.
+//! The (group, value) pairs of a DISTINCT argument: one table of 16- or 12-byte entries.
 //!
 //! A [`Pair`] holds the value's 64 bits, the id its group has in the table and a 32-bit counter
 //! (16 bytes; with hashbrown's control byte a bucket is 17); a [`Bare`] pair, for an insert-only
@@ -6,12 +6,15 @@
 //! is held says all there is to count; a [`Tagged`] pair, for an insert-only argument with a few
 //! aggregates, holds the value and one word of the id and the aggregates' flags (12 bytes too),
 //! while the ids fit the word. [`Pairs`] is the table an argument keeps, of the kind its input
-//! calls for. Entries are addressed by bucket index, which holds until the next insertion or
-//! removal.
+//! calls for: hashbrown's for 16-byte pairs, for 12-byte ones a [`Packed`] table (hashbrown's
+//! while small, cache lines once large). Entries are addressed by bucket (or slot) index, which
+//! holds until the next insertion or removal.
 
 use hashbrown::{HashMap, HashTable};
 
 use super::NO_ID;
+use super::lines::LineEntry;
+use super::packed::Packed;
 
 /// A 32-bit counter of one aggregate that lives in `DistinctAccumulator::wide`.
 pub(super) const SPILLED: i32 = i32::MIN;
@@ -93,6 +96,10 @@ impl Bare {
     }
 }
 
+impl LineEntry for Bare {
+    const VACANT: Self = Self { value: 0, id: 0 };
+}
+
 impl Entry for Bare {
     #[inline(always)]
     fn id(&self) -> u32 {
@@ -155,6 +162,19 @@ impl Tagged {
     fn flags(&self) -> u32 {
         self.word >> TAG_SHIFT
     }
+
+    /// Flags the aggregates of `gains` (bit `i`: aggregate `i`, below [`TAG_FLAGS`]) and
+    /// returns those it had not flagged yet.
+    #[inline(always)]
+    pub fn flag(&mut self, gains: u32) -> u32 {
+        let new = gains & !self.flags();
+        self.word |= new << TAG_SHIFT;
+        new
+    }
+}
+
+impl LineEntry for Tagged {
+    const VACANT: Self = Self { value: 0, word: 0 };
 }
 
 impl Entry for Tagged {
@@ -250,6 +270,12 @@ impl<E: Entry> PairTable<E> {
         self.table.get_bucket(at).expect("a held pair's bucket")
     }
 
+    /// The pair in bucket `at`, to change anything but its id and value.
+    #[inline(always)]
+    pub fn get_mut(&mut self, at: usize) -> &mut E {
+        self.table.get_bucket_mut(at).expect("a held pair's bucket")
+    }
+
     /// Removes the pair in bucket `at`.
     pub fn remove_at(&mut self, at: usize) {
         if let Ok(e) = self.table.get_bucket_entry(at) {
@@ -263,18 +289,16 @@ impl<E: Entry> PairTable<E> {
     }
 
     /// Replaces every pair by what `map` makes of it, dropping those it maps to None.
-    pub fn rebuild(&mut self, map: impl FnMut(E) -> Option<E>) {
-        *self = self.rebuilt(map);
+    pub fn rebuild(&mut self, mut map: impl FnMut(E) -> Option<E>) {
+        let len = self.table.len();
+        *self = Self::from_pairs(len, self.table.drain().filter_map(&mut map));
     }
 
-    /// A table of what `map` makes of every pair (of any entry type), dropping those it maps to
-    /// None; this one is left empty.
-    fn rebuilt<F: Entry>(&mut self, mut map: impl FnMut(E) -> Option<F>) -> PairTable<F> {
-        let mut table = HashTable::with_capacity(self.table.len());
-        for p in self.table.drain() {
-            if let Some(p) = map(p) {
-                table.insert_unique(rehash(&p), p, rehash);
-            }
+    /// A table of `pairs`, all distinct, room made for `len` of them.
+    pub fn from_pairs(len: usize, pairs: impl Iterator<Item = E>) -> Self {
+        let mut table = HashTable::with_capacity(len);
+        for p in pairs {
+            table.insert_unique(rehash(&p), p, rehash);
         }
         PairTable { table }
     }
@@ -292,18 +316,6 @@ impl PairTable<Pair> {
     }
 }
 
-impl PairTable<Tagged> {
-    /// Flags the aggregates of `gains` (bit `i`: aggregate `i`, below [`TAG_FLAGS`]) on the
-    /// pair in bucket `at`, and returns those it had not flagged yet.
-    #[inline(always)]
-    pub fn flag(&mut self, at: usize, gains: u32) -> u32 {
-        let e = self.table.get_bucket_mut(at).expect("a held pair's bucket");
-        let new = gains & !e.flags();
-        e.word |= new << TAG_SHIFT;
-        new
-    }
-}
-
 /// The pairs of an argument and what their entries count, chosen by the input and the number
 /// of sharing aggregates.
 pub(super) enum Pairs {
@@ -317,9 +329,9 @@ pub(super) enum Pairs {
     Flagged(PairTable<Pair>),
     /// As [`Pairs::Flagged`], with at most [`TAG_FLAGS`] aggregates, in 12-byte entries while
     /// every id [`Tagged::fits`] ([`Pairs::untag`] makes it flagged).
-    Tagged(PairTable<Tagged>),
+    Tagged(Packed<Tagged>),
     /// Insert-only input, one aggregate: a pair is held once it has been seen, and that is all.
-    Bare(PairTable<Bare>),
+    Bare(Packed<Bare>),
 }
 
 impl Pairs {
@@ -329,6 +341,25 @@ impl Pairs {
             Self::Counted(t) | Self::Flagged(t) => t.len(),
             Self::Bare(t) => t.len(),
             Self::Tagged(t) => t.len(),
+        }
+    }
+
+    /// Whether the pairs sit in lines, whose probes [`Self::touch`] reads ahead.
+    pub fn in_lines(&self) -> bool {
+        matches!(
+            self,
+            Self::Bare(Packed::Lines(_)) | Self::Tagged(Packed::Lines(_))
+        )
+    }
+
+    /// Reads ahead the lines of the pairs whose hashes are `hashes`, where the pairs sit in
+    /// lines ([`Packed::touch`]).
+    #[inline(always)]
+    pub fn touch(&self, hashes: &[u64]) {
+        match self {
+            Self::Bare(t) => t.touch(hashes),
+            Self::Tagged(t) => t.touch(hashes),
+            Self::Counted(_) | Self::Flagged(_) => {}
         }
     }
 
@@ -352,31 +383,28 @@ impl Pairs {
 
     /// Calls `f(id, value, counter)` for every pair held.
     pub fn for_each(&self, mut f: impl FnMut(u32, u64, i32)) {
-        fn each<E: Entry>(t: &PairTable<E>, f: &mut impl FnMut(u32, u64, i32)) {
-            for e in t.iter() {
-                f(e.id(), e.value(), e.count());
-            }
+        fn each<E: Entry>(f: &mut impl FnMut(u32, u64, i32)) -> impl FnMut(&E) {
+            |e: &E| f(e.id(), e.value(), e.count())
         }
         match self {
-            Self::Counted(t) | Self::Flagged(t) => each(t, &mut f),
-            Self::Bare(t) => each(t, &mut f),
-            Self::Tagged(t) => each(t, &mut f),
+            Self::Counted(t) | Self::Flagged(t) => t.iter().for_each(each(&mut f)),
+            Self::Bare(t) => t.for_each(each(&mut f)),
+            Self::Tagged(t) => t.for_each(each(&mut f)),
         }
     }
 
     /// Moves every pair to the id `map(id, value, counter)` gives it, dropping those it maps to
     /// None.
     pub fn rebuild(&mut self, mut map: impl FnMut(u32, u64, i32) -> Option<u32>) {
-        fn each<E: Entry>(
-            t: &mut PairTable<E>,
+        fn moved<E: Entry>(
             map: &mut impl FnMut(u32, u64, i32) -> Option<u32>,
-        ) {
-            t.rebuild(|e| map(e.id(), e.value(), e.count()).map(|id| e.with_id(id)));
+        ) -> impl FnMut(E) -> Option<E> {
+            |e: E| map(e.id(), e.value(), e.count()).map(|id| e.with_id(id))
         }
         match self {
-            Self::Counted(t) | Self::Flagged(t) => each(t, &mut map),
-            Self::Bare(t) => each(t, &mut map),
-            Self::Tagged(t) => each(t, &mut map),
+            Self::Counted(t) | Self::Flagged(t) => t.rebuild(moved(&mut map)),
+            Self::Bare(t) => t.rebuild(moved(&mut map)),
+            Self::Tagged(t) => t.rebuild(moved(&mut map)),
         }
     }
 
@@ -384,14 +412,15 @@ impl Pairs {
     /// hold; any other table stays as it is.
     pub fn untag(&mut self) {
         if let Self::Tagged(t) = self {
-            let flagged = t.rebuilt(|e| {
-                Some(Pair {
+            let mut pairs = Vec::with_capacity(t.len());
+            t.for_each(|e| {
+                pairs.push(Pair {
                     value: e.value(),
                     id: e.id(),
                     count: e.count(),
                 })
             });
-            *self = Self::Flagged(flagged);
+            *self = Self::Flagged(PairTable::from_pairs(pairs.len(), pairs.into_iter()));
         }
     }
 }
@@ -438,6 +467,7 @@ pub(super) fn set_count(
 
 #[cfg(test)]
 mod tests {
+    use super::super::lines::LineTable;
     use super::*;
     use std::collections::HashMap;
 
@@ -501,41 +531,11 @@ mod tests {
         assert_eq!(table.len(), want.len());
     }
 
-    /// Bare pairs: random inserts, finds and removes against a set, through growth and a
-    /// renumbering; 12 bytes an entry.
     #[test]
-    fn bare_pairs_are_a_set() {
+    fn bare_pairs_are_12_bytes() {
         assert_eq!(std::mem::size_of::<Bare>(), 12);
-        let mut rng = crate::test_rng::XorShift(0x5851_f42d_4c95_7f2du64);
-        let mut rand = move || rng.next();
-        let mut table = PairTable::<Bare>::default();
-        let mut model: std::collections::HashSet<(u32, u64)> = Default::default();
-        for _ in 0..60_000u32 {
-            let (id, value) = ((rand() % 3) as u32, rand() % 5_000 + (1 << 40));
-            let (at, inserted) = table.find_or_insert(pair_hash(id, value), Bare::new(id, value));
-            let pair = *table.get(at);
-            assert_eq!((pair.id(), pair.value(), pair.count()), (id, value, 1));
-            assert_eq!(inserted, model.insert((id, value)));
-            if rand() % 3 == 0 {
-                table.remove_at(at);
-                model.remove(&(id, value));
-            }
-            assert_eq!(table.len(), model.len());
-        }
-        let mut held: Vec<(u32, u64)> = table.iter().map(|p| (p.id(), p.value())).collect();
-        let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
-        held.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(held, want);
-        table.rebuild(|p| (p.id() != 2).then(|| p.with_id(p.id() + 7)));
-        want.retain(|w| w.0 != 2);
-        for &(id, value) in &want {
-            let (_, inserted) =
-                table.find_or_insert(pair_hash(id + 7, value), Bare::new(id + 7, value));
-            assert!(!inserted);
-        }
-        assert_eq!(table.len(), want.len());
-        assert_eq!(table.bytes(), table.table.num_buckets() * 13);
+        let p = Bare::new(7, 1 << 40).with_id(3);
+        assert_eq!((p.id(), p.value(), p.count()), (3, 1 << 40, 1));
     }
 
     /// Tagged pairs: 12 bytes, group numbers and fresh ids at both ends of what they hold
@@ -548,18 +548,19 @@ mod tests {
         assert!(
             !Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS) && !Tagged::fits(NO_ID)
         );
-        let mut table = PairTable::<Tagged>::default();
+        let mut table = LineTable::<Tagged>::default();
         for (i, &id) in ids.iter().enumerate() {
             for value in [0, 7, u64::MAX] {
                 let (at, inserted) =
                     table.find_or_insert(pair_hash(id, value), Tagged::new(id, value));
                 assert!(inserted);
-                assert_eq!(table.flag(at, 1 << (i % TAG_FLAGS)), 1 << (i % TAG_FLAGS));
-                assert_eq!(table.flag(at, 0b1111), 0b1111 & !(1 << (i % TAG_FLAGS)));
-                assert_eq!(table.flag(at, 0b0101), 0);
+                let e = table.get_mut(at);
+                assert_eq!(e.flag(1 << (i % TAG_FLAGS)), 1 << (i % TAG_FLAGS));
+                assert_eq!(e.flag(0b1111), 0b1111 & !(1 << (i % TAG_FLAGS)));
+                assert_eq!(e.flag(0b0101), 0);
             }
         }
-        let held = |t: &PairTable<Tagged>| {
+        let held = |t: &LineTable<Tagged>| {
             let mut v: Vec<(u32, u64, i32)> =
                 t.iter().map(|p| (p.id(), p.value(), p.count())).collect();
             v.sort_unstable();
@@ -584,7 +585,7 @@ mod tests {
         moved.sort_unstable();
         assert_eq!(held(&table), moved);
         let before = held(&table);
-        let mut pairs = Pairs::Tagged(table);
+        let mut pairs = Pairs::Tagged(Packed::Lines(table));
         pairs.untag();
         assert!(matches!(pairs, Pairs::Flagged(_)));
         let mut after = vec![];

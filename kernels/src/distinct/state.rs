@@ -11,6 +11,7 @@ use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::HashMap;
 
 use super::bits::from_bits;
+use super::lines::for_each_pair;
 use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
@@ -199,12 +200,13 @@ impl DistinctAccumulator {
                     .for_each(|(g, &c)| *g |= u32::from(c > 0) << i);
             }
         }
-        for (r, (&g, &gained)) in flat_groups.iter().zip(&gained).enumerate() {
+        for_each_pair!(self, &flat_groups, &bits, 0..m, |r, hash| {
             self.add(
-                g,
+                flat_groups[r],
                 bits[r],
+                hash,
                 |i| Some(counters[i].value(start + r)),
-                gained,
+                gained[r],
                 |i, before, after| {
                     if before <= 0 && after > 0 {
                         gains[i].set_bit(r, true);
@@ -213,7 +215,7 @@ impl DistinctAccumulator {
                     }
                 },
             );
-        }
+        });
         self.selected = gained;
         self.bits = bits;
         let arg_slice = std::slice::from_ref(&values);
