@@ -16,7 +16,7 @@
 use super::pairs::{Entry, Pairs, pair_hash};
 
 /// Pairs a line holds.
-pub(super) const LINE_PAIRS: usize = 5;
+const LINE_PAIRS: usize = 5;
 
 /// The fill past which the table grows: at most 17 pairs in 20 slots.
 const MAX_FILL: (usize, usize) = (17, 20);
@@ -222,8 +222,9 @@ pub(super) const RUN: usize = 16;
 
 /// Runs `$body` for each row `$r` of `$rows` (ascending) with `$hash` the [`pair_hash`] of its
 /// pair (`$acc.ids[$groups[$r]]`, `$bits[$r]`): in [`Runs`] where `$acc`'s pairs sit in lines,
-/// row by row otherwise (a table in the caches gains nothing from the runs, and a plain loop
-/// probes it about a tenth faster). A macro, so that each loop has the body inline.
+/// row by row otherwise (a table in the caches gains nothing from the runs, which only add work
+/// there). A macro, so that each loop has the body inline: passed as a closure, the body was
+/// not inlined and cost a call a row.
 macro_rules! for_each_pair {
     ($acc:ident, $groups:expr, $bits:expr, $rows:expr, |$r:ident, $hash:ident| $body:block) => {
         let mut rows = $rows;
