@@ -122,7 +122,8 @@ impl<E: LineEntry> Packed<E> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pairs::{Bare, Entry, pair_hash};
+    use super::super::pairs::{Bare, Entry, Pairs, TAG_FLAGS, TAG_IDS, Tagged, pair_hash};
+    use super::super::{NO_ID, flag_pair};
     use super::*;
     use std::collections::HashSet;
 
@@ -165,5 +166,75 @@ mod tests {
         let mut want: Vec<(u32, u64)> = model.into_iter().collect();
         want.sort_unstable();
         assert_eq!(held, want);
+    }
+
+    /// Tagged pairs: 12 bytes, group numbers and fresh ids at both ends of what they hold
+    /// found again with their flags, through a renumbering and made flagged.
+    #[test]
+    fn tagged_pairs_keep_ids_and_flags() {
+        assert_eq!(std::mem::size_of::<Tagged>(), 12);
+        let ids = [0, 1, TAG_IDS - 1, NO_ID - 1, NO_ID - TAG_IDS];
+        assert!(ids.iter().all(|&id| Tagged::fits(id)));
+        assert!(
+            !Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS) && !Tagged::fits(NO_ID)
+        );
+        // In hashbrown's table and in lines alike.
+        for lines in [false, true] {
+            let mut table = Packed::<Tagged>::default();
+            if lines {
+                table.move_to_lines();
+            }
+            let probe = |table: &mut Packed<Tagged>, id: u32, value: u64, gains: u32| {
+                let (hash, entry) = (pair_hash(id, value), Tagged::new(id, value));
+                match table {
+                    Packed::Hashed(t) => flag_pair(t, hash, entry, gains),
+                    Packed::Lines(t) => flag_pair(t, hash, entry, gains),
+                }
+            };
+            for (i, &id) in ids.iter().enumerate() {
+                for value in [0, 7, u64::MAX] {
+                    let one = 1 << (i % TAG_FLAGS);
+                    assert_eq!(probe(&mut table, id, value, one), (true, one));
+                    assert_eq!(probe(&mut table, id, value, 0b1111), (false, 0b1111 & !one));
+                    assert_eq!(probe(&mut table, id, value, 0b0101), (false, 0));
+                }
+            }
+            let held = |t: &Packed<Tagged>| {
+                let mut v: Vec<(u32, u64, i32)> = vec![];
+                t.for_each(|p| v.push((p.id(), p.value(), p.count())));
+                v.sort_unstable();
+                v
+            };
+            let mut want: Vec<(u32, u64, i32)> = ids
+                .iter()
+                .flat_map(|&id| [0, 7, u64::MAX].map(|v| (id, v, 0b1111)))
+                .collect();
+            want.sort_unstable();
+            assert_eq!(held(&table), want);
+            for &(id, value, _) in &want {
+                assert_eq!(
+                    probe(&mut table, id, value, 0b1111),
+                    (false, 0),
+                    "({id}, {value})"
+                );
+            }
+            assert_eq!(matches!(table, Packed::Lines(_)), lines);
+            // Renumbered, each id to the other end of the ids: the flags stay.
+            table.rebuild(|p| Some(p.with_id(NO_ID - 1 - p.id())));
+            let mut moved: Vec<(u32, u64, i32)> = want
+                .iter()
+                .map(|&(id, v, c)| (NO_ID - 1 - id, v, c))
+                .collect();
+            moved.sort_unstable();
+            assert_eq!(held(&table), moved);
+            let before = held(&table);
+            let mut pairs = Pairs::Tagged(table);
+            pairs.untag();
+            assert!(matches!(pairs, Pairs::Flagged(_)));
+            let mut after = vec![];
+            pairs.for_each(|id, value, count| after.push((id, value, count)));
+            after.sort_unstable();
+            assert_eq!(after, before);
+        }
     }
 }

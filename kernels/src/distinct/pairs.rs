@@ -467,7 +467,6 @@ pub(super) fn set_count(
 
 #[cfg(test)]
 mod tests {
-    use super::super::lines::LineTable;
     use super::*;
     use std::collections::HashMap;
 
@@ -531,66 +530,40 @@ mod tests {
         assert_eq!(table.len(), want.len());
     }
 
+    /// Bare pairs: random inserts, finds and removes against a set, through growth and a
+    /// renumbering; 12 bytes an entry.
     #[test]
-    fn bare_pairs_are_12_bytes() {
+    fn bare_pairs_are_a_set() {
         assert_eq!(std::mem::size_of::<Bare>(), 12);
-        let p = Bare::new(7, 1 << 40).with_id(3);
-        assert_eq!((p.id(), p.value(), p.count()), (3, 1 << 40, 1));
-    }
-
-    /// Tagged pairs: 12 bytes, group numbers and fresh ids at both ends of what they hold
-    /// found again with their flags, through a renumbering and made flagged.
-    #[test]
-    fn tagged_pairs_keep_ids_and_flags() {
-        assert_eq!(std::mem::size_of::<Tagged>(), 12);
-        let ids = [0, 1, TAG_IDS - 1, NO_ID - 1, NO_ID - TAG_IDS];
-        assert!(ids.iter().all(|&id| Tagged::fits(id)));
-        assert!(
-            !Tagged::fits(TAG_IDS) && !Tagged::fits(NO_ID - 1 - TAG_IDS) && !Tagged::fits(NO_ID)
-        );
-        let mut table = LineTable::<Tagged>::default();
-        for (i, &id) in ids.iter().enumerate() {
-            for value in [0, 7, u64::MAX] {
-                let (at, inserted) =
-                    table.find_or_insert(pair_hash(id, value), Tagged::new(id, value));
-                assert!(inserted);
-                let e = table.get_mut(at);
-                assert_eq!(e.flag(1 << (i % TAG_FLAGS)), 1 << (i % TAG_FLAGS));
-                assert_eq!(e.flag(0b1111), 0b1111 & !(1 << (i % TAG_FLAGS)));
-                assert_eq!(e.flag(0b0101), 0);
+        let mut rng = crate::test_rng::XorShift(0x5851_f42d_4c95_7f2du64);
+        let mut rand = move || rng.next();
+        let mut table = PairTable::<Bare>::default();
+        let mut model: std::collections::HashSet<(u32, u64)> = Default::default();
+        for _ in 0..60_000u32 {
+            let (id, value) = ((rand() % 3) as u32, rand() % 5_000 + (1 << 40));
+            let (at, inserted) = table.find_or_insert(pair_hash(id, value), Bare::new(id, value));
+            let pair = *table.get(at);
+            assert_eq!((pair.id(), pair.value(), pair.count()), (id, value, 1));
+            assert_eq!(inserted, model.insert((id, value)));
+            if rand() % 3 == 0 {
+                table.remove_at(at);
+                model.remove(&(id, value));
             }
+            assert_eq!(table.len(), model.len());
         }
-        let held = |t: &LineTable<Tagged>| {
-            let mut v: Vec<(u32, u64, i32)> =
-                t.iter().map(|p| (p.id(), p.value(), p.count())).collect();
-            v.sort_unstable();
-            v
-        };
-        let mut want: Vec<(u32, u64, i32)> = ids
-            .iter()
-            .flat_map(|&id| [0, 7, u64::MAX].map(|v| (id, v, 0b1111)))
-            .collect();
+        let mut held: Vec<(u32, u64)> = table.iter().map(|p| (p.id(), p.value())).collect();
+        let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
+        held.sort_unstable();
         want.sort_unstable();
-        assert_eq!(held(&table), want);
-        for &(id, value, _) in &want {
-            let (_, inserted) = table.find_or_insert(pair_hash(id, value), Tagged::new(id, value));
-            assert!(!inserted, "({id}, {value})");
+        assert_eq!(held, want);
+        table.rebuild(|p| (p.id() != 2).then(|| p.with_id(p.id() + 7)));
+        want.retain(|w| w.0 != 2);
+        for &(id, value) in &want {
+            let (_, inserted) =
+                table.find_or_insert(pair_hash(id + 7, value), Bare::new(id + 7, value));
+            assert!(!inserted);
         }
-        // Renumbered, each id to the other end of the ids: the flags stay.
-        table.rebuild(|p| Some(p.with_id(NO_ID - 1 - p.id())));
-        let mut moved: Vec<(u32, u64, i32)> = want
-            .iter()
-            .map(|&(id, v, c)| (NO_ID - 1 - id, v, c))
-            .collect();
-        moved.sort_unstable();
-        assert_eq!(held(&table), moved);
-        let before = held(&table);
-        let mut pairs = Pairs::Tagged(Packed::Lines(table));
-        pairs.untag();
-        assert!(matches!(pairs, Pairs::Flagged(_)));
-        let mut after = vec![];
-        pairs.for_each(|id, value, count| after.push((id, value, count)));
-        after.sort_unstable();
-        assert_eq!(after, before);
+        assert_eq!(table.len(), want.len());
+        assert_eq!(table.bytes(), table.table.num_buckets() * 13);
     }
 }
