@@ -14,6 +14,7 @@ use tally_kernels::hash::hash_columns;
 
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
+use crate::operator::local_ids::{KnownIds, LocalIds};
 use crate::plan::AggregatePlan;
 
 /// A snapshot's `$last_write_ms` for a group written without a TTL.
@@ -148,6 +149,9 @@ pub(crate) struct KeyedState {
     state_keys: usize,
     /// Scratch: the hashes of the state's keys where they are fewer than the plan's.
     state_hashes: Vec<u64>,
+    /// The groups of local phases' key ids (forgotten with the group table: a rebuilt state is
+    /// a new one).
+    known: KnownIds,
 }
 
 impl KeyedState {
@@ -167,6 +171,7 @@ impl KeyedState {
             ttl,
             state_keys: plan.key_types.len(),
             state_hashes: vec![],
+            known: KnownIds::default(),
             plan,
         })
     }
@@ -197,6 +202,7 @@ impl KeyedState {
         }
         self.groups = new_group_values(&self.plan.key_types[..want])
             .map_err(|e| Error::plan(format!("group keys: {e}")))?;
+        self.known = KnownIds::default();
         self.state_keys = want;
         Ok(())
     }
@@ -238,6 +244,34 @@ impl KeyedState {
             hash_keys(keys, n, &mut self.state_hashes)?;
         }
         intern_hashed(self.groups.as_mut(), keys, &self.state_hashes, gids)
+    }
+
+    /// [`KeyedState::intern`] of a local phase's accumulator rows that come with their key ids
+    /// in its key table (`local`): found by those ids where each is known, otherwise interned
+    /// and their ids learnt ([`crate::operator::local_ids`]).
+    ///
+    /// # Errors
+    /// As [`KeyedState::intern`].
+    pub(crate) fn intern_flushed(
+        &mut self,
+        keys: &[ArrayRef],
+        hashes: &[u64],
+        hashed: usize,
+        n: usize,
+        local: Option<&LocalIds>,
+        gids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let local = local.filter(|l| l.ids.len() == n);
+        if let Some(local) = local
+            && self.known.find(local, gids)
+        {
+            return Ok(());
+        }
+        self.intern(keys, hashes, hashed, n, gids)?;
+        if let Some(local) = local {
+            self.known.learn(local, gids);
+        }
+        Ok(())
     }
 
     /// The plan's key columns of groups `ids`: the keys the state holds and, where it merges
@@ -316,6 +350,7 @@ impl KeyedState {
             + self.count1.capacity() * 8
             + self.last_write.capacity() * 8
             + self.key_rows.capacity() * 8
+            + self.known.size()
     }
 
     /// The schema of [`KeyedState::export`]: the accumulator batch's (keys, accumulator columns,

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed, key_table};
+use crate::operator::local_ids::KeyTableId;
 use crate::operator::owners::Owners;
 use crate::plan::{AggregatePlan, CalcBatch};
 
@@ -68,6 +69,9 @@ pub struct LocalGroupAggregate {
     /// Whether the key table still holds keys of earlier mini-batches ([`RETAINED_KEYS`]):
     /// then the groups folded since the last flush are those with rows.
     retained: bool,
+    /// The key table's identity, fresh each time it starts afresh: the ids a flush sends with
+    /// a retained table's keys are ids in this table ([`crate::operator::local_ids`]).
+    table: KeyTableId,
 }
 
 impl LocalGroupAggregate {
@@ -96,6 +100,7 @@ impl LocalGroupAggregate {
             owners: None,
             last_keys: None,
             retained: false,
+            table: KeyTableId::fresh(),
             plan,
         })
     }
@@ -150,6 +155,7 @@ impl LocalGroupAggregate {
             ));
         }
         self.retained = false;
+        self.table = KeyTableId::fresh();
         self.groups = if state_keys == all || owners.is_some() {
             key_table(&self.plan)?
         } else {

@@ -29,6 +29,7 @@ pub mod incremental;
 pub mod key_groups;
 pub(crate) mod keyed;
 pub mod local;
+pub(crate) mod local_ids;
 pub mod metrics;
 pub(crate) mod mini_batch;
 pub mod ordered;

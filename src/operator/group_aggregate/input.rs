@@ -208,11 +208,12 @@ impl GroupAggregate {
                 if n == 0 {
                     continue;
                 }
-                self.keyed.intern(
+                self.keyed.intern_flushed(
                     &batch.columns()[..k],
                     &part.hashes,
                     part.hashed_keys,
                     n,
+                    part.local_ids.as_ref(),
                     &mut gids,
                 )?;
                 self.grow();

@@ -10,6 +10,7 @@ use super::LocalGroupAggregate;
 use crate::error::{Error, Result};
 use crate::operator::exchange::partition;
 use crate::operator::key_groups::KeyGroups;
+use crate::operator::local_ids::{KeyTableId, LocalIds};
 
 /// The most keys a local phase keeps in its key table across a flush (their accumulators
 /// reset), so that the next mini-batch finds them again instead of interning them afresh (a
@@ -30,6 +31,9 @@ pub(crate) struct Flushed {
     /// ([`LocalGroupAggregate::merge_buckets`]).
     pub(crate) hashed_keys: usize,
     pub(crate) rows: Vec<u64>,
+    /// Each row's key id in the local phase's key table, where the table outlives the flush
+    /// (its keys come back under the same ids: [`crate::operator::local_ids`]).
+    pub(crate) local_ids: Option<LocalIds>,
 }
 
 impl LocalGroupAggregate {
@@ -184,20 +188,6 @@ impl LocalGroupAggregate {
         cols.push(count1);
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
-        let mut offset = 0;
-        let flushed = parts
-            .iter()
-            .map(|ids| {
-                let part = Flushed {
-                    batch: batch.slice(offset, ids.len()),
-                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
-                    hashed_keys: self.state_keys,
-                    rows: ids.iter().map(|&g| rows[g as usize]).collect(),
-                };
-                offset += ids.len();
-                part
-            })
-            .collect();
         // A small plain key table keeps its keys (their accumulators reset below) while most
         // of them come back in each mini-batch; the others start from group 0 again.
         self.retained = n <= RETAINED_KEYS
@@ -205,8 +195,27 @@ impl LocalGroupAggregate {
             && self.owners.is_none()
             && !self.merges_buckets()
             && !self.state.has_distinct();
+        let mut offset = 0;
+        let flushed = parts
+            .into_iter()
+            .map(|ids| {
+                let batch = batch.slice(offset, ids.len());
+                offset += ids.len();
+                Flushed {
+                    batch,
+                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
+                    hashed_keys: self.state_keys,
+                    rows: ids.iter().map(|&g| rows[g as usize]).collect(),
+                    local_ids: self.retained.then_some(LocalIds {
+                        table: self.table,
+                        ids,
+                    }),
+                }
+            })
+            .collect();
         if !self.retained {
             self.groups.clear();
+            self.table = KeyTableId::fresh();
         }
         if let Some(owners) = &mut self.owners {
             owners.clear();

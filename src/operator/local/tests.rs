@@ -171,3 +171,81 @@ fn a_routed_flush_is_the_whole_flush_cut_by_worker() {
         assert_eq!(routed.hot_share, top as f64 / 500.0);
     }
 }
+
+/// A flush of a key table that outlives it names each row's key by its id in the table, the
+/// same ids flush after flush; a global phase that merges two local phases whose equal ids name
+/// different keys keeps the keys apart (it knows ids per table), and merges as it would by the
+/// keys themselves.
+#[test]
+fn retained_keys_go_by_their_ids_per_table() {
+    use crate::GroupAggregate;
+    use crate::config::Config;
+    let (schema, plan) = plan_by_k(&[
+        crate::aggregates::count_star(),
+        crate::aggregates::sum(col("v")),
+    ]);
+    let batch = |keys: Vec<i64>, values: Vec<i64>| {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(keys)),
+            Arc::new(Int64Array::from(values)),
+        ];
+        RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+    };
+    let mut config = Config::default();
+    config.set("table.exec.mini-batch.enabled", "true").unwrap();
+    config.set("table.exec.mini-batch.size", "1000").unwrap();
+    config
+        .set("table.exec.mini-batch.allow-latency", "1 h")
+        .unwrap();
+    let clock = Arc::new(crate::clock::ManualClock::new(0));
+    let mut global = GroupAggregate::try_new_global(Arc::clone(&plan), config, clock)
+        .unwrap()
+        .into_worker();
+    let mut a = LocalGroupAggregate::try_new(Arc::clone(&plan)).unwrap();
+    let mut b = LocalGroupAggregate::try_new(Arc::clone(&plan)).unwrap();
+    let mut tables = None;
+    for _ in 0..3 {
+        // Key 1 is id 0 in `a`'s table and id 1 in `b`'s; key 2 the other way round.
+        a.push(&batch(vec![1, 2, 1], vec![1, 10, 1])).unwrap();
+        b.push(&batch(vec![2, 1], vec![100, 1000])).unwrap();
+        let (fa, fb) = (
+            a.flush_parts().unwrap().unwrap(),
+            b.flush_parts().unwrap().unwrap(),
+        );
+        let (ia, ib) = (fa.local_ids.clone().unwrap(), fb.local_ids.clone().unwrap());
+        assert_eq!(
+            (ia.ids.as_slice(), ib.ids.as_slice()),
+            (&[0, 1][..], &[0, 1][..])
+        );
+        assert_ne!(ia.table, ib.table);
+        assert_eq!(
+            *tables.get_or_insert((ia.table, ib.table)),
+            (ia.table, ib.table)
+        );
+        global.merge_routed(&[fa, fb]).unwrap();
+    }
+    let mut rows = vec![];
+    for c in global.finish().unwrap() {
+        let col = |i: usize| {
+            c.data
+                .column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+        };
+        for r in 0..c.num_rows() {
+            rows.push((col(0).value(r), col(1).value(r), col(2).value(r)));
+        }
+    }
+    rows.sort_unstable();
+    assert_eq!(rows, [(1, 9, 3006), (2, 6, 330)]);
+    // A table cleared at a flush (one key of three came back) starts afresh under another
+    // identity, and its flush names no ids.
+    a.push(&batch(vec![3], vec![0])).unwrap();
+    let cleared = a.flush_parts().unwrap().unwrap();
+    assert!(cleared.local_ids.is_none());
+    a.push(&batch(vec![3], vec![0])).unwrap();
+    let fresh = a.flush_parts().unwrap().unwrap().local_ids.unwrap();
+    assert_eq!(fresh.ids, [0]);
+    assert_ne!(fresh.table, tables.unwrap().0);
+}
