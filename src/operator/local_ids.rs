@@ -11,12 +11,13 @@
 //! mini-batches short (the global phase runs on its own worker, so this work is what keeps a
 //! query from scaling with the workers).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity of a local phase's key table: unique in the process, fresh each time a table
 /// starts afresh (made, cleared, or replaced), so that an id of one table never names a key of
 /// another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct KeyTableId(u64);
 
 impl KeyTableId {
@@ -35,10 +36,10 @@ pub(crate) struct LocalIds {
     pub(crate) ids: Vec<u32>,
 }
 
-/// The most key tables a global phase knows ids of (one per local phase that sends it rows;
-/// past this, the table heard from least recently is forgotten, and its rows are interned
-/// again).
-const MAX_TABLES: usize = 64;
+/// The most key tables a global phase knows ids of (one per local phase that sends it rows,
+/// so Flink's default max parallelism, 128, twice over); past this, the table heard from least
+/// recently is forgotten, and its rows are interned again.
+const MAX_TABLES: usize = 256;
 
 /// No group known for an id.
 const UNKNOWN: u32 = u32::MAX;
@@ -48,18 +49,21 @@ const UNKNOWN: u32 = u32::MAX;
 /// replaced).
 #[derive(Debug, Default)]
 pub(crate) struct KnownIds {
-    /// Per table, the group of each id (or [`UNKNOWN`]), the table heard from last at the end.
-    tables: Vec<(KeyTableId, Vec<u32>)>,
+    /// Per table: when it was last heard from (a count of the flushes looked up or learnt), and
+    /// the group of each id (or [`UNKNOWN`]).
+    tables: HashMap<KeyTableId, (u64, Vec<u32>)>,
+    heard: u64,
 }
 
 impl KnownIds {
     /// Fills `gids` with the groups of `local`'s ids and returns true, where every one is
     /// known; otherwise returns false (`gids` then holds nothing of use).
     pub(crate) fn find(&mut self, local: &LocalIds, gids: &mut Vec<u32>) -> bool {
-        let Some(at) = self.heard_from(local.table) else {
+        self.heard += 1;
+        let Some((heard, groups)) = self.tables.get_mut(&local.table) else {
             return false;
         };
-        let groups = &self.tables[at].1;
+        *heard = self.heard;
         gids.clear();
         let mut known = true;
         gids.extend(local.ids.iter().map(|&id| {
@@ -72,17 +76,19 @@ impl KnownIds {
 
     /// Records that `local`'s ids interned into `gids` (row by row).
     pub(crate) fn learn(&mut self, local: &LocalIds, gids: &[u32]) {
-        let at = match self.heard_from(local.table) {
-            Some(at) => at,
-            None => {
-                if self.tables.len() == MAX_TABLES {
-                    self.tables.remove(0);
-                }
-                self.tables.push((local.table, vec![]));
-                self.tables.len() - 1
+        if !self.tables.contains_key(&local.table) && self.tables.len() == MAX_TABLES {
+            let oldest = self
+                .tables
+                .iter()
+                .min_by_key(|(_, (heard, _))| *heard)
+                .map(|(&t, _)| t);
+            if let Some(t) = oldest {
+                self.tables.remove(&t);
             }
-        };
-        let groups = &mut self.tables[at].1;
+        }
+        self.heard += 1;
+        let (heard, groups) = self.tables.entry(local.table).or_default();
+        *heard = self.heard;
         for (&id, &g) in local.ids.iter().zip(gids) {
             let id = id as usize;
             if id >= groups.len() {
@@ -92,17 +98,12 @@ impl KnownIds {
         }
     }
 
-    /// The position of `table`'s ids, moved to the end (heard from last), if known.
-    fn heard_from(&mut self, table: KeyTableId) -> Option<usize> {
-        let at = self.tables.iter().position(|(t, _)| *t == table)?;
-        let entry = self.tables.remove(at);
-        self.tables.push(entry);
-        Some(self.tables.len() - 1)
-    }
-
     /// Bytes held.
     pub(crate) fn size(&self) -> usize {
-        self.tables.iter().map(|(_, g)| g.capacity() * 4).sum()
+        self.tables
+            .values()
+            .map(|(_, g)| g.capacity() * 4 + 16)
+            .sum()
     }
 }
 
