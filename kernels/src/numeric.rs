@@ -109,9 +109,15 @@ impl GroupsAccumulator for CountAccumulator {
         grow(&mut self.counts, total_groups, 0);
         let counts = &mut self.counts;
         let vals = c.values();
-        for_each_selected(groups, c.nulls(), None, |i, g| {
-            counts[g as usize] += vals[i]
-        });
+        if c.null_count() == 0 {
+            for (&g, &v) in groups.iter().zip(vals) {
+                counts[g as usize] += v;
+            }
+        } else {
+            for_each_selected(groups, c.nulls(), None, |i, g| {
+                counts[g as usize] += vals[i]
+            });
+        }
         Ok(())
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
@@ -347,14 +353,13 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
             <K::Acc as ArrowPrimitiveType>::Native::ZERO,
         );
         grow(&mut self.counts, total_groups, 0);
-        let (sv, cv) = (s.values(), c.values());
-        let sums = &mut self.sums;
-        let counts = &mut self.counts;
-        for_each_selected(groups, None, None, |i, g| {
+        // The state columns are as long as `groups` (`state_arg`): zipped, only the groups'
+        // cells are bounds-checked.
+        for ((&g, &sum), &count) in groups.iter().zip(s.values()).zip(c.values()) {
             let g = g as usize;
-            sums[g] = K::add(sums[g], sv[i]);
-            counts[g] += cv[i];
-        });
+            self.sums[g] = K::add(self.sums[g], sum);
+            self.counts[g] += count;
+        }
         Ok(())
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
