@@ -303,7 +303,7 @@ fn rehash<E: Entry>(e: &E) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pairs::{Bare, pair_hash};
+    use super::super::pairs::{Bare, assert_holds, pair_hash};
     use super::*;
     use std::collections::HashSet;
 
@@ -336,11 +336,7 @@ mod tests {
                 assert_eq!(inserted, model.insert((id, value)), "({id}, {value})");
                 assert_eq!(table.len(), model.len());
             }
-            let mut held: Vec<(u32, u64)> = table.iter().map(|p| (p.id(), p.value())).collect();
-            let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
-            held.sort_unstable();
-            want.sort_unstable();
-            assert_eq!(held, want);
+            let mut want = assert_holds(table.iter(), &model);
             assert!(table.len() * MAX_FILL.1 <= table.lines.len() * LINE_PAIRS * MAX_FILL.0);
             table.rebuild(|p| (p.id() != 2).then(|| p.with_id(p.id() + 7)));
             want.retain(|w| w.0 != 2);

@@ -465,6 +465,21 @@ pub(super) fn set_count(
     }
 }
 
+/// The tables' set tests: the (id, value) of the pairs `held`, sorted, asserted equal to the
+/// `model` set's, and returned.
+#[cfg(test)]
+pub(super) fn assert_holds<'a>(
+    held: impl Iterator<Item = &'a Bare>,
+    model: &std::collections::HashSet<(u32, u64)>,
+) -> Vec<(u32, u64)> {
+    let mut held: Vec<(u32, u64)> = held.map(|p| (p.id(), p.value())).collect();
+    let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
+    held.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(held, want);
+    want
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,11 +566,7 @@ mod tests {
             }
             assert_eq!(table.len(), model.len());
         }
-        let mut held: Vec<(u32, u64)> = table.iter().map(|p| (p.id(), p.value())).collect();
-        let mut want: Vec<(u32, u64)> = model.iter().copied().collect();
-        held.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(held, want);
+        let mut want = assert_holds(table.iter(), &model);
         table.rebuild(|p| (p.id() != 2).then(|| p.with_id(p.id() + 7)));
         want.retain(|w| w.0 != 2);
         for &(id, value) in &want {
