@@ -240,7 +240,8 @@ struct SqlArgs {
     /// The output format (default: table on standard output, else from the file extension).
     #[arg(long, value_enum)]
     format: Option<OutputFormat>,
-    /// Rows per input batch.
+    /// Rows per input batch, at most: a Parquet read also stops at each data page of a column
+    /// read as a dictionary where those pages hold fewer rows (8,192 or more).
     #[arg(long, default_value_t = 8192)]
     batch_size: usize,
     /// Print each statement's status on standard error.

@@ -39,7 +39,8 @@ pub struct BenchArgs {
     /// Mini-batch size per worker for the strategies that use mini-batch.
     #[arg(long, default_value_t = 5000)]
     mini_batch: u64,
-    /// Rows per input batch.
+    /// Rows per input batch, at most: a Parquet read also stops at each data page of a column
+    /// read as a dictionary where those pages hold fewer rows (8,192 or more).
     #[arg(long, default_value_t = 65_536)]
     batch_size: usize,
     /// Write the results as JSON to this file.
@@ -246,7 +247,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let repeat = args.repeat.max(1);
     let ddl = create_table(&table, &args.input)?;
     println!(
-        "{} over {} (input batches of {} rows), median of {repeat}\n",
+        "{} over {} (input batches of up to {} rows), median of {repeat}\n",
         args.query,
         args.input.display(),
         args.batch_size

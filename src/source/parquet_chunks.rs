@@ -5,12 +5,15 @@
 //! reads some rows of the group, in a file with an offset index, reads only the pages that hold
 //! them (and the dictionary page before them): the decoder then skips the others by the index,
 //! without reading them. The chunks' buffers come back to their split once the decoder drops
-//! them ([`ChunkBuffers`]).
+//! them ([`ChunkBuffers`]). The decoder reads batches of at most one data page of each column
+//! read as a dictionary, where the offset index shows pages smaller than the batch asked for
+//! ([`page_batch_size`]).
 
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex};
 
+use arrow::datatypes::DataType;
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -162,6 +165,7 @@ impl RowGroupChunks {
         let ctx = table.ctx();
         let file = super::open(&table.path)?;
         let chunks = Self::read(file, metadata.metadata(), rg, mask, rows, buffers, &ctx)?;
+        let batch_size = page_batch_size(metadata, rg, mask, batch_size);
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata.clone())
                 .with_row_groups(vec![rg])
@@ -187,6 +191,60 @@ impl RowGroupChunks {
             return Err(outside(start));
         }
         Ok(bytes.slice(skip..))
+    }
+}
+
+/// The fewest rows per page that a read batch is cut down to ([`page_batch_size`]): below it,
+/// the cost of a batch (the aggregation's per-batch work, each dictionary's lookups) outweighs
+/// the copies saved.
+const MIN_PAGE_BATCH: usize = 8192;
+
+/// Rows per read batch of row group `rg`: `batch_size`, or, where the columns read as
+/// dictionaries have data pages of fewer rows (but at least [`MIN_PAGE_BATCH`]), the rows of
+/// the smallest such page. arrow-rs grows a dictionary column's key vector to exactly the
+/// rows of each page it decodes into a batch, so a batch of k pages copies the keys k - 1
+/// times over (about 2 (k - 1) bytes a row for 32-bit keys); a batch of one page copies
+/// nothing. Writers close pages at 20,000 rows by default (arrow-rs, parquet-mr), fewer than
+/// a 65,536-row batch. Without an offset index, or without dictionary columns, `batch_size`.
+fn page_batch_size(
+    metadata: &ArrowReaderMetadata,
+    rg: usize,
+    mask: &ProjectionMask,
+    batch_size: usize,
+) -> usize {
+    let Some(index) = metadata.metadata().offset_index().and_then(|i| i.get(rg)) else {
+        return batch_size;
+    };
+    let parquet = metadata.parquet_schema();
+    let fields = metadata.schema().fields();
+    let pages = (0..parquet.num_columns().min(index.len()))
+        .filter(|&leaf| mask.leaf_included(leaf))
+        .filter(|&leaf| {
+            fields
+                .get(parquet.get_column_root_idx(leaf))
+                .is_some_and(|f| matches!(f.data_type(), DataType::Dictionary(..)))
+        })
+        .map(|leaf| index[leaf].page_locations().as_slice());
+    batch_for_pages(pages, batch_size)
+}
+
+/// [`page_batch_size`] over the page locations of each dictionary column chunk: the fewest
+/// rows of a page that is not its chunk's last, where that lies in [`MIN_PAGE_BATCH`] ..
+/// `batch_size`; `batch_size` otherwise.
+fn batch_for_pages<'a>(
+    chunks: impl Iterator<Item = &'a [PageLocation]>,
+    batch_size: usize,
+) -> usize {
+    let fewest = chunks
+        .flat_map(|pages| pages.windows(2))
+        .filter_map(|w| {
+            let rows = w[1].first_row_index.checked_sub(w[0].first_row_index)?;
+            usize::try_from(rows).ok()
+        })
+        .min();
+    match fewest {
+        Some(rows) if (MIN_PAGE_BATCH..batch_size).contains(&rows) => rows,
+        _ => batch_size,
     }
 }
 
@@ -346,6 +404,34 @@ mod tests {
 
     /// A split reads what precedes the first data page (the dictionary page) and the runs of
     /// pages that hold its rows; without locations inside the chunk, the whole chunk.
+    #[test]
+    fn a_batch_is_cut_to_the_smallest_page_of_a_dictionary_column() {
+        let pages = |rows: &[i64]| -> Vec<PageLocation> {
+            rows.iter()
+                .scan(0, |first, &n| {
+                    let p = page(0, 1, *first);
+                    *first += n;
+                    Some(p)
+                })
+                .collect()
+        };
+        let (a, b) = (pages(&[20_000, 20_000, 7]), pages(&[30_000, 12_000, 5]));
+        let cut =
+            |chunks: &[&[PageLocation]], batch| batch_for_pages(chunks.iter().copied(), batch);
+        // The last page of a chunk does not count; the smallest page of any chunk does.
+        assert_eq!(cut(&[&a], 65_536), 20_000);
+        assert_eq!(cut(&[&a, &b], 65_536), 12_000);
+        // Never larger than asked, never below the floor, unchanged without pages.
+        assert_eq!(cut(&[&a], 16_384), 16_384);
+        assert_eq!(cut(&[&pages(&[4_000, 4_000, 1])], 65_536), 65_536);
+        assert_eq!(cut(&[&pages(&[1_000_000])], 65_536), 65_536);
+        assert_eq!(cut(&[], 65_536), 65_536);
+        // A corrupt index (rows going backwards) is ignored.
+        let mut back = pages(&[20_000, 20_000, 1]);
+        back[2].first_row_index = 5;
+        assert_eq!(cut(&[&back], 65_536), 20_000);
+    }
+
     #[test]
     fn a_split_reads_the_dictionary_and_its_pages() {
         // A chunk at bytes 100..400: a dictionary page, then pages of 10 rows at 150, 200, 250,

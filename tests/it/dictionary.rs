@@ -287,6 +287,34 @@ fn other_uses_and_undictionaried_files_read_plain_strings() {
     }
 }
 
+/// A read batch of a file whose dictionary columns have pages smaller than the batch stops at
+/// each page (arrow-rs would otherwise copy the keys once per page it adds to a batch); a file
+/// read as plain strings keeps the batch size asked for. The results stay the reference's.
+#[test]
+fn a_read_batch_stops_at_a_dictionary_page() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let rows = random_rows(&mut rng, 40_000);
+    let path = temp("pages.parquet");
+    let pages = WriterProperties::builder()
+        .set_data_page_row_count_limit(10_000)
+        .build();
+    write_parquet(&path, &rows, 40_000, pages);
+    let sizes = |t: &FileTable| -> Vec<usize> {
+        let batches = t.open(30_000).unwrap();
+        batches.map(|b| b.unwrap().data.num_rows()).collect()
+    };
+    let mut t = table(path.clone());
+    assert_eq!(sizes(&t), vec![30_000, 10_000]);
+    t.dictionary_columns = vec!["shop".into(), "status".into()];
+    assert_eq!(sizes(&t), vec![10_000; 4]);
+    for workers in [1, 2] {
+        let config = runtime_config(workers, true, 400, true);
+        let p = pipeline(config, workers, true, col("shop"));
+        let got = final_rows(Job::new(table(path.clone()), p, None), 30_000);
+        assert_eq!(got, reference(&rows, true), "P={workers}");
+    }
+}
+
 /// A dictionary handed to the aggregate for a column it takes plain (an argument) is refused
 /// with the schema named, not misread.
 #[test]
