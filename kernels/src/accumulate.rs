@@ -49,6 +49,18 @@ pub fn for_each_selected<F: FnMut(usize, u32)>(
 /// ([`for_each_row_then_nulls`]) instead of walking the validity's set bits.
 pub const SPARSE_NULLS: usize = 8;
 
+/// Whether a pass over `len` rows may visit every row and then take the NULL rows back, as
+/// [`for_each_row_then_nulls`] does: no `filter`, and at most one row in [`SPARSE_NULLS`] NULL
+/// in `nulls` (none counts).
+#[inline]
+pub fn every_row_then_nulls(
+    len: usize,
+    nulls: Option<&NullBuffer>,
+    filter: Option<&BooleanBuffer>,
+) -> bool {
+    filter.is_none() && nulls.is_none_or(|n| n.null_count() * SPARSE_NULLS <= len)
+}
+
 /// For state that takes an update back exactly (wrapping integer sums, counts): where `nulls`
 /// marks few rows NULL (at most one in [`SPARSE_NULLS`]) and there is no `filter`, calls
 /// `f(row, group, true)` for every row and then `f(row, group, false)` for each NULL row, and
@@ -64,7 +76,7 @@ pub fn for_each_row_then_nulls<F: FnMut(usize, u32, bool)>(
     let Some(n) = nulls.filter(|n| n.null_count() > 0) else {
         return false;
     };
-    if filter.is_some() || n.null_count() * SPARSE_NULLS > groups.len() {
+    if !every_row_then_nulls(groups.len(), Some(n), filter) {
         return false;
     }
     for (i, &g) in groups.iter().enumerate() {

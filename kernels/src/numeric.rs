@@ -21,7 +21,8 @@ use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType};
 
 use crate::accumulate::{
-    Lanes, count_rows, for_each_row_then_nulls, for_each_selected, in_lanes, lane,
+    LANES, Lanes, count_rows, every_row_then_nulls, for_each_row_then_nulls, for_each_selected,
+    in_lanes, lane,
 };
 use crate::accumulator::{GroupsAccumulator, check_filter, grow, single_arg, state_arg};
 
@@ -253,13 +254,20 @@ impl<K: SumKind> SumAccumulator<K> {
             filter,
         };
         if K::Acc::DATA_TYPE.is_integer() && in_lanes(groups.len(), total_groups) {
-            add_rows::<K, RETRACT>(
-                &rows,
-                vals,
-                self.lane_sums.cells(total_groups, zero),
-                self.lane_counts.cells(total_groups, 0),
-                lane,
-            );
+            let sums = self.lane_sums.cells(total_groups, zero);
+            let counts = self.lane_counts.cells(total_groups, 0);
+            if every_row_then_nulls(groups.len(), rows.nulls, filter) {
+                add_every_row_in_lanes::<K, RETRACT>(groups, vals, sums, counts);
+                if let Some(n) = rows.nulls.filter(|n| n.null_count() > 0) {
+                    // The NULL rows' arbitrary values taken back (integer sums wrap).
+                    for i in (!n.inner()).set_indices() {
+                        let c = lane(i, groups[i]);
+                        step::<K>(&mut sums[c], &mut counts[c], vals[i], !RETRACT);
+                    }
+                }
+            } else {
+                add_rows::<K, RETRACT>(&rows, vals, sums, counts, lane);
+            }
             self.lane_sums
                 .fold_into(&mut self.sums[..total_groups], zero, K::add);
             self.lane_counts
@@ -270,6 +278,51 @@ impl<K: SumKind> SumAccumulator<K> {
             });
         }
         Ok(())
+    }
+}
+
+/// Adds (or, when `take`, takes) summand `v` to a cell's sum and counts it in the cell's count.
+#[inline(always)]
+fn step<K: SumKind>(
+    sum: &mut <K::Acc as ArrowPrimitiveType>::Native,
+    count: &mut i64,
+    v: <K::Arg as ArrowPrimitiveType>::Native,
+    take: bool,
+) {
+    let x = K::summand(v);
+    if take {
+        *sum = K::sub(*sum, x);
+        *count -= 1;
+    } else {
+        *sum = K::add(*sum, x);
+        *count += 1;
+    }
+}
+
+/// Adds (or with `RETRACT` takes) every row's summand of `vals` to its lane ([`lane`]) in
+/// `sums` and counts it in `counts`, four rows at a time, each into its own lane: no row index
+/// to mask, and the groups and values read in step. NULL rows included (see
+/// [`every_row_then_nulls`]).
+#[inline(always)]
+fn add_every_row_in_lanes<K: SumKind, const RETRACT: bool>(
+    groups: &[u32],
+    vals: &[<K::Arg as ArrowPrimitiveType>::Native],
+    sums: &mut [<K::Acc as ArrowPrimitiveType>::Native],
+    counts: &mut [i64],
+) {
+    const _: () = assert!(LANES == 4);
+    let counts = &mut counts[..sums.len()];
+    let (groups, vals) = (groups.chunks_exact(LANES), vals.chunks_exact(LANES));
+    let (group_rest, val_rest) = (groups.remainder(), vals.remainder());
+    for (g, v) in groups.zip(vals) {
+        for j in 0..LANES {
+            let c = g[j] as usize * LANES + j;
+            step::<K>(&mut sums[c], &mut counts[c], v[j], RETRACT);
+        }
+    }
+    for (j, (&g, &v)) in group_rest.iter().zip(val_rest).enumerate() {
+        let c = g as usize * LANES + j;
+        step::<K>(&mut sums[c], &mut counts[c], v, RETRACT);
     }
 }
 
@@ -295,28 +348,14 @@ fn add_rows<K: SumKind, const RETRACT: bool>(
     if K::Acc::DATA_TYPE.is_integer()
         && for_each_row_then_nulls(rows.groups, rows.nulls, rows.filter, |i, g, add| {
             let c = cell(i, g);
-            let x = K::summand(vals[i]);
-            if add != RETRACT {
-                sums[c] = K::add(sums[c], x);
-                counts[c] += 1;
-            } else {
-                sums[c] = K::sub(sums[c], x);
-                counts[c] -= 1;
-            }
+            step::<K>(&mut sums[c], &mut counts[c], vals[i], add == RETRACT);
         })
     {
         return;
     }
     for_each_selected(rows.groups, rows.nulls, rows.filter, |i, g| {
         let c = cell(i, g);
-        let x = K::summand(vals[i]);
-        if RETRACT {
-            sums[c] = K::sub(sums[c], x);
-            counts[c] -= 1;
-        } else {
-            sums[c] = K::add(sums[c], x);
-            counts[c] += 1;
-        }
+        step::<K>(&mut sums[c], &mut counts[c], vals[i], RETRACT);
     });
 }
 

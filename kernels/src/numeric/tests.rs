@@ -4,16 +4,25 @@ use super::*;
 use crate::test_rng::XorShift;
 
 /// SUM over a column whose NULL slots hold arbitrary values, with NULLs rare (every row
-/// added and the NULL rows taken back) and common, over few groups (lanes) and many, with
-/// updates and retractions: the sums and counts are those of the valid rows alone.
+/// added and the NULL rows taken back), common and absent, over few groups (lanes) and many,
+/// with updates and retractions: the sums and counts are those of the valid rows alone.
 #[test]
 fn a_sum_skips_the_values_under_nulls() {
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
-    for (groups, null_per_mille) in [(3u32, 5u64), (3, 400), (5000, 5), (5000, 400), (1, 5)] {
+    for (groups, null_per_mille) in [
+        (3u32, 5u64),
+        (3, 0),
+        (3, 400),
+        (5000, 5),
+        (5000, 400),
+        (1, 5),
+    ] {
         let mut acc = SumAccumulator::new(Sum::<Int64Type>::new(DataType::Int64, false));
         let mut want = vec![(0i64, 0i64); groups as usize];
         for pass in 0..6 {
-            let rows = 3000;
+            // Lengths that leave 0 to 3 rows past the last four (a pass in lanes takes four
+            // rows at a time).
+            let rows = 3000 + pass;
             let ids: Vec<u32> = (0..rows).map(|_| rng.below(groups.into()) as u32).collect();
             let vals: Vec<i64> = (0..rows).map(|_| rng.next() as i64).collect();
             let valid: Vec<bool> = (0..rows)
