@@ -5,6 +5,7 @@
 //! worker and wait for all of them: a barrier per step, which keeps results deterministic for a
 //! given input and configuration.
 
+use std::sync::mpsc::{Receiver, RecvError, SendError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,27 @@ impl Activity {
         (r, waited)
     }
 
+    /// Sends `v` on `tx` as [`Activity::wait`] would, but waits (and counts the task idle,
+    /// taking the lock shared by every task) only when the channel is full: a send that goes
+    /// through at once reads no clock and takes no lock.
+    pub fn send<T>(&self, tx: &SyncSender<T>, v: T) -> (Result<(), SendError<T>>, Duration) {
+        match tx.try_send(v) {
+            Ok(()) => (Ok(()), Duration::ZERO),
+            Err(TrySendError::Disconnected(v)) => (Err(SendError(v)), Duration::ZERO),
+            Err(TrySendError::Full(v)) => self.wait(|| tx.send(v)),
+        }
+    }
+
+    /// Receives from `rx` as [`Activity::wait`] would, waiting only when nothing is there yet
+    /// (see [`Activity::send`]).
+    pub fn recv<T>(&self, rx: &Receiver<T>) -> (Result<T, RecvError>, Duration) {
+        match rx.try_recv() {
+            Ok(v) => (Ok(v), Duration::ZERO),
+            Err(TryRecvError::Disconnected) => (Err(RecvError), Duration::ZERO),
+            Err(TryRecvError::Empty) => self.wait(|| rx.recv()),
+        }
+    }
+
     /// The wall time so far and the share of it in which at most one task was busy.
     pub fn serial_fraction(&self) -> (Duration, f64) {
         self.change(0);
@@ -172,5 +194,38 @@ impl Activity {
             s.serial.as_secs_f64() / wall.as_secs_f64()
         };
         (wall, share)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    /// A send with room and a receive with a message waiting go through without waiting; a
+    /// full channel waits until its receiver takes a message; a closed channel hands the value
+    /// back (send) or reports the end (receive).
+    #[test]
+    fn sends_and_receives_wait_only_when_they_must() {
+        let activity = Arc::new(Activity::new(1));
+        let (tx, rx) = sync_channel::<u32>(1);
+        let (sent, waited) = activity.send(&tx, 1);
+        assert_eq!((sent.is_ok(), waited), (true, Duration::ZERO));
+        let taker = {
+            let activity = Arc::clone(&activity);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                let got: Vec<u32> = (0..2).map(|_| activity.recv(&rx).0.unwrap()).collect();
+                (got, activity.recv(&rx).0.is_err())
+            })
+        };
+        // Full: this send waits for the taker.
+        let (sent, waited) = activity.send(&tx, 2);
+        assert!(sent.is_ok() && waited > Duration::ZERO);
+        drop(tx);
+        assert_eq!(taker.join().unwrap(), (vec![1, 2], true));
+        let (tx, rx) = sync_channel::<u32>(1);
+        drop(rx);
+        assert_eq!(activity.send(&tx, 7).0.unwrap_err().0, 7);
     }
 }

@@ -172,7 +172,7 @@ impl SourceReader {
                 for item in inner.by_ref() {
                     let stop = item.is_err();
                     let sent = match &activity {
-                        Some(a) => a.wait(|| tx.send(item)).0,
+                        Some(a) => a.send(&tx, item).0,
                         None => tx.send(item),
                     };
                     if sent.is_err() || stop {

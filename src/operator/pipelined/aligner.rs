@@ -87,7 +87,7 @@ impl<T> Aligner<T> {
     pub(super) fn round(&mut self, activity: &Activity, task: &mut TaskMetrics) -> Option<Vec<T>> {
         for c in 0..self.channels.len() {
             while !self.closed[c] && self.queues[c].is_empty() {
-                let (msg, waited) = activity.wait(|| self.channels[c].recv());
+                let (msg, waited) = activity.recv(&self.channels[c]);
                 task.waiting_input += waited;
                 self.take(c, msg.map_err(|_| ()));
             }

@@ -161,7 +161,7 @@ pub(super) fn keyed_task(
         if send_fired(&out, &mut fired, activity, &mut task) {
             // The end of this worker's epochs (a source that failed leaves it out, and the
             // caller stops there too).
-            let (_, waited) = activity.wait(|| out.send(vec![]));
+            let (_, waited) = activity.send(&out, vec![]);
             task.waiting_output += waited;
         }
         Ok(())
@@ -187,7 +187,7 @@ fn send_fired(
         return true;
     }
     let run = std::mem::take(fired);
-    let (sent, waited) = activity.wait(|| out.send(run));
+    let (sent, waited) = activity.send(out, run);
     task.waiting_output += waited;
     sent.is_ok()
 }

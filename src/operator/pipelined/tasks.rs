@@ -221,7 +221,7 @@ impl Source<'_> {
             return;
         }
         for tx in &self.senders {
-            let (_, waited) = self.activity.wait(|| tx.send(vec![]));
+            let (_, waited) = self.activity.send(tx, vec![]);
             self.report.task.waiting_output += waited;
         }
     }
@@ -236,7 +236,7 @@ impl Source<'_> {
                 continue;
             }
             let run = std::mem::take(&mut self.pending[w]);
-            let (sent, waited) = self.activity.wait(|| self.senders[w].send(run));
+            let (sent, waited) = self.activity.send(&self.senders[w], run);
             self.report.task.waiting_output += waited;
             self.gone[w] = sent.is_err();
         }
