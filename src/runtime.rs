@@ -202,9 +202,10 @@ mod tests {
     use super::*;
     use std::sync::mpsc::sync_channel;
 
-    /// A send with room and a receive with a message waiting go through without waiting; a
-    /// full channel waits until its receiver takes a message; a closed channel hands the value
-    /// back (send) or reports the end (receive).
+    /// A send with room goes through without waiting; a send to a full channel waits until
+    /// its receiver takes a message (how long depends on the scheduler, so it is not
+    /// asserted); messages arrive in order; a closed channel hands the value back (send) or
+    /// reports the end (receive).
     #[test]
     fn sends_and_receives_wait_only_when_they_must() {
         let activity = Arc::new(Activity::new(1));
@@ -219,9 +220,8 @@ mod tests {
                 (got, activity.recv(&rx).0.is_err())
             })
         };
-        // Full: this send waits for the taker.
-        let (sent, waited) = activity.send(&tx, 2);
-        assert!(sent.is_ok() && waited > Duration::ZERO);
+        // Full, unless the taker has already taken the first: waits for the taker.
+        assert!(activity.send(&tx, 2).0.is_ok());
         drop(tx);
         assert_eq!(taker.join().unwrap(), (vec![1, 2], true));
         let (tx, rx) = sync_channel::<u32>(1);

@@ -202,9 +202,9 @@ const MIN_PAGE_BATCH: usize = 8192;
 /// Rows per read batch of row group `rg`: `batch_size`, or, where the columns read as
 /// dictionaries have data pages of fewer rows (but at least [`MIN_PAGE_BATCH`]), the rows of
 /// the smallest such page. arrow-rs grows a dictionary column's key vector to exactly the
-/// rows of each page it decodes into a batch, so a batch of k pages copies the keys k - 1
-/// times over (about 2 (k - 1) bytes a row for 32-bit keys); a batch of one page copies
-/// nothing. Writers close pages at 20,000 rows by default (arrow-rs, parquet-mr), fewer than
+/// rows of each page it decodes into a batch, so a batch of k pages reallocates it k - 1
+/// times, copying the keys it holds each time ((k - 1) / 2 keys a row on average: 2 (k - 1)
+/// bytes for 32-bit keys); a batch of one page copies nothing. Writers close pages at 20,000 rows by default (arrow-rs, parquet-mr), fewer than
 /// a 65,536-row batch. Without an offset index, or without dictionary columns, `batch_size`.
 fn page_batch_size(
     metadata: &ArrowReaderMetadata,
@@ -402,8 +402,8 @@ mod tests {
         }
     }
 
-    /// A split reads what precedes the first data page (the dictionary page) and the runs of
-    /// pages that hold its rows; without locations inside the chunk, the whole chunk.
+    /// A read batch is cut to the smallest page (not a chunk's last) of the dictionary
+    /// columns, within the floor and the batch asked for.
     #[test]
     fn a_batch_is_cut_to_the_smallest_page_of_a_dictionary_column() {
         let pages = |rows: &[i64]| -> Vec<PageLocation> {
@@ -432,6 +432,8 @@ mod tests {
         assert_eq!(cut(&[&back], 65_536), 20_000);
     }
 
+    /// A split reads what precedes the first data page (the dictionary page) and the runs of
+    /// pages that hold its rows; without locations inside the chunk, the whole chunk.
     #[test]
     fn a_split_reads_the_dictionary_and_its_pages() {
         // A chunk at bytes 100..400: a dictionary page, then pages of 10 rows at 150, 200, 250,
