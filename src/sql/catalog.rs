@@ -79,6 +79,7 @@ impl Provider {
             scalars,
             aggregates,
             planners: vec![
+                Arc::new(super::cast_names::CastArgNames),
                 Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
                 Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
                 Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),

@@ -23,6 +23,7 @@
 //! # Ok::<(), tally::Error>(())
 //! ```
 
+mod cast_names;
 mod catalog;
 mod ddl;
 mod explain;
