@@ -153,7 +153,7 @@ impl Activity {
 
     /// Runs `f` (a blocking wait) with the calling task counted as idle, and returns its result
     /// and how long it took.
-    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
+    fn wait<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
         self.change(-1);
         let start = Instant::now();
         let r = f();
@@ -162,9 +162,9 @@ impl Activity {
         (r, waited)
     }
 
-    /// Sends `v` on `tx` as [`Activity::wait`] would, but waits (and counts the task idle,
-    /// taking the lock shared by every task) only when the channel is full: a send that goes
-    /// through at once reads no clock and takes no lock.
+    /// Sends `v` on `tx`; returns the send's result and how long it waited. Only a send to a
+    /// full channel waits, with the task counted idle meanwhile (which takes the lock shared
+    /// by every task); a send that goes through at once reads no clock and takes no lock.
     pub fn send<T>(&self, tx: &SyncSender<T>, v: T) -> (Result<(), SendError<T>>, Duration) {
         match tx.try_send(v) {
             Ok(()) => (Ok(()), Duration::ZERO),
@@ -173,8 +173,8 @@ impl Activity {
         }
     }
 
-    /// Receives from `rx` as [`Activity::wait`] would, waiting only when nothing is there yet
-    /// (see [`Activity::send`]).
+    /// Receives from `rx`; returns the result and how long it waited. Only a receive from an
+    /// empty channel waits, counted as [`Activity::send`] counts a wait.
     pub fn recv<T>(&self, rx: &Receiver<T>) -> (Result<T, RecvError>, Duration) {
         match rx.try_recv() {
             Ok(v) => (Ok(v), Duration::ZERO),

@@ -12,7 +12,7 @@ use datafusion_expr::Expr;
 use datafusion_expr::planner::{ExprPlanner, PlannerResult, RawAggregateExpr};
 
 /// The planner hook that names an aggregate's CAST and TRY_CAST arguments by the whole cast.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CastArgNames;
 
 impl ExprPlanner for CastArgNames {
