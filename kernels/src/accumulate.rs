@@ -157,9 +157,22 @@ impl<T: Copy> Lanes<T> {
     }
 }
 
+/// The one group of every row, where `groups` holds one group only (None where it holds
+/// several, or none). Rows are compared a block at a time, so a batch of mixed groups is
+/// usually told apart in its first block.
+#[inline]
+pub fn only_group(groups: &[u32]) -> Option<u32> {
+    let &first = groups.first()?;
+    groups
+        .chunks(64)
+        .all(|block| block.iter().fold(0, |acc, &g| acc | (g ^ first)) == 0)
+        .then_some(first)
+}
+
 /// `counts[g] += delta` for the group `g` of every row [`for_each_selected`] visits, in lanes
-/// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group. Over one
-/// group (a hot key's batch) the selected rows are counted from the bitmaps alone.
+/// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group. Where every
+/// row is of one group (one key, or a hot key's batch) the selected rows are counted from the
+/// bitmaps alone.
 pub fn count_rows(
     groups: &[u32],
     nulls: Option<&NullBuffer>,
@@ -168,8 +181,12 @@ pub fn count_rows(
     delta: i64,
     lanes: &mut Lanes<i64>,
 ) {
-    if let [count] = counts {
-        *count += delta * count_selected(groups.len(), nulls, filter) as i64;
+    let only = match counts {
+        [_] => Some(0),
+        _ => only_group(groups),
+    };
+    if let Some(g) = only {
+        counts[g as usize] += delta * count_selected(groups.len(), nulls, filter) as i64;
     } else if in_lanes(groups.len(), counts.len()) {
         let cells = lanes.cells(counts.len(), 0);
         if nulls.is_none_or(|n| n.null_count() == 0) && filter.is_none() {
@@ -272,16 +289,40 @@ mod tests {
         }
     }
 
-    /// With NULLs and a filter, over one group and over several, the counts are those of the
-    /// rows both select.
+    /// A batch is of one group only where every row is, whatever block the odd row is in.
+    #[test]
+    fn one_group_is_told_from_several() {
+        assert_eq!(only_group(&[]), None);
+        assert_eq!(only_group(&[5]), Some(5));
+        for len in [2, 63, 64, 65, 200] {
+            let mut ids = vec![3u32; len];
+            assert_eq!(only_group(&ids), Some(3), "{len} rows");
+            for odd in [0, len / 2, len - 1] {
+                ids[odd] = 4;
+                assert_eq!(only_group(&ids), None, "{len} rows, row {odd} apart");
+                ids[odd] = 3;
+            }
+        }
+    }
+
+    /// With NULLs and a filter, over one group, over several, and over several of which the
+    /// batch holds one (all but its last row, or all), the counts are those of the rows both
+    /// select.
     #[test]
     fn counts_skip_null_and_filtered_rows() {
         let mut lanes = Lanes::default();
         let rows = 200;
         let nulls = NullBuffer::from((0..rows).map(|r| r % 5 != 0).collect::<Vec<_>>());
         let filter = BooleanBuffer::from((0..rows).map(|r| r % 3 != 1).collect::<Vec<_>>());
-        for groups in [1usize, 7] {
-            let ids: Vec<u32> = (0..rows).map(|r| (r % groups) as u32).collect();
+        let spread = |groups: usize| (0..rows).map(|r| (r % groups) as u32).collect::<Vec<_>>();
+        let mut nearly_one = vec![4u32; rows];
+        nearly_one[rows - 1] = 2;
+        for (groups, ids) in [
+            (1usize, spread(1)),
+            (7, spread(7)),
+            (7, vec![4; rows]),
+            (7, nearly_one),
+        ] {
             for (n, f) in [
                 (None, None),
                 (Some(&nulls), None),
