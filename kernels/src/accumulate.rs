@@ -82,10 +82,17 @@ pub fn for_each_row_then_nulls<F: FnMut(usize, u32, bool)>(
     for (i, &g) in groups.iter().enumerate() {
         f(i, g, true);
     }
-    for i in (!n.inner()).set_indices() {
-        f(i, groups[i], false);
-    }
+    for_each_null_row(groups, n, |i, g| f(i, g, false));
     true
+}
+
+/// Calls `f(row, group)` for every row that `nulls` marks NULL, in row order (`nulls` as long
+/// as `groups`): the rows a pass over every row takes back.
+#[inline(always)]
+pub fn for_each_null_row<F: FnMut(usize, u32)>(groups: &[u32], nulls: &NullBuffer, mut f: F) {
+    for i in (!nulls.inner()).set_indices() {
+        f(i, groups[i]);
+    }
 }
 
 /// The number of rows [`for_each_selected`] would visit.
@@ -169,6 +176,24 @@ pub fn only_group(groups: &[u32]) -> Option<u32> {
         .then_some(first)
 }
 
+/// Calls `f(cell, value)` for every row with its lane cell ([`lane`]) and its value in `values`
+/// (as long as `groups`), four rows at a time, each into its own lane: no row index to mask,
+/// and the groups and values read in step.
+#[inline(always)]
+pub fn for_each_row_in_lanes<T: Copy>(groups: &[u32], values: &[T], mut f: impl FnMut(usize, T)) {
+    const _: () = assert!(LANES == 4);
+    let (groups, values) = (groups.chunks_exact(LANES), values.chunks_exact(LANES));
+    let (group_rest, value_rest) = (groups.remainder(), values.remainder());
+    for (g, v) in groups.zip(values) {
+        for j in 0..LANES {
+            f(g[j] as usize * LANES + j, v[j]);
+        }
+    }
+    for (j, (&g, &v)) in group_rest.iter().zip(value_rest).enumerate() {
+        f(g as usize * LANES + j, v);
+    }
+}
+
 /// `counts[g] += delta` for the group `g` of every row [`for_each_selected`] visits, in lanes
 /// (`lanes`) when there are few groups ([`in_lanes`]); `counts` covers every group. Where every
 /// row is of one group (one key, or a hot key's batch) the selected rows are counted from the
@@ -190,18 +215,8 @@ pub fn count_rows(
     } else if in_lanes(groups.len(), counts.len()) {
         let cells = lanes.cells(counts.len(), 0);
         if nulls.is_none_or(|n| n.null_count() == 0) && filter.is_none() {
-            // Every row: four at a time, each into its own lane, with no row index to mask.
-            const _: () = assert!(LANES == 4);
-            let mut quads = groups.chunks_exact(LANES);
-            for q in &mut quads {
-                cells[q[0] as usize * LANES] += delta;
-                cells[q[1] as usize * LANES + 1] += delta;
-                cells[q[2] as usize * LANES + 2] += delta;
-                cells[q[3] as usize * LANES + 3] += delta;
-            }
-            for (j, &g) in quads.remainder().iter().enumerate() {
-                cells[g as usize * LANES + j] += delta;
-            }
+            // The groups stand in for values: only the lane cells are read.
+            for_each_row_in_lanes(groups, groups, |c, _| cells[c] += delta);
         } else {
             for_each_selected(groups, nulls, filter, |r, g| cells[lane(r, g)] += delta);
         }

@@ -21,8 +21,8 @@ use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType};
 
 use crate::accumulate::{
-    LANES, Lanes, count_rows, every_row_then_nulls, for_each_row_then_nulls, for_each_selected,
-    in_lanes, lane,
+    Lanes, count_rows, every_row_then_nulls, for_each_null_row, for_each_row_in_lanes,
+    for_each_row_then_nulls, for_each_selected, in_lanes, lane,
 };
 use crate::accumulator::{GroupsAccumulator, check_filter, grow, single_arg, state_arg};
 
@@ -257,13 +257,17 @@ impl<K: SumKind> SumAccumulator<K> {
             let sums = self.lane_sums.cells(total_groups, zero);
             let counts = self.lane_counts.cells(total_groups, 0);
             if every_row_then_nulls(groups.len(), rows.nulls, filter) {
-                add_every_row_in_lanes::<K, RETRACT>(groups, vals, sums, counts);
+                // Every row added (or taken) in its lane, NULL rows included.
+                let counts = &mut counts[..sums.len()];
+                for_each_row_in_lanes(groups, vals, |c, v| {
+                    step::<K>(&mut sums[c], &mut counts[c], v, RETRACT);
+                });
                 if let Some(n) = rows.nulls.filter(|n| n.null_count() > 0) {
                     // The NULL rows' arbitrary values taken back (integer sums wrap).
-                    for i in (!n.inner()).set_indices() {
-                        let c = lane(i, groups[i]);
+                    for_each_null_row(groups, n, |i, g| {
+                        let c = lane(i, g);
                         step::<K>(&mut sums[c], &mut counts[c], vals[i], !RETRACT);
-                    }
+                    });
                 }
             } else {
                 add_rows::<K, RETRACT>(&rows, vals, sums, counts, lane);
@@ -296,33 +300,6 @@ fn step<K: SumKind>(
     } else {
         *sum = K::add(*sum, x);
         *count += 1;
-    }
-}
-
-/// Adds (or with `RETRACT` takes) every row's summand of `vals` to its lane ([`lane`]) in
-/// `sums` and counts it in `counts`, four rows at a time, each into its own lane: no row index
-/// to mask, and the groups and values read in step. NULL rows included (see
-/// [`every_row_then_nulls`]).
-#[inline(always)]
-fn add_every_row_in_lanes<K: SumKind, const RETRACT: bool>(
-    groups: &[u32],
-    vals: &[<K::Arg as ArrowPrimitiveType>::Native],
-    sums: &mut [<K::Acc as ArrowPrimitiveType>::Native],
-    counts: &mut [i64],
-) {
-    const _: () = assert!(LANES == 4);
-    let counts = &mut counts[..sums.len()];
-    let (groups, vals) = (groups.chunks_exact(LANES), vals.chunks_exact(LANES));
-    let (group_rest, val_rest) = (groups.remainder(), vals.remainder());
-    for (g, v) in groups.zip(vals) {
-        for j in 0..LANES {
-            let c = g[j] as usize * LANES + j;
-            step::<K>(&mut sums[c], &mut counts[c], v[j], RETRACT);
-        }
-    }
-    for (j, (&g, &v)) in group_rest.iter().zip(val_rest).enumerate() {
-        let c = g as usize * LANES + j;
-        step::<K>(&mut sums[c], &mut counts[c], v, RETRACT);
     }
 }
 
