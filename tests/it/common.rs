@@ -382,3 +382,26 @@ pub fn runtime_config(workers: usize, two_phase: bool, size: usize, pipelined: b
     ])
     .unwrap()
 }
+
+/// The seed of a randomized oracle test: `default`, or, to soak the oracles with other inputs
+/// and settings, the one in `TALLY_TEST_SEED` (an unsigned integer) added to it. A failure's
+/// message names the test's own seed; rerun with the same `TALLY_TEST_SEED` to see it again.
+///
+/// # Panics
+/// When `TALLY_TEST_SEED` is set but not an unsigned integer.
+pub fn test_seed(default: u64) -> u64 {
+    match std::env::var("TALLY_TEST_SEED") {
+        Ok(v) => default.wrapping_add(
+            v.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("TALLY_TEST_SEED={v}: not an unsigned integer")),
+        ),
+        Err(_) => default,
+    }
+}
+
+/// Whether the oracles run under another seed ([`test_seed`]): their results are checked as
+/// always, but not that the random settings took every path they take under the default seeds.
+pub fn soaking() -> bool {
+    std::env::var_os("TALLY_TEST_SEED").is_some()
+}

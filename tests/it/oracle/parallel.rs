@@ -9,7 +9,7 @@ use super::{
     KEY_CASES, KeyType, Keys, aggregates, key_exprs, parallel_aggregate, random_stream, reference,
     schema, to_batch,
 };
-use crate::common::{Materialized, config};
+use crate::common::{Materialized, config, soaking, test_seed};
 
 /// Local-global: the input of each mini-batch is split over `workers` local phases (round-robin
 /// slices), their accumulator batches travel through Arrow IPC to one global phase, and the
@@ -29,7 +29,7 @@ fn check_two_phase(
     let ctx = format!(
         "two-phase seed {seed} retractions {retractions} {keys:?} {key_type:?} size {mini_batch} workers {workers}"
     );
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(test_seed(seed));
     let stream = random_stream(&mut rng, 400, retractions, 8);
     let schema = schema(key_type, retractions);
     let plan = Arc::new(
@@ -168,7 +168,7 @@ fn check_parallel(
         cfg.set("table.exec.mini-batch.allow-latency", &latency.to_string())
             .unwrap();
     }
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(test_seed(seed));
     let stream = random_stream(&mut rng, 300, retractions, 12);
     let schema = schema(key_type, retractions);
     let clock = tally::clock::ManualClock::new(0);
@@ -310,7 +310,7 @@ fn parallel_strategies_match_reference() {
     }
     eprintln!("adaptive: bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}");
     assert!(
-        bypasses > 20 && probes > 10 && bypassed_rows > 1000,
+        soaking() || bypasses > 20 && probes > 10 && bypassed_rows > 1000,
         "bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}"
     );
 }
@@ -326,20 +326,23 @@ fn adaptive_local_phase_bypasses_and_probes_again() {
     };
     let m = check_parallel(1, true, Keys::Two, KeyType::Utf8, Some(17), par);
     let local = m.local.clone().unwrap();
-    assert!(local.bypass_decisions > 0, "{m}");
-    assert!(local.probes > 0, "{m}");
-    assert!(local.rows_bypassed > 0 && local.rows_in > 0, "{m}");
-    assert_eq!(local.rows_in + local.rows_bypassed, 300, "{m}");
-    assert!(local.last_ratio.is_some_and(|r| r > 0.3), "{m}");
+    if !soaking() {
+        assert!(local.bypass_decisions > 0, "{m}");
+        assert!(local.probes > 0, "{m}");
+        assert!(local.rows_bypassed > 0 && local.rows_in > 0, "{m}");
+        assert!(local.last_ratio.is_some_and(|r| r > 0.3), "{m}");
+    }
+    assert_eq!(local.rows_in + local.rows_bypassed, m.rows_in, "{m}");
     // Adaptive off: the local phase folds every row.
     let par = Parallel {
         adaptive: None,
         ..par
     };
     let m = check_parallel(1, true, Keys::Two, KeyType::Utf8, Some(17), par);
-    let local = m.local.unwrap();
+    let local = m.local.clone().unwrap();
     assert_eq!(
         (local.rows_in, local.rows_bypassed, local.bypass_decisions),
-        (300, 0, 0)
+        (m.rows_in, 0, 0),
+        "{m}"
     );
 }
