@@ -177,11 +177,10 @@ pub fn only_group(groups: &[u32]) -> Option<u32> {
 }
 
 /// Calls `f(cell, value)` for every row with its lane cell ([`lane`]) and its value in `values`
-/// (as long as `groups`), four rows at a time, each into its own lane: no row index to mask,
-/// and the groups and values read in step.
+/// (as long as `groups`), [`LANES`] rows at a time, each into its own lane: no row index to
+/// mask, and the groups and values read in step.
 #[inline(always)]
 pub fn for_each_row_in_lanes<T: Copy>(groups: &[u32], values: &[T], mut f: impl FnMut(usize, T)) {
-    const _: () = assert!(LANES == 4);
     let (groups, values) = (groups.chunks_exact(LANES), values.chunks_exact(LANES));
     let (group_rest, value_rest) = (groups.remainder(), values.remainder());
     for (g, v) in groups.zip(values) {

@@ -18,6 +18,8 @@ use crate::plan::{AggregatePlan, CalcBatch};
 enum Slot {
     Plain {
         acc: Box<dyn GroupsAccumulator>,
+        /// `acc`'s state columns, counted once (a merge of every part reads it).
+        width: usize,
         kind: AggregateKind,
         arg: Option<usize>,
         filter: Option<usize>,
@@ -98,6 +100,7 @@ impl Accumulators {
                 .map_err(|e| Error::plan(format!("{}: {e}", call.name)))?;
             outputs.push((slots.len(), 0));
             slots.push(Slot::Plain {
+                width: acc.state_types().len(),
                 acc,
                 kind: call.kind,
                 arg: call.arg,
@@ -152,7 +155,7 @@ impl Accumulators {
                     self.counted_elsewhere = Some(i);
                     return Some(at);
                 }
-                Slot::Plain { acc, .. } => at += acc.state_types().len(),
+                Slot::Plain { width, .. } => at += width,
                 Slot::Distinct { .. } => at += 1,
             }
         }
@@ -281,7 +284,7 @@ impl Accumulators {
         let mut at = 0;
         for slot in &self.slots {
             let width = match slot {
-                Slot::Plain { acc, .. } => acc.state_types().len(),
+                Slot::Plain { width, .. } => *width,
                 Slot::Distinct { .. } => 1,
             };
             per_slot.push(
@@ -320,8 +323,8 @@ impl Accumulators {
         let mut at = 0;
         for slot in &mut self.slots {
             match slot {
-                Slot::Plain { acc, .. } => {
-                    let n = acc.state_types().len();
+                Slot::Plain { acc, width, .. } => {
+                    let n = *width;
                     let cols = states.get(at..at + n).ok_or_else(|| {
                         Error::invalid_input("accumulator batch has too few columns")
                     })?;

@@ -310,7 +310,7 @@ fn parallel_strategies_match_reference() {
     }
     eprintln!("adaptive: bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}");
     assert!(
-        soaking() || bypasses > 20 && probes > 10 && bypassed_rows > 1000,
+        soaking() || (bypasses > 20 && probes > 10 && bypassed_rows > 1000),
         "bypasses {bypasses}, probes {probes}, rows bypassed {bypassed_rows}"
     );
 }
