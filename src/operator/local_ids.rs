@@ -50,8 +50,9 @@ const UNKNOWN: u32 = u32::MAX;
 #[derive(Debug, Default)]
 pub(crate) struct KnownIds {
     /// Per table: when it was last heard from (a count of the flushes looked up or learnt), and
-    /// the group of each id (or [`UNKNOWN`]).
-    tables: HashMap<KeyTableId, (u64, Vec<u32>)>,
+    /// the group of each id (or [`UNKNOWN`]). Looked up once per part a worker receives, so
+    /// hashed with ahash rather than SipHash.
+    tables: HashMap<KeyTableId, (u64, Vec<u32>), ahash::RandomState>,
     heard: u64,
 }
 
