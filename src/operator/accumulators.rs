@@ -324,12 +324,11 @@ impl Accumulators {
         for slot in &mut self.slots {
             match slot {
                 Slot::Plain { acc, width, .. } => {
-                    let n = *width;
-                    let cols = states.get(at..at + n).ok_or_else(|| {
+                    let cols = states.get(at..at + *width).ok_or_else(|| {
                         Error::invalid_input("accumulator batch has too few columns")
                     })?;
                     acc.merge(cols, groups, total_groups)?;
-                    at += n;
+                    at += *width;
                 }
                 Slot::Distinct { acc, .. } => {
                     let col = states.get(at).ok_or_else(|| {

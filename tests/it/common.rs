@@ -384,18 +384,22 @@ pub fn runtime_config(workers: usize, two_phase: bool, size: usize, pipelined: b
 }
 
 /// The seed of a randomized oracle test: `default`, or, to soak the oracles with other inputs
-/// and settings, the one in `TALLY_TEST_SEED` (an unsigned integer) added to it. A failure's
-/// message names the test's own seed; rerun with the same `TALLY_TEST_SEED` to see it again.
+/// and settings, `default` moved by the one in `TALLY_TEST_SEED` (an unsigned integer) times an
+/// odd 64-bit constant, so that a soak seed does not give one case another case's default
+/// seed (tests number their cases' seeds in a row). A failure's message names the test's own
+/// seed; rerun with the same `TALLY_TEST_SEED` to see it again.
 ///
 /// # Panics
 /// When `TALLY_TEST_SEED` is set but not an unsigned integer.
 pub fn test_seed(default: u64) -> u64 {
     match std::env::var("TALLY_TEST_SEED") {
-        Ok(v) => default.wrapping_add(
-            v.trim()
+        Ok(v) => {
+            let n = v
+                .trim()
                 .parse::<u64>()
-                .unwrap_or_else(|_| panic!("TALLY_TEST_SEED={v}: not an unsigned integer")),
-        ),
+                .unwrap_or_else(|_| panic!("TALLY_TEST_SEED={v}: not an unsigned integer"));
+            default.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        }
         Err(_) => default,
     }
 }
