@@ -53,6 +53,32 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
         total_groups: usize,
     ) -> Result<(), ArrowError>;
 
+    /// [`GroupsAccumulator::merge`] of rows `offset..offset + groups.len()` of `states` (a
+    /// worker's rows of an accumulator batch that several workers share). The columns are cut
+    /// here, unless the accumulator reads them in place.
+    ///
+    /// # Errors
+    /// As [`GroupsAccumulator::merge`], and rows past the end of `states`.
+    fn merge_at(
+        &mut self,
+        states: &[ArrayRef],
+        offset: usize,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let n = groups.len();
+        if offset == 0 && states.iter().all(|s| s.len() == n) {
+            return self.merge(states, groups, total_groups);
+        }
+        if states.iter().any(|s| offset + n > s.len()) {
+            return Err(ArrowError::InvalidArgumentError(
+                "state rows past the end of the state columns".to_string(),
+            ));
+        }
+        let cut: Vec<ArrayRef> = states.iter().map(|s| s.slice(offset, n)).collect();
+        self.merge(&cut, groups, total_groups)
+    }
+
     /// The current result of each of `groups`, one row per id.
     ///
     /// # Errors
@@ -125,22 +151,29 @@ pub(crate) fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
     }
 }
 
-/// State column `i` of `states` as a `T` array as long as `groups`.
-pub(crate) fn state_arg<'a, T: ArrowPrimitiveType>(
-    states: &'a [ArrayRef],
+/// Rows `offset..offset + groups.len()` of state column `i` of `states`, as a `T` array, cut
+/// in place (no allocation).
+pub(crate) fn state_arg<T: ArrowPrimitiveType>(
+    states: &[ArrayRef],
     i: usize,
+    offset: usize,
     groups: &[u32],
-) -> Result<&'a PrimitiveArray<T>, ArrowError> {
+) -> Result<PrimitiveArray<T>, ArrowError> {
     let a = states
         .get(i)
         .and_then(|a| a.as_primitive_opt::<T>())
         .ok_or_else(|| ArrowError::InvalidArgumentError(format!("bad state column {i}")))?;
-    if a.len() != groups.len() {
+    let n = groups.len();
+    if offset + n > a.len() {
         return Err(ArrowError::InvalidArgumentError(
-            "state and group ids differ in length".to_string(),
+            "state rows past the end of the state columns".to_string(),
         ));
     }
-    Ok(a)
+    Ok(if offset == 0 && n == a.len() {
+        a.clone()
+    } else {
+        a.slice(offset, n)
+    })
 }
 
 /// A state column of lists of entries: `columns` (one per entry field, as long as the entries)

@@ -223,6 +223,15 @@ impl GroupsAccumulator for CastAccumulator {
     ) -> Result<(), ArrowError> {
         self.inner.merge(states, groups, total_groups)
     }
+    fn merge_at(
+        &mut self,
+        states: &[ArrayRef],
+        offset: usize,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        self.inner.merge_at(states, offset, groups, total_groups)
+    }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         arrow_cast::cast(&self.inner.evaluate(groups)?, &self.output)
     }

@@ -106,7 +106,16 @@ impl GroupsAccumulator for CountAccumulator {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let c = state_arg::<Int64Type>(states, 0, groups)?;
+        self.merge_at(states, 0, groups, total_groups)
+    }
+    fn merge_at(
+        &mut self,
+        states: &[ArrayRef],
+        offset: usize,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let c = state_arg::<Int64Type>(states, 0, offset, groups)?;
         grow(&mut self.counts, total_groups, 0);
         let counts = &mut self.counts;
         let vals = c.values();
@@ -361,8 +370,17 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let s = state_arg::<K::Acc>(states, 0, groups)?;
-        let c = state_arg::<Int64Type>(states, 1, groups)?;
+        self.merge_at(states, 0, groups, total_groups)
+    }
+    fn merge_at(
+        &mut self,
+        states: &[ArrayRef],
+        offset: usize,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<(), ArrowError> {
+        let s = state_arg::<K::Acc>(states, 0, offset, groups)?;
+        let c = state_arg::<Int64Type>(states, 1, offset, groups)?;
         grow(
             &mut self.sums,
             total_groups,

@@ -394,7 +394,7 @@ fn check_merge(ty: Ty, kind: AggregateKind, retractable: bool, seed: u64) {
         }
     }
 
-    for (p, local) in &parts {
+    for (i, (p, local)) in parts.iter().enumerate() {
         let (padded, range, map) = local.merge_plan(&mut rng);
         let state = p.state(&padded).unwrap();
         let types = p.state_types();
@@ -403,11 +403,23 @@ fn check_merge(ty: Ty, kind: AggregateKind, retractable: bool, seed: u64) {
             assert_eq!(col.data_type(), t, "{ctx}: state type");
             assert_eq!(col.len(), padded.len(), "{ctx}: state length");
         }
-        let state: Vec<ArrayRef> = state
-            .iter()
-            .map(|a| a.slice(range.start, range.len()))
-            .collect();
-        target.merge(&state, &map, total).unwrap();
+        if (seed as usize + i).is_multiple_of(2) {
+            let state: Vec<ArrayRef> = state
+                .iter()
+                .map(|a| a.slice(range.start, range.len()))
+                .collect();
+            target.merge(&state, &map, total).unwrap();
+        } else {
+            // The rows read in place, as a worker merges its range of a flush the workers
+            // share.
+            target.merge_at(&state, range.start, &map, total).unwrap();
+            assert!(
+                target
+                    .merge_at(&state, padded.len() + 1, &map, total)
+                    .is_err(),
+                "{ctx}: rows past the end of the state"
+            );
+        }
     }
     let all: Vec<u32> = (0..total as u32).collect();
     assert_eq!(

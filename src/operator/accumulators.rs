@@ -320,6 +320,19 @@ impl Accumulators {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<()> {
+        self.merge_at(states, 0, groups, total_groups)
+    }
+
+    /// Merges rows `offset..offset + groups.len()` of accumulator columns (a worker's rows of a
+    /// flush that several workers share) into `groups`, reading them in place where the
+    /// accumulator can ([`GroupsAccumulator::merge_at`]).
+    pub(crate) fn merge_at(
+        &mut self,
+        states: &[ArrayRef],
+        offset: usize,
+        groups: &[u32],
+        total_groups: usize,
+    ) -> Result<()> {
         let mut at = 0;
         for slot in &mut self.slots {
             match slot {
@@ -327,14 +340,23 @@ impl Accumulators {
                     let cols = states.get(at..at + *width).ok_or_else(|| {
                         Error::invalid_input("accumulator batch has too few columns")
                     })?;
-                    acc.merge(cols, groups, total_groups)?;
+                    acc.merge_at(cols, offset, groups, total_groups)?;
                     at += *width;
                 }
                 Slot::Distinct { acc, .. } => {
                     let col = states.get(at).ok_or_else(|| {
                         Error::invalid_input("accumulator batch has too few columns")
                     })?;
-                    acc.merge(col, groups, total_groups)?;
+                    let n = groups.len();
+                    if offset == 0 && col.len() == n {
+                        acc.merge(col, groups, total_groups)?;
+                    } else if offset + n <= col.len() {
+                        acc.merge(&col.slice(offset, n), groups, total_groups)?;
+                    } else {
+                        return Err(Error::invalid_input(
+                            "accumulator rows past the end of the accumulator batch",
+                        ));
+                    }
                     at += 1;
                 }
             }

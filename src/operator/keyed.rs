@@ -14,7 +14,8 @@ use tally_kernels::hash::hash_columns;
 
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
-use crate::operator::local_ids::{KnownIds, LocalIds};
+use crate::operator::local::FlushedPart;
+use crate::operator::local_ids::KnownIds;
 use crate::plan::AggregatePlan;
 
 /// A snapshot's `$last_write_ms` for a group written without a TTL.
@@ -246,30 +247,37 @@ impl KeyedState {
         intern_hashed(self.groups.as_mut(), keys, &self.state_hashes, gids)
     }
 
-    /// [`KeyedState::intern`] of a local phase's accumulator rows that come with their key ids
-    /// in its key table (`local`): found by those ids where each is known, otherwise interned
-    /// and their ids learnt ([`crate::operator::local_ids`]).
+    /// [`KeyedState::intern`] of a worker's part of a local phase's flush (its first `k`
+    /// columns are the keys): found by the rows' key ids in the local phase's key table where
+    /// the flush has them and each is known, otherwise interned (the key columns cut to the
+    /// part's rows) and their ids learnt ([`crate::operator::local_ids`]).
     ///
     /// # Errors
     /// As [`KeyedState::intern`].
     pub(crate) fn intern_flushed(
         &mut self,
-        keys: &[ArrayRef],
-        hashes: &[u64],
-        hashed: usize,
-        n: usize,
-        local: Option<&LocalIds>,
+        part: &FlushedPart,
+        k: usize,
         gids: &mut Vec<u32>,
     ) -> Result<()> {
-        let local = local.filter(|l| l.ids.len() == n);
-        if let Some(local) = local
-            && self.known.find(local, gids)
+        let n = part.len();
+        let local = part.local_ids().filter(|(_, ids)| ids.len() == n);
+        if let Some((table, ids)) = local
+            && self.known.find(table, ids, gids)
         {
             return Ok(());
         }
-        self.intern(keys, hashes, hashed, n, gids)?;
-        if let Some(local) = local {
-            self.known.learn(local, gids);
+        let batch = &part.shared().batch;
+        let keys = &batch.columns()[..k];
+        let hashed = part.shared().hashed_keys;
+        if part.offset() == 0 && n == batch.num_rows() {
+            self.intern(keys, part.hashes(), hashed, n, gids)?;
+        } else {
+            let cut: Vec<ArrayRef> = keys.iter().map(|c| c.slice(part.offset(), n)).collect();
+            self.intern(&cut, part.hashes(), hashed, n, gids)?;
+        }
+        if let Some((table, ids)) = local {
+            self.known.learn(table, ids, gids);
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::plan::{AggregatePlan, CalcBatch};
 
 mod flush;
 
-pub(crate) use flush::Flushed;
+pub(crate) use flush::FlushedPart;
 pub use flush::RETAINED_KEYS;
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.

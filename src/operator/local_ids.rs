@@ -57,17 +57,17 @@ pub(crate) struct KnownIds {
 }
 
 impl KnownIds {
-    /// Fills `gids` with the groups of `local`'s ids and returns true, where every one is
+    /// Fills `gids` with the groups of `ids` (of `table`) and returns true, where every one is
     /// known; otherwise returns false (`gids` then holds nothing of use).
-    pub(crate) fn find(&mut self, local: &LocalIds, gids: &mut Vec<u32>) -> bool {
+    pub(crate) fn find(&mut self, table: KeyTableId, ids: &[u32], gids: &mut Vec<u32>) -> bool {
         self.heard += 1;
-        let Some((heard, groups)) = self.tables.get_mut(&local.table) else {
+        let Some((heard, groups)) = self.tables.get_mut(&table) else {
             return false;
         };
         *heard = self.heard;
         gids.clear();
         let mut known = true;
-        gids.extend(local.ids.iter().map(|&id| {
+        gids.extend(ids.iter().map(|&id| {
             let g = groups.get(id as usize).copied().unwrap_or(UNKNOWN);
             known &= g != UNKNOWN;
             g
@@ -75,9 +75,9 @@ impl KnownIds {
         known
     }
 
-    /// Records that `local`'s ids interned into `gids` (row by row).
-    pub(crate) fn learn(&mut self, local: &LocalIds, gids: &[u32]) {
-        if !self.tables.contains_key(&local.table) && self.tables.len() == MAX_TABLES {
+    /// Records that `ids` (of `table`) interned into `gids` (row by row).
+    pub(crate) fn learn(&mut self, table: KeyTableId, ids: &[u32], gids: &[u32]) {
+        if !self.tables.contains_key(&table) && self.tables.len() == MAX_TABLES {
             let oldest = self
                 .tables
                 .iter()
@@ -88,9 +88,9 @@ impl KnownIds {
             }
         }
         self.heard += 1;
-        let (heard, groups) = self.tables.entry(local.table).or_default();
+        let (heard, groups) = self.tables.entry(table).or_default();
         *heard = self.heard;
-        for (&id, &g) in local.ids.iter().zip(gids) {
+        for (&id, &g) in ids.iter().zip(gids) {
             let id = id as usize;
             if id >= groups.len() {
                 groups.resize(id + 1, UNKNOWN);
@@ -112,13 +112,6 @@ impl KnownIds {
 mod tests {
     use super::*;
 
-    fn ids(table: KeyTableId, ids: &[u32]) -> LocalIds {
-        LocalIds {
-            table,
-            ids: ids.to_vec(),
-        }
-    }
-
     /// Ids are found only once learnt, per table: another table's same ids are not, and a
     /// flush with one new id is not found whole.
     #[test]
@@ -127,23 +120,17 @@ mod tests {
         assert_ne!(a, b);
         let mut known = KnownIds::default();
         let mut gids = vec![];
-        assert!(!known.find(&ids(a, &[0, 1]), &mut gids));
-        known.learn(&ids(a, &[0, 2]), &[7, 9]);
-        assert!(known.find(&ids(a, &[2, 0, 2]), &mut gids));
+        assert!(!known.find(a, &[0, 1], &mut gids));
+        known.learn(a, &[0, 2], &[7, 9]);
+        assert!(known.find(a, &[2, 0, 2], &mut gids));
         assert_eq!(gids, [9, 7, 9]);
-        assert!(
-            !known.find(&ids(a, &[0, 1]), &mut gids),
-            "id 1 was never learnt"
-        );
-        assert!(
-            !known.find(&ids(a, &[0, 3]), &mut gids),
-            "past the ids learnt"
-        );
-        assert!(!known.find(&ids(b, &[0]), &mut gids), "another table");
-        known.learn(&ids(b, &[0]), &[3]);
-        assert!(known.find(&ids(b, &[0]), &mut gids));
+        assert!(!known.find(a, &[0, 1], &mut gids), "id 1 was never learnt");
+        assert!(!known.find(a, &[0, 3], &mut gids), "past the ids learnt");
+        assert!(!known.find(b, &[0], &mut gids), "another table");
+        known.learn(b, &[0], &[3]);
+        assert!(known.find(b, &[0], &mut gids));
         assert_eq!(gids, [3]);
-        assert!(known.find(&ids(a, &[0]), &mut gids));
+        assert!(known.find(a, &[0], &mut gids));
         assert_eq!(gids, [7]);
     }
 
@@ -154,15 +141,15 @@ mod tests {
         let tables: Vec<KeyTableId> = (0..=MAX_TABLES).map(|_| KeyTableId::fresh()).collect();
         let mut gids = vec![];
         for (g, &t) in tables[..MAX_TABLES].iter().enumerate() {
-            known.learn(&ids(t, &[0]), &[g as u32]);
+            known.learn(t, &[0], &[g as u32]);
         }
         // The first table is heard from again, so the second is the one forgotten.
-        assert!(known.find(&ids(tables[0], &[0]), &mut gids));
-        known.learn(&ids(tables[MAX_TABLES], &[0]), &[99]);
-        assert!(!known.find(&ids(tables[1], &[0]), &mut gids));
-        assert!(known.find(&ids(tables[0], &[0]), &mut gids));
+        assert!(known.find(tables[0], &[0], &mut gids));
+        known.learn(tables[MAX_TABLES], &[0], &[99]);
+        assert!(!known.find(tables[1], &[0], &mut gids));
+        assert!(known.find(tables[0], &[0], &mut gids));
         assert_eq!(gids, [0]);
-        assert!(known.find(&ids(tables[MAX_TABLES], &[0]), &mut gids));
+        assert!(known.find(tables[MAX_TABLES], &[0], &mut gids));
         assert_eq!(gids, [99]);
     }
 }

@@ -36,7 +36,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::{Evaluated, Hashed, Routed, Rows, balance, route, slice_evenly};
 use crate::operator::keyed::hash_keys;
-use crate::operator::local::Flushed;
+use crate::operator::local::FlushedPart;
 use crate::operator::parallel::Worker;
 use crate::operator::{LocalGroupAggregate, ParallelAggregate};
 
@@ -327,13 +327,13 @@ impl ParallelAggregate {
         let mut flushed_rows = 0u64;
         let mut entries = 0u64;
         let mut hot_share = 0.0f64;
-        let mut per_worker: Vec<Vec<Flushed>> = (0..p).map(|_| vec![]).collect();
+        let mut per_worker: Vec<Vec<FlushedPart>> = (0..p).map(|_| vec![]).collect();
         if self.locals.iter().any(|l| l.keys() > 0) {
             let locals: Vec<&mut LocalGroupAggregate> = self.locals.iter_mut().collect();
             let key_groups = &self.key_groups;
             let flushed = self.runtime.map(
                 locals,
-                |local| -> Result<(Vec<Flushed>, f64, u64, Duration, Duration)> {
+                |local| -> Result<(Vec<FlushedPart>, f64, u64, Duration, Duration)> {
                     let start = Instant::now();
                     let Some(f) = local.flush_routed(key_groups)? else {
                         return Ok((vec![], 0.0, 0, start.elapsed(), Duration::ZERO));
@@ -349,8 +349,8 @@ impl ParallelAggregate {
                 self.local.busy += local_busy;
                 self.exchange.busy += exchange_busy;
                 for (w, part) in parts.into_iter().enumerate() {
-                    if part.batch.num_rows() > 0 {
-                        flushed_rows += part.batch.num_rows() as u64;
+                    if !part.is_empty() {
+                        flushed_rows += part.len() as u64;
                         per_worker[w].push(part);
                     }
                 }
@@ -361,7 +361,7 @@ impl ParallelAggregate {
             self.exchange.batches += p as u64;
         }
         // Each worker merges what it received and emits its changes, in one task.
-        let tasks: Vec<(&mut Worker, Vec<Flushed>)> =
+        let tasks: Vec<(&mut Worker, Vec<FlushedPart>)> =
             self.workers.iter_mut().zip(per_worker).collect();
         let results = self
             .runtime
@@ -369,8 +369,8 @@ impl ParallelAggregate {
                 let start = Instant::now();
                 if !parts.is_empty() {
                     w.agg.merge_routed(&parts)?;
-                    w.rows_received += parts.iter().map(|f| f.batch.num_rows() as u64).sum::<u64>();
-                    w.input_rows += parts.iter().flat_map(|f| &f.rows).sum::<u64>();
+                    w.rows_received += parts.iter().map(|f| f.len() as u64).sum::<u64>();
+                    w.input_rows += parts.iter().flat_map(|f| f.rows()).sum::<u64>();
                 }
                 let changes = w.agg.finish()?;
                 w.busy += start.elapsed();

@@ -7,7 +7,7 @@ use super::{Firing, GroupAggregate, Input};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::Routed;
-use crate::operator::local::Flushed;
+use crate::operator::local::FlushedPart;
 use crate::plan::CalcBatch;
 
 impl GroupAggregate {
@@ -106,7 +106,7 @@ impl GroupAggregate {
                 Firing::Runtime => vec![(0, n, false)],
             };
             for (off, len, ends) in pieces {
-                self.merge_rows(&batch.slice(off, len), &gids[off..off + len], None)?;
+                self.merge_rows(batch, off, &gids[off..off + len], None)?;
                 if ends {
                     self.fire()?;
                     // The batch's later rows go on with `gids`: no compaction before them.
@@ -191,8 +191,9 @@ impl GroupAggregate {
     }
 
     /// Merges accumulator rows routed to this worker (a global phase of the runtime), with their
-    /// key hashes and the input rows each folds.
-    pub(crate) fn merge_routed(&mut self, parts: &[Flushed]) -> Result<()> {
+    /// key hashes and the input rows each folds: each part is the worker's range of a flush,
+    /// read in place.
+    pub(crate) fn merge_routed(&mut self, parts: &[FlushedPart]) -> Result<()> {
         if !self.is_global() {
             return Err(Error::internal("merge_routed needs a global phase"));
         }
@@ -202,22 +203,19 @@ impl GroupAggregate {
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
             for part in parts {
-                let batch = &part.batch;
-                let n = batch.num_rows();
+                let n = part.len();
                 self.metrics.batches_in += 1;
                 if n == 0 {
                     continue;
                 }
-                self.keyed.intern_flushed(
-                    &batch.columns()[..k],
-                    &part.hashes,
-                    part.hashed_keys,
-                    n,
-                    part.local_ids.as_ref(),
-                    &mut gids,
-                )?;
+                self.keyed.intern_flushed(part, k, &mut gids)?;
                 self.grow();
-                self.merge_rows(batch, &gids, Some(&part.rows))?;
+                self.merge_rows(
+                    &part.shared().batch,
+                    part.offset(),
+                    &gids,
+                    Some(part.rows()),
+                )?;
                 self.metrics.rows_in += n as u64;
             }
             Ok(())
@@ -226,28 +224,34 @@ impl GroupAggregate {
         result
     }
 
-    /// Merges accumulator rows (interned as `gids`) into the pending mini-batch: keeps the
-    /// groups' results on first touch, merges the states, adds the record counts, and counts the
-    /// input rows each stands for (`rows`, or the absolute record count when not given).
+    /// Merges accumulator rows `offset..offset + gids.len()` of `batch` (interned as `gids`)
+    /// into the pending mini-batch: keeps the groups' results on first touch, merges the
+    /// states, adds the record counts, and counts the input rows each stands for (`rows`, or
+    /// the absolute record count when not given).
     fn merge_rows(
         &mut self,
         batch: &RecordBatch,
+        offset: usize,
         gids: &[u32],
         rows: Option<&[u64]>,
     ) -> Result<()> {
         let k = self.plan.key_types.len();
         let last = batch.num_columns() - 1;
+        let n = gids.len();
         let counts = batch
             .column(last)
             .as_primitive_opt::<arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?;
+            .ok_or_else(|| Error::invalid_input("count1 is not Int64"))?
+            .values()
+            .get(offset..offset + n)
+            .ok_or_else(|| Error::internal("accumulator rows past the end of their batch"))?;
         self.touch(gids, false)?;
         let total = self.keyed.len();
         self.keyed
             .accs
-            .merge(&batch.columns()[k..last], gids, total)?;
+            .merge_at(&batch.columns()[k..last], offset, gids, total)?;
         if self.plan.has_retractions() {
-            for (&g, &c) in gids.iter().zip(counts.values()) {
+            for (&g, &c) in gids.iter().zip(counts) {
                 self.keyed.count1[g as usize] += c;
             }
         }
@@ -258,7 +262,7 @@ impl GroupAggregate {
                 }
             }
             None => {
-                for (&g, &c) in gids.iter().zip(counts.values()) {
+                for (&g, &c) in gids.iter().zip(counts) {
                     self.keyed.key_rows[g as usize] += c.unsigned_abs();
                 }
             }

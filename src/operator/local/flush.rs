@@ -1,6 +1,7 @@
 //! Flushing a [`LocalGroupAggregate`]: its accumulator rows, whole, cut by worker or by key
 //! group, and what its key table keeps for the next mini-batch ([`RETAINED_KEYS`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,70 @@ pub(crate) struct Flushed {
     pub(crate) local_ids: Option<LocalIds>,
 }
 
+/// One worker's rows of a flush that the workers share (its rows run worker after worker): a
+/// range of the flush, so that routing a flush costs a reference count per worker rather than
+/// a batch cut and freed per worker. Cloning is a reference count.
+#[derive(Debug, Clone)]
+pub(crate) struct FlushedPart {
+    flush: Arc<Flushed>,
+    range: Range<usize>,
+}
+
+impl FlushedPart {
+    /// A flush that goes whole to one worker.
+    #[cfg(test)]
+    pub(crate) fn whole(flush: Flushed) -> Self {
+        let range = 0..flush.batch.num_rows();
+        Self {
+            flush: Arc::new(flush),
+            range,
+        }
+    }
+
+    /// The accumulator rows.
+    pub(crate) fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Whether there are no accumulator rows.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// The first of the part's rows in [`FlushedPart::shared`]'s batch.
+    pub(crate) fn offset(&self) -> usize {
+        self.range.start
+    }
+
+    /// The whole flush the part is rows of.
+    pub(crate) fn shared(&self) -> &Flushed {
+        &self.flush
+    }
+
+    /// The part's key hashes.
+    pub(crate) fn hashes(&self) -> &[u64] {
+        &self.flush.hashes[self.range.clone()]
+    }
+
+    /// The input rows each of the part's accumulator rows folds.
+    pub(crate) fn rows(&self) -> &[u64] {
+        &self.flush.rows[self.range.clone()]
+    }
+
+    /// The part's key ids in the local phase's key table, where the table outlives the flush.
+    pub(crate) fn local_ids(&self) -> Option<(KeyTableId, &[u32])> {
+        self.flush
+            .local_ids
+            .as_ref()
+            .map(|l| (l.table, &l.ids[self.range.clone()]))
+    }
+
+    /// The part's accumulator rows as a batch of their own (zero-copy).
+    pub(crate) fn batch(&self) -> RecordBatch {
+        self.flush.batch.slice(self.range.start, self.range.len())
+    }
+}
+
 impl LocalGroupAggregate {
     /// Emits one accumulator row per key folded since the last flush (None if there was none)
     /// and starts afresh.
@@ -63,8 +128,8 @@ impl LocalGroupAggregate {
             .parts
             .into_iter()
             .enumerate()
-            .filter(|(_, p)| p.batch.num_rows() > 0)
-            .map(|(g, p)| (g, p.batch))
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(g, p)| (g, p.batch()))
             .collect())
     }
 
@@ -75,7 +140,7 @@ impl LocalGroupAggregate {
         let parts = self.folded_only(vec![(0..n).collect()], &rows);
         Ok(self
             .flush_in_parts(parts, &rows)?
-            .and_then(|parts| parts.into_iter().next()))
+            .map(|(flushed, _)| flushed))
     }
 
     /// `parts` without the groups that got no rows since the last flush, where the key table
@@ -92,8 +157,9 @@ impl LocalGroupAggregate {
 
     /// Flushes straight into one part per worker (the owner of each key's key group, in
     /// worker order; a part may be empty): the accumulator batch is built once with its rows
-    /// ordered by worker and sliced, instead of built whole and gathered per worker. Also
-    /// returns the hottest key's share of the rows folded. `None` when nothing was folded.
+    /// ordered by worker, and each worker's part is its range of it ([`FlushedPart`]), instead
+    /// of a batch built whole and gathered per worker. Also returns the hottest key's share of
+    /// the rows folded. `None` when nothing was folded.
     ///
     /// # Errors
     /// As [`LocalGroupAggregate::flush`].
@@ -117,7 +183,19 @@ impl LocalGroupAggregate {
         let parts = self.folded_only(parts, &rows);
         let routing = start.elapsed();
         let entries = self.state.distinct_entries() as u64;
-        let parts = self.flush_in_parts(parts, &rows)?.unwrap_or_default();
+        let parts = match self.flush_in_parts(parts, &rows)? {
+            Some((flushed, bounds)) => {
+                let flush = Arc::new(flushed);
+                bounds
+                    .windows(2)
+                    .map(|w| FlushedPart {
+                        flush: Arc::clone(&flush),
+                        range: w[0]..w[1],
+                    })
+                    .collect()
+            }
+            None => vec![],
+        };
         Ok(Some(RoutedFlush {
             parts,
             hot_share,
@@ -151,14 +229,14 @@ impl LocalGroupAggregate {
         rows
     }
 
-    /// Flushes the groups of each part (together, every group once) as one [`Flushed`] per
-    /// part, from one accumulator batch whose rows run part after part, and starts afresh;
-    /// `rows` are [`LocalGroupAggregate::rows_per_group`].
+    /// Flushes the groups of each part (together, every group once) as one [`Flushed`] whose
+    /// rows run part after part, with the bounds of the parts (part `i` is rows `bounds[i]..
+    /// bounds[i + 1]`), and starts afresh; `rows` are [`LocalGroupAggregate::rows_per_group`].
     fn flush_in_parts(
         &mut self,
         parts: Vec<Vec<u32>>,
         rows: &[u64],
-    ) -> Result<Option<Vec<Flushed>>> {
+    ) -> Result<Option<(Flushed, Vec<usize>)>> {
         let n = self.len();
         let order: Vec<u32> = parts.concat();
         if order.is_empty() {
@@ -195,24 +273,21 @@ impl LocalGroupAggregate {
             && self.owners.is_none()
             && !self.merges_buckets()
             && !self.state.has_distinct();
-        let mut offset = 0;
-        let flushed = parts
-            .into_iter()
-            .map(|ids| {
-                let batch = batch.slice(offset, ids.len());
-                offset += ids.len();
-                Flushed {
-                    batch,
-                    hashes: ids.iter().map(|&g| hash_of(g)).collect(),
-                    hashed_keys: self.state_keys,
-                    rows: ids.iter().map(|&g| rows[g as usize]).collect(),
-                    local_ids: self.retained.then_some(LocalIds {
-                        table: self.table,
-                        ids,
-                    }),
-                }
-            })
-            .collect();
+        let mut bounds = Vec::with_capacity(parts.len() + 1);
+        bounds.push(0);
+        for ids in &parts {
+            bounds.push(bounds[bounds.len() - 1] + ids.len());
+        }
+        let flushed = Flushed {
+            batch,
+            hashes: order.iter().map(|&g| hash_of(g)).collect(),
+            hashed_keys: self.state_keys,
+            rows: order.iter().map(|&g| rows[g as usize]).collect(),
+            local_ids: self.retained.then_some(LocalIds {
+                table: self.table,
+                ids: order,
+            }),
+        };
         if !self.retained {
             self.groups.clear();
             self.table = KeyTableId::fresh();
@@ -226,15 +301,15 @@ impl LocalGroupAggregate {
         self.retracted = false;
         // Every group's accumulators start afresh, in the same allocations.
         self.state.clear(n);
-        Ok(Some(flushed))
+        Ok(Some((flushed, bounds)))
     }
 }
 
 /// A local phase's flush routed to the workers ([`LocalGroupAggregate::flush_routed`]).
 #[derive(Debug)]
 pub(crate) struct RoutedFlush {
-    /// One part per worker, in worker order (possibly empty).
-    pub(crate) parts: Vec<Flushed>,
+    /// One part per worker, in worker order (possibly empty), ranges of one flush.
+    pub(crate) parts: Vec<FlushedPart>,
     /// The hottest key's share of the rows folded (for the adaptive local phase).
     pub(crate) hot_share: f64,
     /// The time taken to assign the keys to the workers (the exchange's share of the flush).

@@ -1,6 +1,7 @@
 //! The local phase's flushes: the rows each key folded, the key table kept across a flush,
 //! and a flush routed to the workers.
 
+use super::flush::Flushed;
 use super::*;
 use arrow::array::{Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -160,8 +161,17 @@ fn a_routed_flush_is_the_whole_flush_cut_by_worker() {
                 .filter(|(_, h)| kg.worker_of_hash(**h) == w)
                 .map(|(r, _)| r)
                 .collect();
-            assert_eq!(rows_of(part), want, "worker {w}");
-            seen += part.batch.num_rows();
+            let got = rows_of(&Flushed {
+                batch: part.batch(),
+                hashes: part.hashes().to_vec(),
+                hashed_keys: part.shared().hashed_keys,
+                rows: part.rows().to_vec(),
+                local_ids: None,
+            });
+            assert_eq!(got, want, "worker {w}");
+            // Every part is a range of one flush, shared by the workers.
+            assert!(std::ptr::eq(part.shared(), routed.parts[0].shared()));
+            seen += part.len();
         }
         assert_eq!(seen, whole.batch.num_rows());
         // The hottest key's share of the rows folded.
@@ -222,7 +232,9 @@ fn retained_keys_go_by_their_ids_per_table() {
             *tables.get_or_insert((ia.table, ib.table)),
             (ia.table, ib.table)
         );
-        global.merge_routed(&[fa, fb]).unwrap();
+        global
+            .merge_routed(&[FlushedPart::whole(fa), FlushedPart::whole(fb)])
+            .unwrap();
     }
     let mut rows = vec![];
     for c in global.finish().unwrap() {

@@ -212,8 +212,8 @@ fn apply_and_fire(
     }
     let start = Instant::now();
     let n_rows: u64 = rows.iter().map(|r| r.cb.num_rows as u64).sum();
-    let n_acc: u64 = accumulators.iter().map(|f| f.batch.num_rows() as u64).sum();
-    let folded: u64 = accumulators.iter().flat_map(|f| &f.rows).sum();
+    let n_acc: u64 = accumulators.iter().map(|f| f.len() as u64).sum();
+    let folded: u64 = accumulators.iter().flat_map(|f| f.rows()).sum();
     let mut changes = worker.agg.push_routed(&rows)?;
     if !accumulators.is_empty() {
         worker.agg.merge_routed(&accumulators)?;

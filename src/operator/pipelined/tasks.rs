@@ -14,7 +14,7 @@ use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route};
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
-use crate::operator::local::Flushed;
+use crate::operator::local::FlushedPart;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
 use crate::plan::AggregatePlan;
@@ -24,8 +24,9 @@ use crate::runtime::Activity;
 pub(super) struct EpochPart {
     /// Raw rows (one-phase, or a bypassed local phase).
     pub(super) rows: Vec<Routed>,
-    /// Accumulator rows of the local phase.
-    pub(super) accumulators: Option<Flushed>,
+    /// Accumulator rows of the local phase: the worker's range of the epoch's flush, which the
+    /// workers share.
+    pub(super) accumulators: Option<FlushedPart>,
     /// The split's rows the epoch covers (before any filter): with chunks, the input position
     /// advances by them.
     pub(super) source_rows: u64,
@@ -391,7 +392,7 @@ impl Source<'_> {
             && let Some(f) = local.flush_routed(self.key_groups)?
         {
             hot_share = f.hot_share;
-            flushed = f.parts.iter().map(|p| p.batch.num_rows() as u64).sum();
+            flushed = f.parts.iter().map(|p| p.len() as u64).sum();
             entries = f.entries;
             self.report.local_busy += start.elapsed().saturating_sub(f.routing);
             self.report.exchange_busy += f.routing;
@@ -401,7 +402,7 @@ impl Source<'_> {
         for w in 0..p {
             self.pending[w].push(EpochPart {
                 rows: std::mem::take(&mut self.routed[w]),
-                accumulators: parts.next().filter(|f| f.batch.num_rows() > 0),
+                accumulators: parts.next().filter(|f| !f.is_empty()),
                 source_rows: self.epoch_source_rows,
                 by_latency,
             });
