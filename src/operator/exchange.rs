@@ -2,7 +2,8 @@
 //! into at most P tasks of consecutive rows (`balance`), and routing rows or snapshot rows to
 //! the worker that owns their key's key group ([`KeyGroups`]), with one gather (`take_parts`)
 //! for both; the local phases' accumulator rows are flushed straight into per-worker parts
-//! by the same `partition` (`LocalGroupAggregate::flush_routed`).
+//! by the same `partition` (`LocalGroupAggregate::flush_routed`: one batch ordered by worker,
+//! each worker's part a range of it).
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::buffer::ScalarBuffer;
