@@ -261,7 +261,7 @@ impl KeyedState {
         gids: &mut Vec<u32>,
     ) -> Result<()> {
         let n = part.len();
-        let local = part.local_ids().filter(|(_, ids)| ids.len() == n);
+        let local = part.local_ids();
         if let Some((table, ids)) = local
             && self.known.find(table, ids, gids)
         {
