@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray};
-use arrow_buffer::BooleanBuffer;
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType};
+use arrow_buffer::{BooleanBuffer, NullBuffer};
 use arrow_schema::{ArrowError, DataType};
 
 /// Aggregate state for many groups, one dynamic call per batch.
@@ -151,29 +151,30 @@ pub(crate) fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
     }
 }
 
-/// Rows `offset..offset + groups.len()` of state column `i` of `states`, as a `T` array, cut
-/// in place (no allocation).
-pub(crate) fn state_arg<T: ArrowPrimitiveType>(
-    states: &[ArrayRef],
+/// Rows `offset..offset + groups.len()` of state column `i` of `states`, read in place: their
+/// values, and their validity where the column has NULLs. The values are borrowed, not cut
+/// into an array of their own: a worker merging its rows of a batch the workers share then
+/// writes nothing the other workers read (an array cut from it would count a reference on the
+/// shared buffer, a cache line every worker writes).
+pub(crate) fn state_arg<'a, T: ArrowPrimitiveType>(
+    states: &'a [ArrayRef],
     i: usize,
     offset: usize,
     groups: &[u32],
-) -> Result<PrimitiveArray<T>, ArrowError> {
+) -> Result<(&'a [T::Native], Option<NullBuffer>), ArrowError> {
     let a = states
         .get(i)
         .and_then(|a| a.as_primitive_opt::<T>())
         .ok_or_else(|| ArrowError::InvalidArgumentError(format!("bad state column {i}")))?;
     let n = groups.len();
-    if offset + n > a.len() {
-        return Err(ArrowError::InvalidArgumentError(
-            "state rows past the end of the state columns".to_string(),
-        ));
-    }
-    Ok(if offset == 0 && n == a.len() {
-        a.clone()
-    } else {
-        a.slice(offset, n)
-    })
+    let values = a.values().get(offset..offset + n).ok_or_else(|| {
+        ArrowError::InvalidArgumentError("state rows past the end of the state columns".to_string())
+    })?;
+    let nulls = a
+        .nulls()
+        .filter(|nb| nb.null_count() > 0)
+        .map(|nb| nb.slice(offset, n));
+    Ok((values, nulls))
 }
 
 /// A state column of lists of entries: `columns` (one per entry field, as long as the entries)

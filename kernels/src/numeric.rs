@@ -115,18 +115,18 @@ impl GroupsAccumulator for CountAccumulator {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let c = state_arg::<Int64Type>(states, 0, offset, groups)?;
+        let (vals, nulls) = state_arg::<Int64Type>(states, 0, offset, groups)?;
         grow(&mut self.counts, total_groups, 0);
         let counts = &mut self.counts;
-        let vals = c.values();
-        if c.null_count() == 0 {
-            for (&g, &v) in groups.iter().zip(vals) {
-                counts[g as usize] += v;
+        match nulls {
+            None => {
+                for (&g, &v) in groups.iter().zip(vals) {
+                    counts[g as usize] += v;
+                }
             }
-        } else {
-            for_each_selected(groups, c.nulls(), None, |i, g| {
+            Some(nulls) => for_each_selected(groups, Some(&nulls), None, |i, g| {
                 counts[g as usize] += vals[i]
-            });
+            }),
         }
         Ok(())
     }
@@ -379,8 +379,8 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let s = state_arg::<K::Acc>(states, 0, offset, groups)?;
-        let c = state_arg::<Int64Type>(states, 1, offset, groups)?;
+        let (s, _) = state_arg::<K::Acc>(states, 0, offset, groups)?;
+        let (c, _) = state_arg::<Int64Type>(states, 1, offset, groups)?;
         grow(
             &mut self.sums,
             total_groups,
@@ -389,7 +389,7 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
         grow(&mut self.counts, total_groups, 0);
         // The state columns are as long as `groups` (`state_arg`): zipped, only the groups'
         // cells are bounds-checked.
-        for ((&g, &sum), &count) in groups.iter().zip(s.values()).zip(c.values()) {
+        for ((&g, &sum), &count) in groups.iter().zip(s).zip(c) {
             let g = g as usize;
             self.sums[g] = K::add(self.sums[g], sum);
             self.counts[g] += count;
