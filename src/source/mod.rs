@@ -19,6 +19,7 @@ use crate::runtime::Activity;
 mod csv;
 mod ipc;
 mod parquet_chunks;
+mod parquet_dictionaries;
 mod parquet_reader;
 mod splits;
 

@@ -7,7 +7,8 @@
 //! without reading them. The chunks' buffers come back to their split once the decoder drops
 //! them ([`ChunkBuffers`]). The decoder reads batches of at most one data page of each column
 //! read as a dictionary, where the offset index shows pages smaller than the batch asked for
-//! ([`page_batch_size`]).
+//! ([`page_batch_size`]). Splits that cut one row group between them share its decompressed
+//! dictionary pages (`parquet_dictionaries.rs`).
 
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
@@ -25,6 +26,7 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::reader::{ChunkReader, Length};
 
+use super::parquet_dictionaries::{SharedDictionaries, shared_dictionary_reader};
 use crate::error::{Error, Result};
 
 /// The buffers a split's column chunks were read into, handed back once the decoder has let go
@@ -149,10 +151,13 @@ impl RowGroupChunks {
 
     /// A reader of row group `rg` of `table`'s file (its projected chunks read into
     /// `buffers`), in batches of `batch_size` rows, reading the row ranges `rows` (first row
-    /// within the group, rows; in order, not overlapping), or every row when None.
+    /// within the group, rows; in order, not overlapping), or every row when None. With
+    /// `dictionaries`, where other splits read the row group too, its dictionary pages are
+    /// decompressed once for all of them ([`SharedDictionaries`]).
     ///
     /// # Errors
     /// As [`RowGroupChunks::read`], and a reader the decoder refuses.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn reader(
         table: &super::FileTable,
         metadata: &ArrowReaderMetadata,
@@ -161,11 +166,24 @@ impl RowGroupChunks {
         buffers: &ChunkBuffers,
         batch_size: usize,
         rows: Option<&[(usize, usize)]>,
+        dictionaries: Option<&Arc<SharedDictionaries>>,
     ) -> Result<ParquetRecordBatchReader> {
         let ctx = table.ctx();
         let file = super::open(&table.path)?;
         let chunks = Self::read(file, metadata.metadata(), rg, mask, rows, buffers, &ctx)?;
         let batch_size = page_batch_size(metadata, rg, mask, batch_size);
+        if let Some(shared) = dictionaries.filter(|d| d.shared(rg)) {
+            return shared_dictionary_reader(
+                chunks,
+                metadata,
+                rg,
+                mask,
+                batch_size,
+                rows.map(selection),
+                shared,
+            )
+            .map_err(|e| Error::io(format!("{ctx}: {e}")));
+        }
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata.clone())
                 .with_row_groups(vec![rg])

@@ -203,7 +203,7 @@ impl FileTable {
                     for rg in (k..row_groups).step_by(decoders) {
                         let reader = guarded(&ctx, || {
                             RowGroupChunks::reader(
-                                &table, &metadata, rg, &mask, &buffers, batch_size, None,
+                                &table, &metadata, rg, &mask, &buffers, batch_size, None, None,
                             )
                         });
                         let reader = match reader {

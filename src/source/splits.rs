@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::parquet_chunks::{ChunkBuffers, RowGroupChunks};
+use super::parquet_dictionaries::SharedDictionaries;
 use super::parquet_reader::ParquetScan;
 use super::{FileTable, Format, NullColumns, Rechunk, SourceReader, open};
 use crate::changelog::ChangeBatch;
@@ -131,8 +132,16 @@ impl FileTable {
             .map(|rg| usize::try_from(rg.num_rows()).unwrap_or(0))
             .collect();
         let total_rows = Some(sizes.iter().sum::<usize>() as u64);
+        let shares = shares(&sizes)?;
+        // How many splits read each row group: those that cut one between them share its
+        // decompressed dictionary pages.
+        let mut readers = vec![0usize; sizes.len()];
+        for (rg, _) in shares.iter().flatten() {
+            readers[*rg] += 1;
+        }
+        let dictionaries = Arc::new(SharedDictionaries::new(readers));
         let mut splits = vec![];
-        for share in shares(&sizes)? {
+        for share in shares {
             if share.is_empty() {
                 continue;
             }
@@ -143,6 +152,7 @@ impl FileTable {
             let ctx = self.ctx();
             let mut groups = share.into_iter();
             let buffers = ChunkBuffers::default();
+            let dictionaries = Arc::clone(&dictionaries);
             let mut current: Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader> = None;
             let inner = std::iter::from_fn(move || {
                 loop {
@@ -160,7 +170,14 @@ impl FileTable {
                     let (rg, ranges) = groups.next()?;
                     let part = (ranges != [(0, sizes[rg])]).then_some(ranges.as_slice());
                     let built = RowGroupChunks::reader(
-                        &table, &metadata, rg, &mask, &buffers, batch_size, part,
+                        &table,
+                        &metadata,
+                        rg,
+                        &mask,
+                        &buffers,
+                        batch_size,
+                        part,
+                        Some(&dictionaries),
                     );
                     match built {
                         Ok(r) => current = Some(r),
