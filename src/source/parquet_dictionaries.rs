@@ -284,16 +284,13 @@ mod tests {
                 .set_write_batch_size(50)
                 .set_offset_index_disabled(!index)
                 .build();
-            let mut w =
-                ArrowWriter::try_new(File::create(&path).unwrap(), schema, Some(props)).unwrap();
+            let file = File::create(&path).unwrap();
+            let mut w = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props)).unwrap();
             w.write(&batch).unwrap();
             w.close().unwrap();
             let table = FileTable {
                 name: "t".into(),
-                schema: Arc::new(Schema::new(vec![
-                    Field::new("v", DataType::Int64, true),
-                    Field::new("s", DataType::Utf8, false),
-                ])),
+                schema,
                 path,
                 format: Format::Parquet,
                 changelog_column: None,
