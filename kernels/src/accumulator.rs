@@ -7,6 +7,7 @@
 //! The (nulls × filter) case is decided once per call ([`crate::accumulate`]), and the typed inner
 //! loop is chosen once, when the accumulator is built ([`crate::aggregates::new_accumulator`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -45,17 +46,26 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
     /// `groups`: row `i` of `states` goes to group `groups[i]`.
     ///
     /// # Errors
-    /// When `states` do not match [`GroupsAccumulator::state_types`].
+    /// When `states` do not match [`GroupsAccumulator::state_types`], or are not as long as
+    /// `groups`.
     fn merge(
         &mut self,
         states: &[ArrayRef],
         groups: &[u32],
         total_groups: usize,
-    ) -> Result<(), ArrowError>;
+    ) -> Result<(), ArrowError> {
+        if states.iter().any(|s| s.len() != groups.len()) {
+            return Err(ArrowError::InvalidArgumentError(
+                "state and group ids differ in length".to_string(),
+            ));
+        }
+        self.merge_at(states, 0, groups, total_groups)
+    }
 
     /// [`GroupsAccumulator::merge`] of rows `offset..offset + groups.len()` of `states` (a
-    /// worker's rows of an accumulator batch that several workers share). The columns are cut
-    /// here, unless the accumulator reads them in place.
+    /// worker's rows of an accumulator batch that several workers share): row `offset + i`
+    /// goes to group `groups[i]`. An accumulator reads the rows in place where it can, and
+    /// cuts them out with [`column_rows`] otherwise.
     ///
     /// # Errors
     /// As [`GroupsAccumulator::merge`], and rows past the end of `states`.
@@ -65,19 +75,7 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
         offset: usize,
         groups: &[u32],
         total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        let n = groups.len();
-        if offset == 0 && states.iter().all(|s| s.len() == n) {
-            return self.merge(states, groups, total_groups);
-        }
-        if states.iter().any(|s| offset + n > s.len()) {
-            return Err(ArrowError::InvalidArgumentError(
-                "state rows past the end of the state columns".to_string(),
-            ));
-        }
-        let cut: Vec<ArrayRef> = states.iter().map(|s| s.slice(offset, n)).collect();
-        self.merge(&cut, groups, total_groups)
-    }
+    ) -> Result<(), ArrowError>;
 
     /// The current result of each of `groups`, one row per id.
     ///
@@ -175,6 +173,29 @@ pub(crate) fn state_arg<'a, T: ArrowPrimitiveType>(
         .filter(|nb| nb.null_count() > 0)
         .map(|nb| nb.slice(offset, n));
     Ok((values, nulls))
+}
+
+/// Rows `offset..offset + n` of each of `columns`: the columns themselves where they hold
+/// exactly those rows, otherwise cut (zero-copy).
+///
+/// # Errors
+/// Rows past the end of a column.
+pub fn column_rows(
+    columns: &[ArrayRef],
+    offset: usize,
+    n: usize,
+) -> Result<Cow<'_, [ArrayRef]>, ArrowError> {
+    if offset == 0 && columns.iter().all(|c| c.len() == n) {
+        return Ok(Cow::Borrowed(columns));
+    }
+    if columns.iter().any(|c| offset + n > c.len()) {
+        return Err(ArrowError::InvalidArgumentError(
+            "state rows past the end of the state columns".to_string(),
+        ));
+    }
+    Ok(Cow::Owned(
+        columns.iter().map(|c| c.slice(offset, n)).collect(),
+    ))
 }
 
 /// A state column of lists of entries: `columns` (one per entry field, as long as the entries)

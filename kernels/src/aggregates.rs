@@ -215,14 +215,6 @@ impl GroupsAccumulator for CastAccumulator {
         let v = self.cast_in(values)?;
         self.inner.retract(&v, groups, filter, total_groups)
     }
-    fn merge(
-        &mut self,
-        states: &[ArrayRef],
-        groups: &[u32],
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        self.inner.merge(states, groups, total_groups)
-    }
     fn merge_at(
         &mut self,
         states: &[ArrayRef],

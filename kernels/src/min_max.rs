@@ -27,7 +27,7 @@ use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 use hashbrown::HashMap;
 
 use crate::accumulate::for_each_selected;
-use crate::accumulator::{GroupsAccumulator, check_filter, single_arg};
+use crate::accumulator::{GroupsAccumulator, check_filter, column_rows, single_arg};
 use crate::accumulator::{entry_lists, grow};
 
 /// A value MIN/MAX can hold: ordered, owned, readable from and writable to an Arrow array.
@@ -244,13 +244,15 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
             "MIN/MAX over insert-only input cannot retract; build it retractable".to_string(),
         ))
     }
-    fn merge(
+    fn merge_at(
         &mut self,
         states: &[ArrayRef],
+        offset: usize,
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let v = single_arg(states, groups, &self.data_type)?;
+        let states = column_rows(states, offset, groups.len())?;
+        let v = single_arg(&states, groups, &self.data_type)?;
         self.fold(v, groups, None, total_groups)
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
@@ -429,13 +431,15 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
     ) -> Result<(), ArrowError> {
         self.apply(values, groups, filter, total_groups, -1)
     }
-    fn merge(
+    fn merge_at(
         &mut self,
         states: &[ArrayRef],
+        offset: usize,
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let [state] = states else {
+        let states = column_rows(states, offset, groups.len())?;
+        let [state] = &states[..] else {
             return Err(ArrowError::InvalidArgumentError("bad MIN/MAX state".into()));
         };
         let list = state

@@ -100,14 +100,6 @@ impl GroupsAccumulator for CountAccumulator {
     ) -> Result<(), ArrowError> {
         self.apply(values, groups, filter, total_groups, -1)
     }
-    fn merge(
-        &mut self,
-        states: &[ArrayRef],
-        groups: &[u32],
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        self.merge_at(states, 0, groups, total_groups)
-    }
     fn merge_at(
         &mut self,
         states: &[ArrayRef],
@@ -363,14 +355,6 @@ impl<K: SumKind> GroupsAccumulator for SumAccumulator<K> {
         total_groups: usize,
     ) -> Result<(), ArrowError> {
         self.apply::<true>(values, groups, filter, total_groups)
-    }
-    fn merge(
-        &mut self,
-        states: &[ArrayRef],
-        groups: &[u32],
-        total_groups: usize,
-    ) -> Result<(), ArrowError> {
-        self.merge_at(states, 0, groups, total_groups)
     }
     fn merge_at(
         &mut self,

@@ -8,7 +8,7 @@
 use arrow::array::ArrayRef;
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::Field;
-use tally_kernels::accumulator::GroupsAccumulator;
+use tally_kernels::accumulator::{GroupsAccumulator, column_rows};
 use tally_kernels::aggregates::{AggregateKind, new_accumulator};
 use tally_kernels::distinct::DistinctAccumulator;
 
@@ -320,6 +320,11 @@ impl Accumulators {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<()> {
+        if states.iter().any(|s| s.len() != groups.len()) {
+            return Err(Error::invalid_input(
+                "accumulator columns and group ids differ in length",
+            ));
+        }
         self.merge_at(states, 0, groups, total_groups)
     }
 
@@ -347,16 +352,8 @@ impl Accumulators {
                     let col = states.get(at).ok_or_else(|| {
                         Error::invalid_input("accumulator batch has too few columns")
                     })?;
-                    let n = groups.len();
-                    if offset == 0 && col.len() == n {
-                        acc.merge(col, groups, total_groups)?;
-                    } else if offset + n <= col.len() {
-                        acc.merge(&col.slice(offset, n), groups, total_groups)?;
-                    } else {
-                        return Err(Error::invalid_input(
-                            "accumulator rows past the end of the accumulator batch",
-                        ));
-                    }
+                    let col = column_rows(std::slice::from_ref(col), offset, groups.len())?;
+                    acc.merge(&col[0], groups, total_groups)?;
                     at += 1;
                 }
             }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use tally_kernels::accumulator::column_rows;
 use tally_kernels::group_values::{
     BucketedGroupValues, GroupValues, MAX_BUCKET_COLUMNS, new_group_values,
 };
@@ -267,15 +268,9 @@ impl KeyedState {
         {
             return Ok(());
         }
-        let batch = &part.shared().batch;
-        let keys = &batch.columns()[..k];
-        let hashed = part.shared().hashed_keys;
-        if part.offset() == 0 && n == batch.num_rows() {
-            self.intern(keys, part.hashes(), hashed, n, gids)?;
-        } else {
-            let cut: Vec<ArrayRef> = keys.iter().map(|c| c.slice(part.offset(), n)).collect();
-            self.intern(&cut, part.hashes(), hashed, n, gids)?;
-        }
+        let flush = part.shared();
+        let keys = column_rows(&flush.batch.columns()[..k], part.offset(), n)?;
+        self.intern(&keys, part.hashes(), flush.hashed_keys, n, gids)?;
         if let Some((table, ids)) = local {
             self.known.learn(table, ids, gids);
         }

@@ -355,6 +355,37 @@ impl ChunkReader for RowGroupChunks {
     }
 }
 
+/// Writes a test file of one row group of `n` rows, `v` (Int64, `v(i)` in row `i`) and `s`
+/// (Utf8, `k{i % 13}`), in pages of 100 rows, with `props`; returns its schema.
+#[cfg(test)]
+pub(super) fn write_pages(
+    path: &std::path::Path,
+    n: i64,
+    v: impl Fn(i64) -> Option<i64>,
+    props: parquet::file::properties::WriterPropertiesBuilder,
+) -> arrow::datatypes::SchemaRef {
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{Field, Schema};
+    use parquet::arrow::ArrowWriter;
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, false),
+    ]));
+    let v = Int64Array::from_iter((0..n).map(v));
+    let s = StringArray::from_iter_values((0..n).map(|i| format!("k{}", i % 13)));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(v), Arc::new(s)]).unwrap();
+    let props = props
+        .set_data_page_row_count_limit(100)
+        .set_write_batch_size(50)
+        .build();
+    let file = File::create(path).unwrap();
+    let mut w = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    schema
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,37 +524,20 @@ mod tests {
     /// rows; read whole, the group gives every row.
     #[test]
     fn a_split_of_a_row_group_reads_its_pages_only() {
-        use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
-        use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-        use parquet::arrow::ArrowWriter;
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::Int64Type;
         use parquet::arrow::arrow_reader::ArrowReaderOptions;
         use parquet::file::metadata::PageIndexPolicy;
         use parquet::file::properties::WriterProperties;
-        use std::sync::Arc;
 
         let dir = std::env::temp_dir().join(format!("tally-chunks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("pages.parquet");
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("v", DataType::Int64, true),
-            Field::new("s", DataType::Utf8, false),
-        ]));
-        let n = 4000i64;
-        let v = Int64Array::from_iter((0..n).map(|i| (i % 7 != 0).then_some(i)));
-        let s = StringArray::from_iter_values((0..n).map(|i| format!("k{}", i % 13)));
-        let batch =
-            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(v), Arc::new(s)]).unwrap();
         // `v` in plain pages (a dictionary of its 4,000 values would outweigh them), `s` in a
         // dictionary page and pages of its keys.
-        let props = WriterProperties::builder()
-            .set_data_page_row_count_limit(100)
-            .set_write_batch_size(50)
-            .set_column_dictionary_enabled("v".into(), false)
-            .build();
-        let mut w =
-            ArrowWriter::try_new(File::create(&path).unwrap(), schema, Some(props)).unwrap();
-        w.write(&batch).unwrap();
-        w.close().unwrap();
+        let props = WriterProperties::builder().set_column_dictionary_enabled("v".into(), false);
+        let n = 4000;
+        write_pages(&path, n, |i| (i % 7 != 0).then_some(i), props);
 
         let options =
             ArrowReaderOptions::default().with_offset_index_policy(PageIndexPolicy::Required);

@@ -6,8 +6,10 @@
 //! their own chunk ([`SharedDictionaryPages`]); the last of them lets it go.
 
 use std::collections::HashMap;
+use std::collections::hash_map::{Entry, OccupiedEntry};
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -29,7 +31,8 @@ pub(super) struct SharedDictionaries {
     readers: Vec<usize>,
     /// `(row group, leaf column)` → the page and the splits yet to take it.
     pages: Mutex<HashMap<(usize, usize), (Page, usize)>>,
-    /// Pages taken from another split's copy (not decompressed again).
+    /// Pages taken from another split's copy (not decompressed again), for the tests.
+    #[cfg(test)]
     taken: AtomicUsize,
 }
 
@@ -39,6 +42,7 @@ impl SharedDictionaries {
         Self {
             readers,
             pages: Mutex::new(HashMap::new()),
+            #[cfg(test)]
             taken: AtomicUsize::new(0),
         }
     }
@@ -48,45 +52,58 @@ impl SharedDictionaries {
         self.readers.get(rg).is_some_and(|&n| n > 1)
     }
 
+    /// The kept pages, locked.
+    fn pages(&self) -> MutexGuard<'_, HashMap<(usize, usize), (Page, usize)>> {
+        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The page another split of row group `rg` decompressed for column `column`, if one has;
     /// the last split to take it removes it.
     fn take(&self, rg: usize, column: usize) -> Option<Page> {
-        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
-        let (page, left) = pages.get_mut(&(rg, column))?;
-        let page = page.clone();
+        let mut pages = self.pages();
+        let Entry::Occupied(kept) = pages.entry((rg, column)) else {
+            return None;
+        };
+        let page = kept.get().0.clone();
+        #[cfg(test)]
         self.taken.fetch_add(1, Ordering::Relaxed);
-        *left -= 1;
-        if *left == 0 {
-            pages.remove(&(rg, column));
-        }
+        one_less(kept);
         Some(page)
+    }
+
+    /// Counts a split of row group `rg` that will not take column `column`'s page.
+    fn pass(&self, rg: usize, column: usize) {
+        if let Entry::Occupied(kept) = self.pages().entry((rg, column)) {
+            one_less(kept);
+        }
     }
 
     /// Keeps `page`, which one split of row group `rg` decompressed, for the others (unless one
     /// of them kept its own meanwhile: then this split counts as one that took it).
     fn keep(&self, rg: usize, column: usize, page: &Page) {
         let others = self.readers.get(rg).map_or(0, |&n| n.saturating_sub(1));
-        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
-        match pages.get_mut(&(rg, column)) {
-            Some((_, left)) => {
-                *left -= 1;
-                if *left == 0 {
-                    pages.remove(&(rg, column));
-                }
+        let mut pages = self.pages();
+        match pages.entry((rg, column)) {
+            Entry::Occupied(kept) => one_less(kept),
+            Entry::Vacant(slot) if others > 0 => {
+                slot.insert((page.clone(), others));
             }
-            None if others > 0 => {
-                pages.insert((rg, column), (page.clone(), others));
-            }
-            None => {}
+            Entry::Vacant(_) => {}
         }
     }
 
-    /// Dictionary pages kept now, and pages taken from another split's copy so far (for the
-    /// tests).
+    /// Dictionary pages kept now, and pages taken from another split's copy so far.
     #[cfg(test)]
     fn counts(&self) -> (usize, usize) {
-        let kept = self.pages.lock().map_or(0, |p| p.len());
-        (kept, self.taken.load(Ordering::Relaxed))
+        (self.pages().len(), self.taken.load(Ordering::Relaxed))
+    }
+}
+
+/// One split fewer yet to take a kept page; the last one removes it.
+fn one_less(mut kept: OccupiedEntry<'_, (usize, usize), (Page, usize)>) {
+    kept.get_mut().1 -= 1;
+    if kept.get().1 == 0 {
+        kept.remove();
     }
 }
 
@@ -143,7 +160,7 @@ impl PageReader for SharedDictionaryPages {
             self.past_dictionary = true;
             // The dictionary page skipped by this split is one less taker of the shared copy.
             if self.inner.peek_next_page()?.is_some_and(|m| m.is_dict) {
-                let _ = self.shared.take(self.rg, self.column);
+                self.shared.pass(self.rg, self.column);
             }
         }
         self.inner.skip_next_page()
@@ -248,16 +265,14 @@ pub(super) fn shared_dictionary_reader(
 
 #[cfg(test)]
 mod tests {
-    use std::fs::File;
     use std::sync::Arc;
 
-    use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use parquet::arrow::ArrowWriter;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::Int64Type;
     use parquet::file::properties::WriterProperties;
 
     use super::SharedDictionaries;
-    use crate::source::parquet_chunks::{ChunkBuffers, RowGroupChunks};
+    use crate::source::parquet_chunks::{ChunkBuffers, RowGroupChunks, write_pages};
     use crate::source::{FileTable, Format};
 
     /// Three splits of one row group, each reading a range of its rows (one of them without an
@@ -270,24 +285,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         for index in [true, false] {
             let path = dir.join(format!("dicts-{index}.parquet"));
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("v", DataType::Int64, true),
-                Field::new("s", DataType::Utf8, false),
-            ]));
-            let n = 3000i64;
-            let v = Int64Array::from_iter((0..n).map(|i| (i % 11 != 0).then_some(i % 97)));
-            let s = StringArray::from_iter_values((0..n).map(|i| format!("k{}", i % 13)));
-            let batch =
-                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(v), Arc::new(s)]).unwrap();
-            let props = WriterProperties::builder()
-                .set_data_page_row_count_limit(100)
-                .set_write_batch_size(50)
-                .set_offset_index_disabled(!index)
-                .build();
-            let file = File::create(&path).unwrap();
-            let mut w = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props)).unwrap();
-            w.write(&batch).unwrap();
-            w.close().unwrap();
+            let props = WriterProperties::builder().set_offset_index_disabled(!index);
+            let schema = write_pages(&path, 3000, |i| (i % 11 != 0).then_some(i % 97), props);
             let table = FileTable {
                 name: "t".into(),
                 schema,
