@@ -1,15 +1,16 @@
 //! Dictionary pages shared by the splits that read one row group: where the pipelined
 //! runtime's splits cut a row group between them, each split's decoder needs the row group's
 //! dictionary pages (to decode its own data pages, and to skip to its first row), and would
-//! decompress each one again. The first split to read a column chunk's dictionary page keeps it
-//! decompressed ([`SharedDictionaries`]), and the others take that copy, skipping the page in
-//! their own chunk ([`SharedDictionaryPages`]); the last of them lets it go.
+//! decompress each one again. The first split to reach a column chunk's dictionary page
+//! decompresses it into a slot the splits share ([`SharedDictionaries`]); the others wait for
+//! it there rather than decompress it too, take that copy, and skip the page in their own chunk
+//! ([`SharedDictionaryPages`]); the last of them to ask lets the slot go.
 
 use std::collections::HashMap;
-use std::collections::hash_map::{Entry, OccupiedEntry};
+use std::collections::hash_map::Entry;
 #[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -17,11 +18,16 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::parquet_to_arrow_field_levels;
 use parquet::column::page::{Page, PageIterator, PageMetadata, PageReader};
-use parquet::errors::Result as ParquetResult;
+use parquet::errors::{ParquetError, Result as ParquetResult};
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use super::parquet_chunks::RowGroupChunks;
+
+/// What the splits of a row group share of one column chunk's dictionary page: the page,
+/// decompressed by the first split to reach it (the others wait for it rather than decompress
+/// it too), or the error that split met.
+type Slot = Arc<OnceLock<Result<Page, String>>>;
 
 /// The decompressed dictionary pages of the column chunks that several splits read, each with
 /// the number of those splits yet to take it.
@@ -29,8 +35,8 @@ use super::parquet_chunks::RowGroupChunks;
 pub(super) struct SharedDictionaries {
     /// Per row group, how many splits read it.
     readers: Vec<usize>,
-    /// `(row group, leaf column)` → the page and the splits yet to take it.
-    pages: Mutex<HashMap<(usize, usize), (Page, usize)>>,
+    /// `(row group, leaf column)` → its page's slot and the splits yet to take it.
+    pages: Mutex<HashMap<(usize, usize), (Slot, usize)>>,
     /// Pages taken from another split's copy (not decompressed again), for the tests.
     #[cfg(test)]
     taken: AtomicUsize,
@@ -52,58 +58,31 @@ impl SharedDictionaries {
         self.readers.get(rg).is_some_and(|&n| n > 1)
     }
 
-    /// The kept pages, locked.
-    fn pages(&self) -> MutexGuard<'_, HashMap<(usize, usize), (Page, usize)>> {
-        self.pages.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The page another split of row group `rg` decompressed for column `column`, if one has;
-    /// the last split to take it removes it.
-    fn take(&self, rg: usize, column: usize) -> Option<Page> {
-        let mut pages = self.pages();
-        let Entry::Occupied(kept) = pages.entry((rg, column)) else {
-            return None;
-        };
-        let page = kept.get().0.clone();
-        #[cfg(test)]
-        self.taken.fetch_add(1, Ordering::Relaxed);
-        one_less(kept);
-        Some(page)
-    }
-
-    /// Counts a split of row group `rg` that will not take column `column`'s page.
-    fn pass(&self, rg: usize, column: usize) {
-        if let Entry::Occupied(kept) = self.pages().entry((rg, column)) {
-            one_less(kept);
-        }
-    }
-
-    /// Keeps `page`, which one split of row group `rg` decompressed, for the others (unless one
-    /// of them kept its own meanwhile: then this split counts as one that took it).
-    fn keep(&self, rg: usize, column: usize, page: &Page) {
-        let others = self.readers.get(rg).map_or(0, |&n| n.saturating_sub(1));
-        let mut pages = self.pages();
-        match pages.entry((rg, column)) {
-            Entry::Occupied(kept) => one_less(kept),
-            Entry::Vacant(slot) if others > 0 => {
-                slot.insert((page.clone(), others));
+    /// The slot of column `column`'s dictionary page in row group `rg`, counting this split
+    /// as one that has taken it: the last of the row group's splits to ask removes it.
+    fn slot(&self, rg: usize, column: usize) -> Slot {
+        let readers = self.readers.get(rg).copied().unwrap_or(1);
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        let Entry::Occupied(mut kept) = pages.entry((rg, column)) else {
+            let slot = Slot::default();
+            if readers > 1 {
+                pages.insert((rg, column), (Arc::clone(&slot), readers - 1));
             }
-            Entry::Vacant(_) => {}
+            return slot;
+        };
+        let slot = Arc::clone(&kept.get().0);
+        kept.get_mut().1 -= 1;
+        if kept.get().1 == 0 {
+            kept.remove();
         }
+        slot
     }
 
     /// Dictionary pages kept now, and pages taken from another split's copy so far.
     #[cfg(test)]
     fn counts(&self) -> (usize, usize) {
-        (self.pages().len(), self.taken.load(Ordering::Relaxed))
-    }
-}
-
-/// One split fewer yet to take a kept page; the last one removes it.
-fn one_less(mut kept: OccupiedEntry<'_, (usize, usize), (Page, usize)>) {
-    kept.get_mut().1 -= 1;
-    if kept.get().1 == 0 {
-        kept.remove();
+        let kept = self.pages.lock().map_or(0, |p| p.len());
+        (kept, self.taken.load(Ordering::Relaxed))
     }
 }
 
@@ -119,22 +98,46 @@ struct SharedDictionaryPages {
 }
 
 impl SharedDictionaryPages {
-    fn next_page(&mut self) -> ParquetResult<Option<Page>> {
-        if !self.past_dictionary {
-            self.past_dictionary = true;
-            if self.inner.peek_next_page()?.is_some_and(|m| m.is_dict) {
-                if let Some(page) = self.shared.take(self.rg, self.column) {
-                    self.inner.skip_next_page()?;
-                    return Ok(Some(page));
-                }
-                let page = self.inner.get_next_page()?;
-                if let Some(page) = &page {
-                    self.shared.keep(self.rg, self.column, page);
-                }
-                return Ok(page);
-            }
+    /// Whether the chunk's first page, not looked at yet, is its dictionary page (it is looked
+    /// at now).
+    fn at_dictionary(&mut self) -> ParquetResult<bool> {
+        if self.past_dictionary {
+            return Ok(false);
         }
-        self.inner.get_next_page()
+        self.past_dictionary = true;
+        Ok(self.inner.peek_next_page()?.is_some_and(|m| m.is_dict))
+    }
+
+    fn next_page(&mut self) -> ParquetResult<Option<Page>> {
+        if !self.at_dictionary()? {
+            return self.inner.get_next_page();
+        }
+        // The first split to get here decompresses the page; the others wait for it, take
+        // it, and skip the page in their own chunk.
+        let slot = self.shared.slot(self.rg, self.column);
+        let (mut ran, mut own_error) = (false, None);
+        let page = slot.get_or_init(|| {
+            ran = true;
+            match self.inner.get_next_page() {
+                Ok(Some(page)) => Ok(page),
+                Ok(None) => Err("the dictionary page is missing".to_string()),
+                Err(e) => {
+                    let message = e.to_string();
+                    own_error = Some(e);
+                    Err(message)
+                }
+            }
+        });
+        if let Some(e) = own_error {
+            return Err(e);
+        }
+        let page = page.clone().map_err(ParquetError::General)?;
+        if !ran {
+            self.inner.skip_next_page()?;
+            #[cfg(test)]
+            self.shared.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Some(page))
     }
 }
 
@@ -156,12 +159,9 @@ impl PageReader for SharedDictionaryPages {
     }
 
     fn skip_next_page(&mut self) -> ParquetResult<()> {
-        if !self.past_dictionary {
-            self.past_dictionary = true;
-            // The dictionary page skipped by this split is one less taker of the shared copy.
-            if self.inner.peek_next_page()?.is_some_and(|m| m.is_dict) {
-                self.shared.pass(self.rg, self.column);
-            }
+        // A dictionary page this split skips: it is one less split to take the shared copy.
+        if self.at_dictionary()? {
+            drop(self.shared.slot(self.rg, self.column));
         }
         self.inner.skip_next_page()
     }
@@ -275,10 +275,11 @@ mod tests {
     use crate::source::parquet_chunks::{ChunkBuffers, RowGroupChunks, write_pages};
     use crate::source::{FileTable, Format};
 
-    /// Three splits of one row group, each reading a range of its rows (one of them without an
-    /// offset index to skip by): each gives the rows it reads, the same with the dictionary
-    /// pages shared as without, two of the three take the first one's pages instead of
-    /// decompressing them, and nothing is kept once all have read.
+    /// Three splits of one row group, each reading a range of its rows (in a file with an
+    /// offset index to skip by, and in one without): each gives the rows it reads, the same
+    /// with the dictionary pages shared as without, two of the three take the first one's
+    /// pages instead of decompressing them, one after the other or all at once, and nothing is
+    /// kept once all have read.
     #[test]
     fn splits_of_a_row_group_share_its_dictionary_pages() {
         let dir = std::env::temp_dir().join(format!("tally-dicts-{}", std::process::id()));
@@ -341,6 +342,26 @@ mod tests {
             }
             // Both columns have a dictionary page: the second and third splits took them.
             assert_eq!(shared.counts(), (0, 4), "index {index}");
+            // The three splits at once, as the runtime reads them: still one decompression of
+            // each page, whichever split gets there first (the others wait for it).
+            for _ in 0..8 {
+                let shared = Arc::new(SharedDictionaries::new(vec![3]));
+                let got: Vec<_> = std::thread::scope(|s| {
+                    let reads: Vec<_> = ranges
+                        .iter()
+                        .map(|rows| s.spawn(|| read(rows, Some(&shared))))
+                        .collect();
+                    reads.into_iter().map(|r| r.join().unwrap()).collect()
+                });
+                for (rows, got) in ranges.iter().zip(got) {
+                    assert_eq!(
+                        got,
+                        read(rows, None),
+                        "index {index}, rows {rows:?}, at once"
+                    );
+                }
+                assert_eq!(shared.counts(), (0, 4), "index {index}, at once");
+            }
         }
     }
 }
