@@ -98,6 +98,14 @@ pub trait GroupsAccumulator: Send + Sync + std::fmt::Debug {
     /// Returns `groups` to the empty state (a deleted group starts afresh).
     fn reset(&mut self, groups: &[u32]);
 
+    /// Where this accumulator is a COUNT, its per-group counts, grown to `total_groups`, for a
+    /// caller that adds to them itself: a DISTINCT accumulator adds one for each value a group
+    /// gains and takes one away for each it loses (none of them NULL), with no mask over the
+    /// batch. `None` (the default) where the accumulator must see the rows.
+    fn counts_mut(&mut self, _total_groups: usize) -> Option<&mut [i64]> {
+        None
+    }
+
     /// Bytes held, from capacity.
     fn size(&self) -> usize;
 }

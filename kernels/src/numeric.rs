@@ -136,6 +136,10 @@ impl GroupsAccumulator for CountAccumulator {
     fn result_type(&self) -> DataType {
         DataType::Int64
     }
+    fn counts_mut(&mut self, total_groups: usize) -> Option<&mut [i64]> {
+        grow(&mut self.counts, total_groups, 0);
+        Some(&mut self.counts[..total_groups])
+    }
     fn reset(&mut self, groups: &[u32]) {
         for &g in groups {
             if let Some(c) = self.counts.get_mut(g as usize) {

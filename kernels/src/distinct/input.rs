@@ -2,7 +2,7 @@
 //! FILTER picks its rows, and a row whose counter reaches or leaves 0 goes on to that aggregate.
 
 use arrow_array::{Array, ArrayRef};
-use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
+use arrow_buffer::BooleanBuffer;
 use arrow_schema::ArrowError;
 
 use super::lines::for_each_pair;
@@ -58,7 +58,6 @@ impl DistinctAccumulator {
         {
             return Ok(());
         }
-        let n = groups.len();
         self.load_bits(arg)?;
         let bits = std::mem::take(&mut self.bits);
         let nulls = arg.logical_nulls();
@@ -75,14 +74,8 @@ impl DistinctAccumulator {
             self.bits = bits;
             return Ok(());
         }
-        let mut flips: Vec<BooleanBufferBuilder> = (0..k)
-            .map(|_| {
-                let mut b = BooleanBufferBuilder::new(n);
-                b.append_n(n, false);
-                b
-            })
-            .collect();
-        let mut any_flip = vec![false; k];
+        let mut flips = std::mem::take(&mut self.flips);
+        flips.clear(k);
         self.add_rows(
             &bits,
             nulls.as_ref(),
@@ -90,27 +83,17 @@ impl DistinctAccumulator {
             filters,
             delta,
             |r, i, before, after| {
-                if (delta > 0 && before == 0 && after == 1)
-                    || (delta < 0 && before == 1 && after == 0)
-                {
-                    flips[i].set_bit(r, true);
-                    any_flip[i] = true;
+                if delta > 0 && before == 0 && after == 1 {
+                    flips.gain(i, r);
+                } else if delta < 0 && before == 1 && after == 0 {
+                    flips.loss(i, r);
                 }
             },
         );
         self.bits = bits;
-        let arg_slice = std::slice::from_ref(arg);
-        for (i, mut flip) in flips.into_iter().enumerate() {
-            if !any_flip[i] {
-                continue;
-            }
-            let mask = flip.finish();
-            if delta > 0 {
-                self.inners[i].update(arg_slice, groups, Some(&mask), total_groups)?;
-            } else {
-                self.inners[i].retract(arg_slice, groups, Some(&mask), total_groups)?;
-            }
-        }
+        let applied = self.apply_flips(&flips, arg, groups, total_groups);
+        self.flips = flips;
+        applied?;
         Ok(())
     }
 

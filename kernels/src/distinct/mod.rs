@@ -39,6 +39,7 @@ use crate::group_values::{GroupValues, new_group_values};
 use crate::hash::hash_columns;
 
 mod bits;
+mod flips;
 mod input;
 mod lines;
 mod packed;
@@ -46,6 +47,7 @@ mod pairs;
 mod state;
 
 use bits::{bits_type, to_bits};
+use flips::Flips;
 use packed::{LINES_FROM, Packed, Probe};
 use pairs::{
     Bare, MAX_FLAGGED, Pair, PairTable, Pairs, SPILLED, TAG_FLAGS, TAG_IDS, Tagged, count_at,
@@ -105,6 +107,9 @@ pub struct DistinctAccumulator {
     /// Whether this is a local phase's, whose inner aggregates are never read
     /// ([`Self::for_local_phase`]).
     local: bool,
+    /// Scratch: the rows of the batch at hand whose value its group gained or lost, per
+    /// aggregate ([`Self::apply_flips`]).
+    flips: Flips,
 }
 
 impl std::fmt::Debug for DistinctAccumulator {
@@ -190,6 +195,7 @@ impl DistinctAccumulator {
             bits: vec![],
             selected: vec![],
             local: false,
+            flips: Flips::default(),
         })
     }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, Int64Array};
-use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::HashMap;
 
@@ -180,13 +179,8 @@ impl DistinctAccumulator {
         let m = flat_groups.len();
         self.load_bits(&values)?;
         let bits = std::mem::take(&mut self.bits);
-        let mk = || {
-            let mut b = BooleanBufferBuilder::new(m);
-            b.append_n(m, false);
-            b
-        };
-        let mut gains: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
-        let mut losses: Vec<BooleanBufferBuilder> = (0..k).map(|_| mk()).collect();
+        let mut flips = std::mem::take(&mut self.flips);
+        flips.clear(k);
         // Without counts: which aggregates each entry's counters take it into, a column at a time.
         let mut gained = std::mem::take(&mut self.selected);
         gained.clear();
@@ -209,26 +203,18 @@ impl DistinctAccumulator {
                 gained[r],
                 |i, before, after| {
                     if before <= 0 && after > 0 {
-                        gains[i].set_bit(r, true);
+                        flips.gain(i, r);
                     } else if before > 0 && after <= 0 {
-                        losses[i].set_bit(r, true);
+                        flips.loss(i, r);
                     }
                 },
             );
         });
         self.selected = gained;
         self.bits = bits;
-        let arg_slice = std::slice::from_ref(&values);
-        for i in 0..k {
-            let gain = gains[i].finish();
-            let loss = losses[i].finish();
-            if gain.count_set_bits() > 0 {
-                self.inners[i].update(arg_slice, &flat_groups, Some(&gain), total_groups)?;
-            }
-            if loss.count_set_bits() > 0 {
-                self.inners[i].retract(arg_slice, &flat_groups, Some(&loss), total_groups)?;
-            }
-        }
+        let applied = self.apply_flips(&flips, &values, &flat_groups, total_groups);
+        self.flips = flips;
+        applied?;
         Ok(())
     }
 
