@@ -331,6 +331,7 @@ mod tests {
         )
         .unwrap();
         let mut fold = inc.fold_factory()().unwrap();
+        let runtime = crate::runtime::Runtime::new(1).unwrap();
         let mut rng = StdRng::seed_from_u64(seed);
         let mut out = vec![];
         for batch in stream(&mut rng, input) {
@@ -340,11 +341,11 @@ mod tests {
                 let is_delta = firing.data.num_columns() == p.output_schema().fields().len() + 1;
                 assert_eq!(is_delta, deltas, "the PARTIAL fires what it was told");
                 if let Some(d) = fold.fold(&firing).unwrap() {
-                    out.extend(inc.push(&[ChangeBatch::inserts(d)]).unwrap());
+                    out.extend(inc.push(&[ChangeBatch::inserts(d)], &runtime).unwrap());
                 }
             }
         }
-        out.extend(inc.finish().unwrap());
+        out.extend(inc.finish(&runtime).unwrap());
         let with_op: Vec<RecordBatch> = out
             .iter()
             .map(|c| {

@@ -14,11 +14,18 @@
 //! ([`GroupAggregate::try_new_global`]) that fires on the mini-batch size and latency as Flink's
 //! global aggregate does, counting delta rows. The FINAL keeps only its own state: one row of
 //! accumulators per key.
+//!
+//! With several workers the global phase is cut into one shard per worker
+//! ([`IncrementalAggregate::try_new_sharded`]), as Flink runs its global aggregate in parallel
+//! tasks keyed by the FINAL's keys: each delta row goes to the shard of its key's key group,
+//! the shards merge what a push holds side by side on the runtime's workers, and each fires on
+//! its own count of delta rows. A key's changes keep their order; the FINAL is no serial step.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 
 use crate::changelog::ChangeBatch;
@@ -26,20 +33,30 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::operator::deltas;
-use crate::operator::metrics::AggregateStep;
+use crate::operator::exchange::{MIN_SLICE_ROWS, partition, route_snapshot};
+use crate::operator::key_groups::KeyGroups;
+use crate::operator::metrics::{AggregateStep, Metrics};
 use crate::operator::read_through::{ReadThrough, through_columns};
 use crate::operator::{
-    AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics,
+    AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics, hash_keys,
 };
 use crate::plan::AggregatePlan;
+use crate::runtime::Runtime;
 
 /// The FINAL aggregate of split-distinct under Flink's incremental aggregate (see the module
-/// docs): delta accumulators per PARTIAL firing, merged by one global phase.
+/// docs): delta accumulators per PARTIAL firing, merged by a global phase in one shard per
+/// worker.
 #[derive(Debug)]
 pub struct IncrementalAggregate {
     plan: Arc<AggregatePlan>,
     fold: DeltaFold,
-    global: GroupAggregate,
+    /// The global phase, one shard per worker of the FINAL: each key's delta rows go to the
+    /// shard of its key group, and the shards merge a push's rows side by side.
+    shards: Vec<GroupAggregate>,
+    key_groups: KeyGroups,
+    /// Per shard: delta rows merged, and the time it took.
+    shard_rows: Vec<u64>,
+    shard_busy: Vec<Duration>,
     /// The merge's counters, for EXPLAIN ANALYZE (the fold's are in `fold`).
     merge: StageMetrics,
     /// Set where every key has one PARTIAL row ([`IncrementalAggregate::read_through`]): the
@@ -132,6 +149,14 @@ fn count_firing(
     m.busy += busy;
 }
 
+/// One shard's rows of one batch of delta rows: the batch's index in the push, the rows (all
+/// of them where `None`), and their key hashes.
+struct Part {
+    batch: usize,
+    rows: Option<UInt32Array>,
+    hashes: Vec<u64>,
+}
+
 impl IncrementalAggregate {
     /// The FINAL aggregate `plan` (over the PARTIAL's changes) under `config`'s mini-batch
     /// trigger and `clock`.
@@ -143,6 +168,33 @@ impl IncrementalAggregate {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
+        Self::try_new_sharded(plan, config, clock, KeyGroups::new(1, 1)?)
+    }
+
+    /// As [`IncrementalAggregate::try_new`], with the global phase cut into one shard per
+    /// worker of `key_groups` (the FINAL's parallelism): each key's delta rows go to the shard
+    /// of its key group, each shard fires on its own mini-batch size and latency (as Flink's
+    /// global aggregate does per task), and the shards merge a push's rows side by side on the
+    /// runtime's workers ([`IncrementalAggregate::push`]).
+    ///
+    /// # Errors
+    /// As [`IncrementalAggregate::try_new`].
+    pub fn try_new_sharded(
+        plan: Arc<AggregatePlan>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        key_groups: KeyGroups,
+    ) -> Result<Self> {
+        let s = key_groups.workers();
+        let shards = (0..s)
+            .map(|_| {
+                GroupAggregate::try_new_global(
+                    Arc::clone(&plan),
+                    config.clone(),
+                    Arc::clone(&clock),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             plan: Arc::clone(&plan),
             fold: DeltaFold {
@@ -152,10 +204,18 @@ impl IncrementalAggregate {
                     AggregateStep::LocalGroupAggregate,
                 ))),
             },
-            global: GroupAggregate::try_new_global(plan, config, clock)?,
+            shards,
+            key_groups,
+            shard_rows: vec![0; s],
+            shard_busy: vec![Duration::ZERO; s],
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
             through: None,
         })
+    }
+
+    /// The shards of the global phase.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
     }
 
     /// Reads the FINAL through ([`crate::operator::read_through`]) where `on` (every key of
@@ -167,12 +227,12 @@ impl IncrementalAggregate {
     /// # Errors
     /// Switching after firings have passed.
     pub fn read_through(&mut self, partial: &AggregatePlan, on: bool) -> Result<bool> {
-        let through = if on && self.global.config().state_ttl.is_zero() {
+        let through = if on && self.config().state_ttl.is_zero() {
             through_columns(partial, &self.plan).map(|columns| {
                 ReadThrough::new(
                     columns,
                     Arc::clone(&self.plan.output_schema),
-                    self.global.config().emit_update_before,
+                    self.config().emit_update_before,
                 )
             })
         } else {
@@ -228,7 +288,7 @@ impl IncrementalAggregate {
 
     /// The resolved FINAL aggregate.
     pub fn plan(&self) -> &AggregatePlan {
-        self.global.plan()
+        &self.plan
     }
 
     /// The resolved FINAL aggregate, shared (to build its phases elsewhere: the Flink
@@ -239,18 +299,19 @@ impl IncrementalAggregate {
 
     /// The configuration the global phase fires under.
     pub fn config(&self) -> &Config {
-        self.global.config()
+        self.shards[0].config()
     }
 
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
-    /// each becomes one delta row per FINAL key it touched, merged into the global phase. A
-    /// batch of delta rows (of [`DeltaFold::delta_schema`], a firing folded by its worker with
-    /// [`IncrementalAggregate::fold_factory`]) is merged as it is. Returns the changes of the global
-    /// phase's mini-batches that became due.
+    /// each becomes one delta row per FINAL key it touched, merged into the global phase (the
+    /// shards side by side on `runtime`'s workers, each taking its keys' rows of every firing in
+    /// order). A batch of delta rows (of [`DeltaFold::delta_schema`], a firing folded by its
+    /// worker with [`IncrementalAggregate::fold_factory`]) is merged as it is. Returns the
+    /// changes of the mini-batches that became due, shard by shard.
     ///
     /// # Errors
     /// A batch of another schema, and as [`GroupAggregate::push_accumulators`].
-    pub fn push(&mut self, firings: &[ChangeBatch]) -> Result<Vec<ChangeBatch>> {
+    pub fn push(&mut self, firings: &[ChangeBatch], runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         if let Some(through) = &self.through {
             let mut fold = ThroughFold {
                 through: through.clone(),
@@ -267,21 +328,106 @@ impl IncrementalAggregate {
             return Ok(out);
         }
         let delta_schema = self.fold.delta_schema();
-        let mut out = vec![];
+        let mut deltas = Vec::with_capacity(firings.len());
         for firing in firings {
             let folded = firing.op.is_none() && firing.data.schema() == delta_schema;
-            let deltas = if folded {
-                firing.data.clone()
-            } else {
-                match self.fold.fold(firing)? {
-                    Some(d) => d,
-                    None => continue,
-                }
-            };
+            if folded {
+                deltas.push(firing.data.clone());
+            } else if let Some(d) = self.fold.fold(firing)? {
+                deltas.push(d);
+            }
+        }
+        if deltas.is_empty() {
+            return Ok(vec![]);
+        }
+        let start = Instant::now();
+        let rows: usize = deltas.iter().map(RecordBatch::num_rows).sum();
+        let changes = self.merge_deltas(&deltas, runtime)?;
+        self.count_merge(rows, &changes, start.elapsed());
+        Ok(changes)
+    }
+
+    /// Merges `deltas` in order: with one shard as they are; with several, each shard takes
+    /// its rows of each batch (cut by key hash, hashed once), the shards side by side.
+    fn merge_deltas(
+        &mut self,
+        deltas: &[RecordBatch],
+        runtime: &Runtime,
+    ) -> Result<Vec<ChangeBatch>> {
+        if self.shards.len() == 1 {
             let start = Instant::now();
-            let changes = self.global.push_accumulators(&deltas)?;
-            self.count_merge(deltas.num_rows(), &changes, start.elapsed());
-            out.extend(changes);
+            let mut out = vec![];
+            for d in deltas {
+                out.extend(self.shards[0].push_accumulators(d)?);
+                self.shard_rows[0] += d.num_rows() as u64;
+            }
+            self.shard_busy[0] += start.elapsed();
+            return Ok(out);
+        }
+        // Each row is hashed once, here; the shards cut their rows out themselves, side by side.
+        let k = self.plan.key_types.len();
+        let mut parts: Vec<Vec<Part>> = (0..self.shards.len()).map(|_| vec![]).collect();
+        let mut hashes = vec![];
+        for (i, d) in deltas.iter().enumerate() {
+            hash_keys(&d.columns()[..k], d.num_rows(), &mut hashes)?;
+            for (w, rows) in partition(&hashes, &self.key_groups).into_iter().enumerate() {
+                if rows.is_empty() {
+                    continue;
+                }
+                let part_hashes = rows.iter().map(|&r| hashes[r as usize]).collect();
+                let rows = (rows.len() < d.num_rows()).then(|| UInt32Array::from(rows));
+                parts[w].push(Part {
+                    batch: i,
+                    rows,
+                    hashes: part_hashes,
+                });
+            }
+        }
+        let tasks: Vec<_> = self
+            .shards
+            .iter_mut()
+            .zip(parts)
+            .zip(self.shard_rows.iter_mut().zip(&mut self.shard_busy))
+            .collect();
+        type Task<'a> = (
+            (&'a mut GroupAggregate, Vec<Part>),
+            (&'a mut u64, &'a mut Duration),
+        );
+        let merge = |((shard, parts), (rows, busy)): Task<'_>| -> Result<Vec<ChangeBatch>> {
+            let start = Instant::now();
+            // A shard the push holds no rows for still fires on the latency, as each task of
+            // Flink's global aggregate does at a mini-batch's marker.
+            let mut out = if parts.is_empty() {
+                shard.fire_if_late()?
+            } else {
+                vec![]
+            };
+            for part in &parts {
+                let batch = &deltas[part.batch];
+                let taken;
+                let batch = match &part.rows {
+                    Some(idx) => {
+                        taken = take_record_batch(batch, idx)?;
+                        &taken
+                    }
+                    None => batch,
+                };
+                out.extend(shard.push_accumulators_hashed(batch, &part.hashes)?);
+                *rows += batch.num_rows() as u64;
+            }
+            *busy += start.elapsed();
+            Ok(out)
+        };
+        // A push of few rows is not worth the pool's tasks: the shards take it in turn.
+        let total: usize = deltas.iter().map(RecordBatch::num_rows).sum();
+        let results: Vec<Result<Vec<ChangeBatch>>> = if total < MIN_SLICE_ROWS {
+            tasks.into_iter().map(merge).collect()
+        } else {
+            runtime.map(tasks, merge)
+        };
+        let mut out = vec![];
+        for r in results {
+            out.extend(r?);
         }
         Ok(out)
     }
@@ -293,62 +439,84 @@ impl IncrementalAggregate {
         self.merge.busy += busy;
     }
 
-    /// End of input: fires the global phase's pending mini-batch.
+    /// End of input: fires every shard's pending mini-batch, shard by shard.
     ///
     /// # Errors
     /// As [`GroupAggregate::finish`].
-    pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
+    pub fn finish(&mut self, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
         if self.through.is_some() {
             return Ok(vec![]);
         }
         let start = Instant::now();
-        let changes = self.global.finish()?;
+        let results = runtime.map(self.shards.iter_mut().collect(), GroupAggregate::finish);
+        let mut changes = vec![];
+        for r in results {
+            changes.extend(r?);
+        }
         self.count_merge(0, &changes, start.elapsed());
         Ok(changes)
     }
 
     /// Switches the `-U` rows off (for an upsert consumer keyed by the group keys).
     pub fn drop_update_before(&mut self) {
-        self.global.set_emit_update_before(false);
+        for shard in &mut self.shards {
+            shard.set_emit_update_before(false);
+        }
     }
 
     /// The FINAL's metrics: the fold into deltas as its local step, the merge as its global
-    /// step (one worker).
+    /// step (a worker per shard).
     pub fn metrics(&self) -> AggregateMetrics {
-        let m = self.global.metrics();
         let fold = self
             .fold
             .metrics
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let workers: Vec<WorkerMetrics> = self
+            .shards
+            .iter()
+            .zip(self.shard_rows.iter().zip(&self.shard_busy))
+            .map(|(shard, (&rows, &busy))| WorkerMetrics {
+                rows_received: rows,
+                input_rows: rows,
+                busy,
+                operator: shard.metrics(),
+            })
+            .collect();
+        let sum = |f: fn(&Metrics) -> u64| workers.iter().map(|w| f(&w.operator)).sum::<u64>();
+        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
+        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
         AggregateMetrics {
-            parallelism: 1,
-            key_groups: 1,
+            parallelism: self.shards.len(),
+            key_groups: self.key_groups.count(),
             two_phase: true,
             rows_in: fold.rows_in,
             rows_out: if self.through.is_some() {
                 fold.rows_out
             } else {
-                m.rows_out
+                sum(|m| m.rows_out)
             },
-            mini_batches: m.mini_batches,
+            mini_batches: workers
+                .iter()
+                .map(|w| w.operator.mini_batches)
+                .max()
+                .unwrap_or(0),
             stages: vec![fold.clone(), self.merge.clone()],
-            skew_ratio: 1.0,
-            keys_in_state: m.keys_in_state,
-            state_bytes: m.state_bytes,
-            peak_state_bytes: m.peak_state_bytes,
-            dropped_retractions: m.dropped_retractions,
-            compactions: m.compactions,
-            distinct_pairs: m.distinct_pairs,
-            distinct_bytes: m.distinct_bytes,
+            skew_ratio: if total == 0 {
+                1.0
+            } else {
+                max as f64 * workers.len() as f64 / total as f64
+            },
+            keys_in_state: sum(|m| m.keys_in_state),
+            state_bytes: sum(|m| m.state_bytes),
+            peak_state_bytes: sum(|m| m.peak_state_bytes),
+            dropped_retractions: sum(|m| m.dropped_retractions),
+            compactions: sum(|m| m.compactions),
+            distinct_pairs: sum(|m| m.distinct_pairs),
+            distinct_bytes: sum(|m| m.distinct_bytes),
             reads_through: self.through.is_some(),
-            workers: vec![WorkerMetrics {
-                rows_received: self.merge.rows_in,
-                input_rows: fold.rows_in,
-                busy: self.merge.busy,
-                operator: m,
-            }],
+            workers,
             ..AggregateMetrics::default()
         }
     }
@@ -356,7 +524,7 @@ impl IncrementalAggregate {
     /// The schema of [`IncrementalAggregate::snapshot`]'s batches (a FINAL aggregate's, on any
     /// runtime).
     pub fn snapshot_schema(&self) -> SchemaRef {
-        self.global.snapshot_schema()
+        self.shards[0].snapshot_schema()
     }
 
     /// The FINAL's state, one row per key.
@@ -369,15 +537,43 @@ impl IncrementalAggregate {
                 "cannot snapshot a split-distinct FINAL that read its PARTIAL through (a run on one worker without checkpoints): set the checkpoints before the run",
             ));
         }
-        self.global.snapshot()
+        let mut out = vec![];
+        for shard in &self.shards {
+            out.extend(shard.snapshot()?);
+        }
+        Ok(out)
     }
 
     /// Loads state made by [`IncrementalAggregate::snapshot`] (or by the FINAL aggregate of the
-    /// same query without the incremental aggregate).
+    /// same query without the incremental aggregate), of any number of shards: each key goes to
+    /// the shard of its key group.
     ///
     /// # Errors
     /// State of another query.
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        self.global.restore_snapshot(batches)
+        let k = self.plan.key_types.len();
+        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> =
+            (0..self.shards.len()).map(|_| vec![]).collect();
+        for b in batches {
+            if b.num_columns() < k {
+                return Err(Error::invalid_input(
+                    "the snapshot was taken for another query: too few columns",
+                ));
+            }
+            let mut hashes = vec![];
+            hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+            for (w, part) in route_snapshot(b, &hashes, &self.key_groups)?
+                .into_iter()
+                .enumerate()
+            {
+                if part.0.num_rows() > 0 {
+                    parts[w].push(part);
+                }
+            }
+        }
+        for (shard, parts) in self.shards.iter_mut().zip(parts) {
+            shard.restore_hashed(&parts)?;
+        }
+        Ok(())
     }
 }

@@ -28,12 +28,12 @@ impl IncrementalStage {
 }
 
 impl Stage for IncrementalStage {
-    fn push(&mut self, firings: Vec<ChangeBatch>, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        self.agg.push(&firings)
+    fn push(&mut self, firings: Vec<ChangeBatch>, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        self.agg.push(&firings, runtime)
     }
 
-    fn finish(&mut self, _runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
-        self.agg.finish()
+    fn finish(&mut self, runtime: &Runtime) -> Result<Vec<ChangeBatch>> {
+        self.agg.finish(runtime)
     }
 
     fn metrics(&self) -> Result<Option<AggregateMetrics>> {

@@ -186,7 +186,7 @@ impl Pipeline {
         };
         let mut through = |d: Delivery| -> Result<()> {
             match d {
-                Delivery::Changes(b) => onward(after, 0, vec![b], deliver),
+                Delivery::Changes(batches) => onward(after, 0, batches, deliver),
                 Delivery::Checkpoint { rows, state } => {
                     // As at a barrier: the later stages fire what they hold, then every
                     // stage's state is taken.

@@ -330,3 +330,79 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
         }
     }
 }
+
+/// With several workers the FINAL's global phase is cut into one shard per worker, each
+/// merging the delta rows of the keys of its key groups: every shard takes rows, and the final
+/// table is one worker's (a key merged by two shards would show twice); the changelog is the
+/// same on every run. Pushes of few delta rows (a few keys) are merged shard after shard on the
+/// caller's thread, larger ones (thousands of keys) on the pool.
+#[test]
+fn the_final_merges_in_one_shard_per_worker() {
+    for (name, keys, rows, size) in [("few", 60, 3000, 50), ("many", 3000, 30_000, 4000)] {
+        final_in_shards(name, keys, rows, size);
+    }
+}
+
+fn final_in_shards(name: &str, keys: u64, rows: u64, size: usize) {
+    let dir = scratch(&format!("shards-{name}"));
+    let mut csv = String::from("a,b,c\n");
+    for i in 0..rows {
+        // Key 0 the hot one; up to 40 distinct c per key.
+        let x = (i * 2_654_435_761) % (1 << 32);
+        let b = if i % 3 == 0 { 0 } else { x % keys };
+        let c = (x >> 8) % 40;
+        csv.push_str(&format!("{},{b},c{c}\n", i % 11));
+    }
+    std::fs::write(dir.join("source.csv"), csv).unwrap();
+    let query = "SELECT b, COUNT(DISTINCT c) AS n, SUM(a) AS s FROM source_t GROUP BY b";
+    let script = |workers: usize| {
+        format!(
+            "CREATE TABLE source_t (a INT, b BIGINT, c STRING) WITH ('connector' = 'filesystem', \
+             'path' = '{}', 'format' = 'csv'); \
+             SET 'table.exec.mini-batch.enabled' = 'true'; \
+             SET 'table.exec.mini-batch.allow-latency' = '1 h'; \
+             SET 'table.exec.mini-batch.size' = '{size}'; \
+             SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'; \
+             SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+             SET 'table.exec.resource.default-parallelism' = '{workers}'; {query};",
+            dir.join("source.csv").display()
+        )
+    };
+    let run_on = |workers: usize| {
+        let mut q = tally::sql::plan_script(&script(workers)).unwrap();
+        crate::common::run_query(&mut q, 1024)
+    };
+    let (one, _) = run_on(1);
+    let (three, stats) = run_on(3);
+    let table = |lines: &[String]| {
+        let mut m = crate::common::Materialized::default();
+        m.apply_lines(lines);
+        m.rows()
+    };
+    assert_eq!(table(&three), table(&one), "{name}");
+    assert_eq!(table(&one).len(), keys as usize, "{name}");
+    let fin = stats.aggregates.last().unwrap();
+    assert!(!fin.reads_through);
+    assert_eq!(fin.parallelism, 3);
+    assert_eq!(fin.workers.len(), 3);
+    assert!(
+        fin.workers.iter().all(|w| w.rows_received > 0),
+        "{name}: {:?}",
+        fin.workers
+    );
+    let merged: u64 = fin.workers.iter().map(|w| w.rows_received).sum();
+    assert_eq!(merged, fin.stages[1].rows_in, "{name}");
+    // The largest push (the merge's rows over its pushes) decides the path taken.
+    assert_eq!(
+        fin.stages[1].rows_in / fin.stages[1].batches.max(1) > 1024,
+        name == "many",
+        "{name}: {:?}",
+        fin.stages[1]
+    );
+    assert_eq!(
+        run_on(3).0,
+        three,
+        "{name}: the same changelog on every run"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -76,6 +76,30 @@ impl GroupAggregate {
     /// # Errors
     /// Not a global phase, or a batch of another schema.
     pub fn push_accumulators(&mut self, batch: &RecordBatch) -> Result<Vec<ChangeBatch>> {
+        self.push_accumulators_with(batch, None)
+    }
+
+    /// [`GroupAggregate::push_accumulators`] of a batch whose key hashes are known
+    /// ([`crate::operator::hash_keys`]): a sharded global phase routes rows by them.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push_accumulators`], and hashes of another length.
+    pub(crate) fn push_accumulators_hashed(
+        &mut self,
+        batch: &RecordBatch,
+        hashes: &[u64],
+    ) -> Result<Vec<ChangeBatch>> {
+        if hashes.len() != batch.num_rows() {
+            return Err(Error::internal("one key hash per accumulator row"));
+        }
+        self.push_accumulators_with(batch, Some(hashes))
+    }
+
+    fn push_accumulators_with(
+        &mut self,
+        batch: &RecordBatch,
+        hashes: Option<&[u64]>,
+    ) -> Result<Vec<ChangeBatch>> {
         let Input::Accumulators(schema) = &self.input else {
             return Err(Error::invalid_input(
                 "push_accumulators needs a global phase (try_new_global)",
@@ -95,11 +119,22 @@ impl GroupAggregate {
             return Ok(out);
         }
         let k = self.plan.key_types.len();
-        crate::operator::keyed::hash_keys(&batch.columns()[..k], n, &mut self.hashes)?;
+        let mut own = std::mem::take(&mut self.hashes);
+        let hashes = match hashes {
+            Some(h) => h,
+            None => {
+                let hashed = crate::operator::keyed::hash_keys(&batch.columns()[..k], n, &mut own);
+                if let Err(e) = hashed {
+                    self.hashes = own;
+                    return Err(e);
+                }
+                &own
+            }
+        };
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
             self.keyed
-                .intern(&batch.columns()[..k], &self.hashes, k, n, &mut gids)?;
+                .intern(&batch.columns()[..k], hashes, k, n, &mut gids)?;
             self.grow();
             let pieces = match &mut self.firing {
                 Firing::Own(trigger) => trigger.cut(n),
@@ -116,8 +151,22 @@ impl GroupAggregate {
             self.maybe_compact()
         })();
         self.gids = gids;
+        self.hashes = own;
         result?;
         self.metrics.rows_in += n as u64;
+        Ok(out)
+    }
+
+    /// What [`GroupAggregate::push_accumulators`] does before it takes a batch: fires the
+    /// pending mini-batch if the latency interval has passed (a shard of a global phase that
+    /// the batch at hand has no rows for).
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::push_accumulators`].
+    pub(crate) fn fire_if_late(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out = vec![];
+        self.set_now();
+        self.check_latency(&mut out)?;
         Ok(out)
     }
 

@@ -121,8 +121,9 @@ pub fn chunk_rows(size: usize, p: usize) -> usize {
 /// aggregate's state at the end of a round of chunks.
 #[derive(Debug)]
 pub enum Delivery {
-    /// Changes fired.
-    Changes(ChangeBatch),
+    /// The changes the workers fired at the end of one epoch, in worker order (none empty);
+    /// each batch is one firing of one worker.
+    Changes(Vec<ChangeBatch>),
     /// A consistent state: every change fired before it has been delivered, none after; `rows`
     /// input rows (of this run) are applied, exactly the first `rows` of the splits' chunks;
     /// `state` is [`ParallelAggregate::snapshot`]'s, taken at that point.
@@ -170,7 +171,7 @@ impl ParallelAggregate {
         emit: &mut dyn FnMut(ChangeBatch) -> Result<()>,
     ) -> Result<()> {
         self.run_splits_checkpointed(splits, order, None, pre, None, &mut |d| match d {
-            Delivery::Changes(b) => emit(b),
+            Delivery::Changes(batches) => batches.into_iter().try_for_each(&mut *emit),
             Delivery::Checkpoint { .. } => Ok(()),
         })
     }
@@ -218,8 +219,9 @@ impl ParallelAggregate {
             ));
         }
         // Whatever the ordered runtime left pending fires first.
-        for b in self.finish()? {
-            deliver(Delivery::Changes(b))?;
+        let pending = self.finish()?;
+        if !pending.is_empty() {
+            deliver(Delivery::Changes(pending))?;
         }
         let p = self.workers.len();
         if splits.len() > p {
@@ -419,11 +421,12 @@ fn collect(
             let mut checkpoint: Option<(u64, Vec<RecordBatch>)> = None;
             let workers = round.len();
             let mut states = 0;
+            let mut changes = vec![];
             for out in round {
                 rows_out += out.fired_rows;
                 for b in out.changes {
                     task.rows += b.num_rows() as u64;
-                    deliver(Delivery::Changes(b))?;
+                    changes.push(b);
                 }
                 if let Some((rows, state)) = out.state {
                     states += 1;
@@ -435,6 +438,9 @@ fn collect(
                     }
                     all.extend(state);
                 }
+            }
+            if !changes.is_empty() {
+                deliver(Delivery::Changes(changes))?;
             }
             if let Some((rows, state)) = checkpoint {
                 if states != workers {

@@ -178,7 +178,7 @@ pub(super) fn build_split(
 /// Flink's `IncrementalAggregateRule`: with `table.optimizer.incremental-agg-enabled` and both
 /// aggregates of the split in two phases, the FINAL (the last stage of `built`) becomes an
 /// [`IncrementalStage`]: each firing of a PARTIAL worker is folded into delta accumulators per
-/// key, which one global phase merges. EXPLAIN shows Flink's plan: the PARTIAL's global phase
+/// key, which a global phase in one shard per worker merges. EXPLAIN shows Flink's plan: the PARTIAL's global phase
 /// and the FINAL's local phase as one `IncrementalGroupAggregate` node (grouped by
 /// `partial_keys`; the first `final_keys` of them are the FINAL's), the FINAL's Calc and local
 /// phase gone.
@@ -210,10 +210,11 @@ fn incremental(
         && built.stages[n - 2].as_aggregate().is_some_and(|p| {
             crate::operator::read_through::through_columns(p.plan(), final_agg.plan()).is_some()
         });
-    let stage = IncrementalStage::new(IncrementalAggregate::try_new(
+    let stage = IncrementalStage::new(IncrementalAggregate::try_new_sharded(
         final_agg.shared_plan(),
         final_agg.config().clone(),
         Arc::clone(&ctx.clock),
+        final_agg.key_groups().clone(),
     )?);
     built.stages[n - 1] = Box::new(stage);
     // The nodes: ..., the PARTIAL's GlobalGroupAggregate, then the FINAL's Calc,
@@ -235,7 +236,7 @@ fn incremental(
     let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
     if let Some(note) = ctx.explain.strategy.last_mut() {
         *note = format!(
-            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by one GlobalGroupAggregate, which fires on the mini-batch size (counting delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.{}",
+            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by a GlobalGroupAggregate on every worker (each key's on the worker of its key group), which fires on the mini-batch size (counting its delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.{}",
             partial_keys[..final_keys].join(", "),
             if reads_through {
                 " On one worker each key then has one PARTIAL row, whose results are the FINAL's: the FINAL reads the PARTIAL's changes through (cut at its firings) and keeps no state."
