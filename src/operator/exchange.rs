@@ -10,7 +10,7 @@ use arrow::buffer::ScalarBuffer;
 use arrow::compute::take_record_batch;
 
 use crate::changelog::ChangeBatch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::operator::key_groups::KeyGroups;
 use crate::plan::CalcBatch;
 
@@ -195,6 +195,37 @@ pub(crate) fn route_snapshot(
     take_parts(hashes, kg, |idx, hashes| {
         Ok((take_record_batch(batch, idx)?, hashes.to_vec()))
     })
+}
+
+/// Rows of a batch and their key hashes.
+pub(crate) type HashedRows = (RecordBatch, Vec<u64>);
+
+/// Snapshot batches (their first `k` columns the keys) cut into one list per worker of `kg`:
+/// each worker's rows of each batch that has some, with their key hashes (each key hashed once).
+///
+/// # Errors
+/// A batch of fewer than `k` columns (a snapshot of another query).
+pub(crate) fn route_snapshots(
+    batches: &[RecordBatch],
+    k: usize,
+    kg: &KeyGroups,
+) -> Result<Vec<Vec<HashedRows>>> {
+    let mut parts: Vec<Vec<HashedRows>> = (0..kg.workers()).map(|_| vec![]).collect();
+    let mut hashes = vec![];
+    for b in batches {
+        if b.num_columns() < k {
+            return Err(Error::invalid_input(
+                "the snapshot was taken for another query: too few columns",
+            ));
+        }
+        crate::operator::hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
+        for (w, part) in route_snapshot(b, &hashes, kg)?.into_iter().enumerate() {
+            if part.0.num_rows() > 0 {
+                parts[w].push(part);
+            }
+        }
+    }
+    Ok(parts)
 }
 
 /// The rows of `batch` cut into one batch per key group of `key_groups` that holds rows, in key

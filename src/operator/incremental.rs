@@ -33,7 +33,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::operator::deltas;
-use crate::operator::exchange::{MIN_SLICE_ROWS, partition, route_snapshot};
+use crate::operator::exchange::{MIN_SLICE_ROWS, partition, route_snapshots};
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::metrics::{AggregateStep, Metrics};
 use crate::operator::read_through::{ReadThrough, through_columns};
@@ -551,26 +551,7 @@ impl IncrementalAggregate {
     /// # Errors
     /// State of another query.
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        let k = self.plan.key_types.len();
-        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> =
-            (0..self.shards.len()).map(|_| vec![]).collect();
-        for b in batches {
-            if b.num_columns() < k {
-                return Err(Error::invalid_input(
-                    "the snapshot was taken for another query: too few columns",
-                ));
-            }
-            let mut hashes = vec![];
-            hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
-            for (w, part) in route_snapshot(b, &hashes, &self.key_groups)?
-                .into_iter()
-                .enumerate()
-            {
-                if part.0.num_rows() > 0 {
-                    parts[w].push(part);
-                }
-            }
-        }
+        let parts = route_snapshots(batches, self.plan.key_types.len(), &self.key_groups)?;
         for (shard, parts) in self.shards.iter_mut().zip(parts) {
             shard.restore_hashed(&parts)?;
         }

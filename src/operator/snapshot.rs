@@ -7,7 +7,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::operator::exchange::route_snapshot;
+use crate::operator::exchange::route_snapshots;
 use crate::operator::keyed::hash_keys;
 use crate::operator::{GroupAggregate, ParallelAggregate};
 
@@ -202,27 +202,8 @@ impl ParallelAggregate {
     /// # Errors
     /// As [`GroupAggregate::restore_snapshot`].
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        let p = self.workers.len();
-        let k = self.plan.key_types.len();
         // Each key is hashed once: the hash routes the group and interns it in its worker.
-        let mut parts: Vec<Vec<(RecordBatch, Vec<u64>)>> = (0..p).map(|_| vec![]).collect();
-        for b in batches {
-            if b.num_columns() < k {
-                return Err(Error::invalid_input(
-                    "the snapshot was taken for another query: too few columns",
-                ));
-            }
-            let mut hashes = vec![];
-            hash_keys(&b.columns()[..k], b.num_rows(), &mut hashes)?;
-            for (w, part) in route_snapshot(b, &hashes, &self.key_groups)?
-                .into_iter()
-                .enumerate()
-            {
-                if part.0.num_rows() > 0 {
-                    parts[w].push(part);
-                }
-            }
-        }
+        let parts = route_snapshots(batches, self.plan.key_types.len(), &self.key_groups)?;
         let tasks: Vec<_> = self.workers.iter_mut().zip(parts).collect();
         let results = self
             .runtime
