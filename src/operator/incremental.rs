@@ -213,11 +213,6 @@ impl IncrementalAggregate {
         })
     }
 
-    /// The shards of the global phase.
-    pub fn shards(&self) -> usize {
-        self.shards.len()
-    }
-
     /// Reads the FINAL through ([`crate::operator::read_through`]) where `on` (every key of
     /// the PARTIAL aggregate `partial` has exactly one PARTIAL row: one worker whose state
     /// merges the buckets), the FINAL is a function of that row, and no state TTL is set (an
