@@ -121,8 +121,8 @@ pub fn chunk_rows(size: usize, p: usize) -> usize {
 /// aggregate's state at the end of a round of chunks.
 #[derive(Debug)]
 pub enum Delivery {
-    /// The changes the workers fired at the end of one epoch, in worker order (none empty);
-    /// each batch is one firing of one worker.
+    /// Changes, never none: those the workers fired at the end of one epoch, in worker order
+    /// (each batch one firing of one worker), or what the ordered runtime left pending.
     Changes(Vec<ChangeBatch>),
     /// A consistent state: every change fired before it has been delivered, none after; `rows`
     /// input rows (of this run) are applied, exactly the first `rows` of the splits' chunks;
