@@ -32,6 +32,12 @@ impl Flips {
     pub(super) fn loss(&mut self, i: usize, row: usize) {
         self.rows[2 * i + 1].push(row as u32);
     }
+
+    /// Bytes held, from capacity.
+    pub(super) fn size(&self) -> usize {
+        self.rows.iter().map(|r| r.capacity() * 4).sum::<usize>()
+            + self.rows.capacity() * std::mem::size_of::<Vec<u32>>()
+    }
 }
 
 impl DistinctAccumulator {

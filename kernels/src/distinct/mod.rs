@@ -556,6 +556,7 @@ impl DistinctAccumulator {
             + self.free.capacity() * 4
             + self.bits.capacity() * 8
             + self.selected.capacity() * 4
+            + self.flips.size()
             + values
             + self.inners.iter().map(|a| a.size()).sum::<usize>()
     }
