@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::operator::deltas;
 use crate::operator::exchange::{MIN_SLICE_ROWS, partition, route_snapshots};
 use crate::operator::key_groups::KeyGroups;
-use crate::operator::metrics::{AggregateStep, Metrics};
+use crate::operator::metrics::{AggregateStep, Metrics, skew_ratio};
 use crate::operator::read_through::{ReadThrough, through_columns};
 use crate::operator::{
     AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics, hash_keys,
@@ -52,11 +52,8 @@ pub struct IncrementalAggregate {
     fold: DeltaFold,
     /// The global phase, one shard per worker of the FINAL: each key's delta rows go to the
     /// shard of its key group, and the shards merge a push's rows side by side.
-    shards: Vec<GroupAggregate>,
+    shards: Vec<Shard>,
     key_groups: KeyGroups,
-    /// Per shard: delta rows merged, and the time it took.
-    shard_rows: Vec<u64>,
-    shard_busy: Vec<Duration>,
     /// The merge's counters, for EXPLAIN ANALYZE (the fold's are in `fold`).
     merge: StageMetrics,
     /// Set where every key has one PARTIAL row ([`IncrementalAggregate::read_through`]): the
@@ -149,6 +146,14 @@ fn count_firing(
     m.busy += busy;
 }
 
+/// One shard of the FINAL's global phase, with the delta rows it merged and the time it took.
+#[derive(Debug)]
+struct Shard {
+    agg: GroupAggregate,
+    rows: u64,
+    busy: Duration,
+}
+
 /// One shard's rows of one batch of delta rows: the batch's index in the push, the rows (all
 /// of them where `None`), and their key hashes.
 struct Part {
@@ -188,11 +193,16 @@ impl IncrementalAggregate {
         let s = key_groups.workers();
         let shards = (0..s)
             .map(|_| {
-                GroupAggregate::try_new_global(
+                let agg = GroupAggregate::try_new_global(
                     Arc::clone(&plan),
                     config.clone(),
                     Arc::clone(&clock),
-                )
+                )?;
+                Ok(Shard {
+                    agg,
+                    rows: 0,
+                    busy: Duration::ZERO,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
@@ -206,8 +216,6 @@ impl IncrementalAggregate {
             },
             shards,
             key_groups,
-            shard_rows: vec![0; s],
-            shard_busy: vec![Duration::ZERO; s],
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
             through: None,
         })
@@ -294,7 +302,7 @@ impl IncrementalAggregate {
 
     /// The configuration the global phase fires under.
     pub fn config(&self) -> &Config {
-        self.shards[0].config()
+        self.shards[0].agg.config()
     }
 
     /// Takes the PARTIAL's changes, each batch one firing of one of its workers, in order:
@@ -337,26 +345,28 @@ impl IncrementalAggregate {
         }
         let start = Instant::now();
         let rows: usize = deltas.iter().map(RecordBatch::num_rows).sum();
-        let changes = self.merge_deltas(&deltas, runtime)?;
+        let changes = self.merge_deltas(&deltas, rows, runtime)?;
         self.count_merge(rows, &changes, start.elapsed());
         Ok(changes)
     }
 
-    /// Merges `deltas` in order: with one shard as they are; with several, each shard takes
-    /// its rows of each batch (cut by key hash, hashed once), the shards side by side.
+    /// Merges `deltas` (`total` rows) in order: with one shard as they are; with several, each
+    /// shard takes its rows of each batch (cut by key hash, hashed once), the shards side by
+    /// side.
     fn merge_deltas(
         &mut self,
         deltas: &[RecordBatch],
+        total: usize,
         runtime: &Runtime,
     ) -> Result<Vec<ChangeBatch>> {
-        if self.shards.len() == 1 {
+        if let [shard] = &mut self.shards[..] {
             let start = Instant::now();
             let mut out = vec![];
             for d in deltas {
-                out.extend(self.shards[0].push_accumulators(d)?);
-                self.shard_rows[0] += d.num_rows() as u64;
+                out.extend(shard.agg.push_accumulators(d)?);
             }
-            self.shard_busy[0] += start.elapsed();
+            shard.rows += total as u64;
+            shard.busy += start.elapsed();
             return Ok(out);
         }
         // Each row is hashed once, here; the shards cut their rows out themselves, side by side.
@@ -378,22 +388,13 @@ impl IncrementalAggregate {
                 });
             }
         }
-        let tasks: Vec<_> = self
-            .shards
-            .iter_mut()
-            .zip(parts)
-            .zip(self.shard_rows.iter_mut().zip(&mut self.shard_busy))
-            .collect();
-        type Task<'a> = (
-            (&'a mut GroupAggregate, Vec<Part>),
-            (&'a mut u64, &'a mut Duration),
-        );
-        let merge = |((shard, parts), (rows, busy)): Task<'_>| -> Result<Vec<ChangeBatch>> {
+        let tasks: Vec<(&mut Shard, Vec<Part>)> = self.shards.iter_mut().zip(parts).collect();
+        let merge = |(shard, parts): (&mut Shard, Vec<Part>)| -> Result<Vec<ChangeBatch>> {
             let start = Instant::now();
             // A shard the push holds no rows for still fires on the latency, as each task of
             // Flink's global aggregate does at a mini-batch's marker.
             let mut out = if parts.is_empty() {
-                shard.fire_if_late()?
+                shard.agg.fire_if_late()?
             } else {
                 vec![]
             };
@@ -407,14 +408,13 @@ impl IncrementalAggregate {
                     }
                     None => batch,
                 };
-                out.extend(shard.push_accumulators_hashed(batch, &part.hashes)?);
-                *rows += batch.num_rows() as u64;
+                out.extend(shard.agg.push_accumulators_hashed(batch, &part.hashes)?);
+                shard.rows += batch.num_rows() as u64;
             }
-            *busy += start.elapsed();
+            shard.busy += start.elapsed();
             Ok(out)
         };
         // A push of few rows is not worth the pool's tasks: the shards take it in turn.
-        let total: usize = deltas.iter().map(RecordBatch::num_rows).sum();
         let results: Vec<Result<Vec<ChangeBatch>>> = if total < MIN_SLICE_ROWS {
             tasks.into_iter().map(merge).collect()
         } else {
@@ -443,7 +443,9 @@ impl IncrementalAggregate {
             return Ok(vec![]);
         }
         let start = Instant::now();
-        let results = runtime.map(self.shards.iter_mut().collect(), GroupAggregate::finish);
+        let results = runtime.map(self.shards.iter_mut().collect(), |s: &mut Shard| {
+            s.agg.finish()
+        });
         let mut changes = vec![];
         for r in results {
             changes.extend(r?);
@@ -455,7 +457,7 @@ impl IncrementalAggregate {
     /// Switches the `-U` rows off (for an upsert consumer keyed by the group keys).
     pub fn drop_update_before(&mut self) {
         for shard in &mut self.shards {
-            shard.set_emit_update_before(false);
+            shard.agg.set_emit_update_before(false);
         }
     }
 
@@ -471,17 +473,14 @@ impl IncrementalAggregate {
         let workers: Vec<WorkerMetrics> = self
             .shards
             .iter()
-            .zip(self.shard_rows.iter().zip(&self.shard_busy))
-            .map(|(shard, (&rows, &busy))| WorkerMetrics {
-                rows_received: rows,
-                input_rows: rows,
-                busy,
-                operator: shard.metrics(),
+            .map(|shard| WorkerMetrics {
+                rows_received: shard.rows,
+                input_rows: shard.rows,
+                busy: shard.busy,
+                operator: shard.agg.metrics(),
             })
             .collect();
         let sum = |f: fn(&Metrics) -> u64| workers.iter().map(|w| f(&w.operator)).sum::<u64>();
-        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
-        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
         AggregateMetrics {
             parallelism: self.shards.len(),
             key_groups: self.key_groups.count(),
@@ -498,11 +497,7 @@ impl IncrementalAggregate {
                 .max()
                 .unwrap_or(0),
             stages: vec![fold.clone(), self.merge.clone()],
-            skew_ratio: if total == 0 {
-                1.0
-            } else {
-                max as f64 * workers.len() as f64 / total as f64
-            },
+            skew_ratio: skew_ratio(&workers),
             keys_in_state: sum(|m| m.keys_in_state),
             state_bytes: sum(|m| m.state_bytes),
             peak_state_bytes: sum(|m| m.peak_state_bytes),
@@ -519,7 +514,7 @@ impl IncrementalAggregate {
     /// The schema of [`IncrementalAggregate::snapshot`]'s batches (a FINAL aggregate's, on any
     /// runtime).
     pub fn snapshot_schema(&self) -> SchemaRef {
-        self.shards[0].snapshot_schema()
+        self.shards[0].agg.snapshot_schema()
     }
 
     /// The FINAL's state, one row per key.
@@ -534,7 +529,7 @@ impl IncrementalAggregate {
         }
         let mut out = vec![];
         for shard in &self.shards {
-            out.extend(shard.snapshot()?);
+            out.extend(shard.agg.snapshot()?);
         }
         Ok(out)
     }
@@ -548,7 +543,7 @@ impl IncrementalAggregate {
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         let parts = route_snapshots(batches, self.plan.key_types.len(), &self.key_groups)?;
         for (shard, parts) in self.shards.iter_mut().zip(parts) {
-            shard.restore_hashed(&parts)?;
+            shard.agg.restore_hashed(&parts)?;
         }
         Ok(())
     }

@@ -41,6 +41,17 @@ pub struct Metrics {
     pub distinct_bytes: u64,
 }
 
+/// The busiest worker's rows received over the mean (1.0 when none received any).
+pub(crate) fn skew_ratio(workers: &[WorkerMetrics]) -> f64 {
+    let total: u64 = workers.iter().map(|w| w.rows_received).sum();
+    let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
+    if total == 0 {
+        1.0
+    } else {
+        max as f64 * workers.len() as f64 / total as f64
+    }
+}
+
 /// A step of a streaming aggregate: what runs, what EXPLAIN names, what metrics are kept for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AggregateStep {
@@ -414,13 +425,7 @@ impl ParallelAggregate {
                 operator: w.agg.metrics(),
             })
             .collect();
-        let total: u64 = workers.iter().map(|w| w.rows_received).sum();
-        let max = workers.iter().map(|w| w.rows_received).max().unwrap_or(0);
-        let skew_ratio = if total == 0 {
-            1.0
-        } else {
-            max as f64 * workers.len() as f64 / total as f64
-        };
+        let skew_ratio = skew_ratio(&workers);
         let mut hot_keys = vec![];
         for w in &self.workers {
             hot_keys.extend(w.agg.hot_keys(HOT_KEYS)?);
