@@ -26,8 +26,31 @@ pub const NO_ROUTE: u16 = u16::MAX;
 /// No block (in `block_of`).
 const NO_BLOCK: u32 = u32::MAX;
 
+/// No group kept yet for a bucket (in `kept`).
+const NO_GROUP: u32 = u32::MAX;
+
 /// The most prefixes kept before [`BucketRoutes::full`] asks for a clear.
 const MAX_PREFIXES: usize = 1 << 16;
+
+/// The length of the run of `p` that starts `ids` (at least 1 where `ids[0]` is `p`): its first
+/// sixteen ids one by one (most runs are short where the prefixes alternate), then sixteen at a
+/// time without a branch per id.
+#[inline]
+fn run_len(ids: &[u32], p: u32) -> usize {
+    let head = ids.len().min(16);
+    if let Some(len) = ids[..head].iter().position(|&q| q != p) {
+        return len;
+    }
+    let mut len = head;
+    for chunk in ids[head..].chunks(16) {
+        if chunk.iter().fold(true, |same, &q| same & (q == p)) {
+            len += chunk.len();
+        } else {
+            return len + chunk.iter().position(|&q| q != p).unwrap_or(chunk.len());
+        }
+    }
+    len
+}
 
 /// Routes of bucketed keys, cached per (prefix, set bucket, bucket value); see the module docs.
 #[derive(Debug)]
@@ -42,6 +65,8 @@ pub struct BucketRoutes {
     /// `buckets`).
     block_of: Vec<u32>,
     routes: Vec<u16>,
+    /// Scratch of [`BucketRoutes::group_set`]: a run's group per bucket value.
+    kept: Vec<u32>,
     hasher: ahash::RandomState,
 }
 
@@ -64,6 +89,7 @@ impl BucketRoutes {
             buckets,
             block_of: vec![],
             routes: vec![],
+            kept: vec![],
             hasher: random_state(),
         })
     }
@@ -72,8 +98,10 @@ impl BucketRoutes {
     /// the group `group_of(prefix id, route)` names, into `groups` (cleared first), where the
     /// route is the one `route_of` gives the hash [`crate::hash::hash_columns`] gives the row's
     /// whole key. `route_of` must be the same function on every call until a
-    /// [`BucketRoutes::clear`], and never give [`NO_ROUTE`]; `group_of` is called for every
-    /// row (inlined: it should be a lookup). The rows' prefix ids are then
+    /// [`BucketRoutes::clear`], and never give [`NO_ROUTE`]. `group_of` must give the same
+    /// group for the same (prefix id, route) throughout the call: it is called for the first
+    /// row of each (prefix, route) in row order, and for other rows only where its group is not
+    /// kept (inlined: it should be a lookup). The rows' prefix ids are then
     /// [`BucketRoutes::prefix_ids`].
     ///
     /// # Errors
@@ -90,7 +118,7 @@ impl BucketRoutes {
         self.prefix.intern(prefix_cols, n)?;
         let ids = self.prefix.take_ids();
         groups.clear();
-        groups.resize(n, 0);
+        groups.reserve(n);
         let none_null = |b: &&Int32Array| b.null_count() == 0;
         let all_null = |b: &&Int32Array| b.null_count() == n;
         let set: Vec<usize> = (0..self.m).filter(|&j| none_null(&buckets[j])).collect();
@@ -101,7 +129,7 @@ impl BucketRoutes {
         } else {
             let mut values = [0i32; MAX_BUCKET_COLUMNS];
             let values = &mut values[..self.m];
-            for ((r, &p), out) in ids.iter().enumerate().zip(groups.iter_mut()) {
+            for (r, &p) in ids.iter().enumerate() {
                 let mut set = 0u32;
                 for (j, b) in buckets.iter().enumerate() {
                     values[j] = if b.is_valid(r) {
@@ -112,7 +140,7 @@ impl BucketRoutes {
                     };
                 }
                 let h = bucketed_key_hash(self.prefix.hash(p), set, values, &self.hasher);
-                *out = group_of(p, route_of(h));
+                groups.push(group_of(p, route_of(h)));
             }
         }
         self.prefix.put_ids(ids);
@@ -120,8 +148,10 @@ impl BucketRoutes {
     }
 
     /// The groups of rows with prefixes `ids` whose only bucket set is column `j` (or none),
-    /// into `groups` (as long as `ids`): per run of one prefix, each row's route read from its
-    /// (prefix, `j`) block (routed first where the block has none yet), and its group.
+    /// pushed onto `groups`: per run of one prefix, each row's route read from its (prefix,
+    /// `j`) block (routed first where the block has none yet), and its group. A run of at least
+    /// as many rows as there are buckets keeps each bucket's group as it finds it, so that most
+    /// of its rows cost one load.
     fn group_set(
         &mut self,
         ids: &[u32],
@@ -129,44 +159,74 @@ impl BucketRoutes {
         buckets: &[&Int32Array],
         route_of: &impl Fn(u64) -> u16,
         group_of: &mut impl FnMut(u32, u16) -> u32,
-        groups: &mut [u32],
+        groups: &mut Vec<u32>,
     ) {
         let mut from = 0;
         while from < ids.len() {
             let p = ids[from];
-            let len = ids[from..]
-                .iter()
-                .position(|&q| q != p)
-                .unwrap_or(ids.len() - from);
+            let len = run_len(&ids[from..], p);
             let run = from..from + len;
             from += len;
-            let out = &mut groups[run.clone()];
             let Some(j) = j else {
                 // Every bucket NULL: one route per prefix (a block of one holds it).
                 let route = match self.block(p, 0, route_of) {
                     Some(start) => self.routes[start],
                     None => self.route_of_key(p, None, route_of),
                 };
-                out.fill(group_of(p, route));
+                let g = group_of(p, route);
+                groups.extend(std::iter::repeat_n(g, len));
                 continue;
             };
             let values = &buckets[j].values()[run];
             let Some(start) = self.block(p, 1 + j, route_of) else {
-                for (o, &v) in out.iter_mut().zip(values) {
-                    *o = group_of(p, self.route_of_key(p, Some((j, v)), route_of));
+                for &v in values {
+                    groups.push(group_of(p, self.route_of_key(p, Some((j, v)), route_of)));
                 }
                 continue;
             };
-            let buckets = self.buckets as usize;
-            for (o, &v) in out.iter_mut().zip(values) {
-                // `v as u32` puts a negative bucket past the block too.
-                let b = v as u32 as usize;
-                let route = match self.routes.get(start + b) {
-                    Some(&route) if b < buckets && route != NO_ROUTE => route,
-                    _ => self.new_route(p, (j, v), start, route_of),
-                };
-                *o = group_of(p, route);
+            let width = self.buckets as usize;
+            if len >= width {
+                // Each bucket's group, once found (`NO_GROUP` until then).
+                let mut kept = std::mem::take(&mut self.kept);
+                kept.clear();
+                kept.resize(width, NO_GROUP);
+                groups.extend(values.iter().map(|&v| {
+                    let b = v as u32 as usize;
+                    match kept.get(b) {
+                        Some(&g) if g != NO_GROUP => g,
+                        _ => {
+                            let g = group_of(p, self.route_in_block(p, (j, v), start, route_of));
+                            if let Some(k) = kept.get_mut(b) {
+                                *k = g;
+                            }
+                            g
+                        }
+                    }
+                }));
+                self.kept = kept;
+                continue;
             }
+            for &v in values {
+                groups.push(group_of(p, self.route_in_block(p, (j, v), start, route_of)));
+            }
+        }
+    }
+
+    /// The route of prefix `p` with only bucket `j` set to `v`, read from the prefix's block
+    /// (which starts at `start`), routed first where the block has none for `v` yet.
+    #[inline]
+    fn route_in_block(
+        &mut self,
+        p: u32,
+        (j, v): (usize, i32),
+        start: usize,
+        route_of: &impl Fn(u64) -> u16,
+    ) -> u16 {
+        // `v as u32` puts a negative bucket past the block too.
+        let b = v as u32 as usize;
+        match self.routes.get(start + b) {
+            Some(&route) if b < self.buckets as usize && route != NO_ROUTE => route,
+            _ => self.new_route(p, (j, v), start, route_of),
         }
     }
 
@@ -189,6 +249,7 @@ impl BucketRoutes {
 
     /// The route of prefix `p` with only bucket `j` set to `v` (`Some((j, v))`), or with every
     /// bucket NULL (`None`).
+    #[inline]
     fn route_of_key(
         &self,
         p: u32,
@@ -278,7 +339,10 @@ impl BucketRoutes {
 
     /// Bytes held, from capacity.
     pub fn size(&self) -> usize {
-        self.prefix.size() + self.block_of.capacity() * 4 + self.routes.capacity() * 2
+        self.prefix.size()
+            + self.block_of.capacity() * 4
+            + self.routes.capacity() * 2
+            + self.kept.capacity() * 4
     }
 }
 
@@ -356,5 +420,60 @@ mod tests {
             .route(&wrong, route_of, as_group, &mut routes)
             .unwrap_err();
         assert!(err.to_string().contains("not Int32"), "{err}");
+    }
+
+    /// A run's length, for runs ending before, at and after a chunk of sixteen ends.
+    #[test]
+    fn run_len_counts_the_first_run() {
+        for len in [1, 2, 15, 16, 17, 31, 32, 33, 50] {
+            let mut ids = vec![7u32; len];
+            assert_eq!(run_len(&ids, 7), len);
+            ids.extend([8, 7, 7]);
+            assert_eq!(run_len(&ids, 7), len);
+        }
+    }
+
+    /// A caller that numbers each (prefix, route) as it is first asked for it gets, for every
+    /// row, the number of its (prefix, route), numbered in the order the rows first show each:
+    /// with runs longer than the buckets (each bucket's group kept for the run), shorter runs,
+    /// and buckets out of range.
+    #[test]
+    fn groups_are_numbered_in_row_order() {
+        let route_of = |h: u64| (h % 5) as u16;
+        let buckets = 8;
+        let n = 400;
+        // Runs of 40 rows, then runs of 3 (shorter than the buckets), of four prefixes.
+        let prefix_of = |i: usize| if i < 200 { (i / 40) % 4 } else { (i / 3) % 4 };
+        let day: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| ["a", "b", "c", "d"][prefix_of(i)]),
+        ));
+        let bucket: ArrayRef = Arc::new(Int32Array::from_iter_values(
+            (0..n).map(|i| (i * 5 % 11) as i32 - 1),
+        ));
+        let null: ArrayRef = Arc::new(Int32Array::from_iter((0..n).map(|_| None::<i32>)));
+        let cols = vec![Arc::clone(&day), bucket, null];
+        let mut whole = vec![];
+        hash_columns(&cols, &mut whole).unwrap();
+        let mut table = BucketRoutes::try_new(&[DataType::Utf8], 2, buckets).unwrap();
+        for round in 0..2 {
+            let mut numbered: std::collections::HashMap<(u32, u16), u32> = Default::default();
+            let mut calls = 0;
+            let mut group_of = |p: u32, route: u16| {
+                calls += 1;
+                let next = numbered.len() as u32;
+                *numbered.entry((p, route)).or_insert(next)
+            };
+            let mut groups = vec![];
+            table.route(&cols, route_of, &mut group_of, &mut groups).unwrap();
+            let mut expected: std::collections::HashMap<(u32, u16), u32> = Default::default();
+            for r in 0..n {
+                let key = (table.prefix_ids()[r], route_of(whole[r]));
+                let next = expected.len() as u32;
+                let g = *expected.entry(key).or_insert(next);
+                assert_eq!(groups[r], g, "round {round}, row {r}");
+            }
+            // The long runs asked once per (run, bucket), not once per row.
+            assert!(calls < n, "round {round}: {calls} calls for {n} rows");
+        }
     }
 }
