@@ -359,8 +359,11 @@ impl GroupValues for BytesGroupValues {
     }
 
     fn keys(&self, groups: &[u32]) -> Result<Vec<ArrayRef>, ArrowError> {
-        // The bytes are counted first, so that they are copied once into a buffer of their
-        // size (growing it as they come copied them again at each doubling).
+        // The offsets first (which sizes the bytes, copied once into a buffer of their size),
+        // then the bytes a run of consecutive groups at a time: one copy per run, as a flush
+        // of a kept key table lists most of its groups in order.
+        let mut offsets = Vec::with_capacity(groups.len() + 1);
+        offsets.push(0i32);
         let mut total = 0usize;
         for &g in groups {
             let gi = g as usize;
@@ -368,20 +371,27 @@ impl GroupValues for BytesGroupValues {
                 return Err(out_of_range(g));
             }
             total += self.offsets[gi + 1] - self.offsets[gi];
+            // Checked below: a total past the Utf8 offset range is an error.
+            offsets.push(total as i32);
         }
         if i32::try_from(total).is_err() {
             return Err(ArrowError::ComputeError(
                 "key bytes exceed the Utf8 offset range".into(),
             ));
         }
-        let mut offsets = Vec::with_capacity(groups.len() + 1);
-        offsets.push(0i32);
         let mut data = Vec::with_capacity(total);
-        for &g in groups {
-            let gi = g as usize;
-            data.extend_from_slice(&self.bytes[self.offsets[gi]..self.offsets[gi + 1]]);
-            // At most `total`, which fits.
-            offsets.push(data.len() as i32);
+        let mut from = 0;
+        while from < groups.len() {
+            let first = groups[from] as usize;
+            let mut to = from + 1;
+            while to < groups.len() && groups[to] as usize == first + (to - from) {
+                to += 1;
+            }
+            // In range: every group was checked above.
+            data.extend_from_slice(
+                &self.bytes[self.offsets[first]..self.offsets[first + to - from]],
+            );
+            from = to;
         }
         let nulls = self.null_group.map(|null| {
             NullBuffer::new(BooleanBuffer::collect_bool(groups.len(), |i| {

@@ -464,7 +464,9 @@ mod tests {
                 *numbered.entry((p, route)).or_insert(next)
             };
             let mut groups = vec![];
-            table.route(&cols, route_of, &mut group_of, &mut groups).unwrap();
+            table
+                .route(&cols, route_of, &mut group_of, &mut groups)
+                .unwrap();
             let mut expected: std::collections::HashMap<(u32, u16), u32> = Default::default();
             for r in 0..n {
                 let key = (table.prefix_ids()[r], route_of(whole[r]));

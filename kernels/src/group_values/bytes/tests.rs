@@ -154,3 +154,42 @@ fn a_clear_empties_the_dictionary_cache() {
         table.clear();
     }
 }
+
+/// The keys of any list of groups (runs of consecutive groups, groups out of order, repeated,
+/// the NULL group among them) are the groups' own values, row for row; a group past the table
+/// is an error.
+#[test]
+fn keys_are_each_groups_value() {
+    let values: Vec<Option<String>> = (0..40)
+        .map(|i| (i != 17).then(|| "k".repeat(i % 7) + &i.to_string()))
+        .collect();
+    let col: ArrayRef = Arc::new(StringArray::from(values.clone()));
+    let mut table = BytesGroupValues::new(DataType::Utf8);
+    let mut hashes = vec![];
+    crate::hash::hash_columns(std::slice::from_ref(&col), &mut hashes).unwrap();
+    let mut groups = vec![];
+    table
+        .intern(std::slice::from_ref(&col), &hashes, &mut groups)
+        .unwrap();
+    assert_eq!(groups, (0..40).collect::<Vec<u32>>());
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    for case in 0..100 {
+        let mut ids = vec![];
+        while ids.len() < 60 {
+            let start = rng.below(40) as u32;
+            let run = 1 + rng.below(if case % 2 == 0 { 3 } else { 12 }) as u32;
+            ids.extend((start..(start + run).min(40)).rev().take(if case % 3 == 0 {
+                1
+            } else {
+                40
+            }));
+            ids.extend(start..(start + run).min(40));
+        }
+        let keys = table.keys(&ids).unwrap();
+        let keys = keys[0].as_string::<i32>();
+        let got: Vec<Option<&str>> = keys.iter().collect();
+        let want: Vec<Option<&str>> = ids.iter().map(|&g| values[g as usize].as_deref()).collect();
+        assert_eq!(got, want, "case {case}");
+    }
+    assert!(table.keys(&[3, 40]).is_err());
+}
