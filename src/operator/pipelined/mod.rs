@@ -24,9 +24,10 @@
 //! (empty where it did not fire), and the caller takes each epoch from the workers in worker
 //! order. Epochs travel in runs (an
 //! `Aligner` takes them apart): a source sends each worker, in one message, the parts of the
-//! epochs that one input batch ended (a batch of 65,536 rows ends 13 mini-batches of 5,000), and
-//! a worker sends the caller the changes of the epochs it fired before it would wait, so a task
-//! wakes once per run rather than once per mini-batch. Channels are bounded ([`CHANNEL_DEPTH`]
+//! epochs that some 65,536 of its rows ended (13 mini-batches of 5,000; at most 16 epochs a
+//! message, and at once after an epoch the latency trigger ended), and a worker sends the
+//! caller the changes of the epochs it fired before it would wait, so a task wakes once per run
+//! rather than once per mini-batch or input batch. Channels are bounded ([`CHANNEL_DEPTH`]
 //! messages): a slow worker holds its sources back (backpressure), and memory stays bounded. No
 //! step waits for all workers except the alignment of an epoch at each worker, so sources run
 //! ahead of the keyed tasks by up to the channels' depth.
@@ -78,10 +79,11 @@ use keyed_task::{KeyedRun, WorkerOutput, keyed_task};
 use tasks::{EpochPart, Source, SourceReport, Stop};
 
 /// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
-/// that take turns on a core run many epochs apart; 64 lets them without stalling (BENCHMARKS.md,
-/// "CHANNEL_DEPTH", measured when a message held one epoch). Memory: at most this many messages
-/// per source-worker pair, each a worker's share of the mini-batches one input batch ended.
-pub const CHANNEL_DEPTH: usize = 64;
+/// that take turns on a core run many epochs apart; some 64 epochs of slack let them without
+/// stalling (BENCHMARKS.md, "CHANNEL_DEPTH", measured when a message held one epoch), and a
+/// source's message holds up to 16 epochs. Memory: at most this many messages per
+/// source-worker pair, each a worker's share of the mini-batches some 65,536 source rows ended.
+pub const CHANNEL_DEPTH: usize = 8;
 
 /// One split of the input: change batches in order.
 pub type Split = Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>;
@@ -282,6 +284,7 @@ impl ParallelAggregate {
                     senders,
                     gone: vec![false; p],
                     pending: (0..p).map(|_| vec![]).collect(),
+                    unsent_rows: 0,
                     key_groups,
                     one_worker_hashes_keys,
                     activity,

@@ -20,6 +20,22 @@ use crate::operator::mini_batch::Trigger;
 use crate::plan::AggregatePlan;
 use crate::runtime::Activity;
 
+/// The source rows a source reads before it sends the workers the epochs those rows ended: one
+/// message per worker per this many rows, however small the input batches are (a Parquet
+/// reader's batches end at its dictionary pages, some 8,000 rows), so that a worker wakes once
+/// per run of mini-batches. An epoch the latency trigger ended goes at once.
+pub(super) const SEND_ROWS: u64 = 65_536;
+
+/// The most epochs a source holds before it sends them (small mini-batches: a message of at
+/// most this many).
+pub(super) const MAX_HELD_EPOCHS: usize = 16;
+
+/// Whether a source sends the epochs it holds: `held` of them, over `unsent_rows` source rows
+/// read since the last send, `latency` where the latency trigger ended one of them.
+fn send_due(unsent_rows: u64, held: usize, latency: bool) -> bool {
+    latency || unsent_rows >= SEND_ROWS || held >= MAX_HELD_EPOCHS
+}
+
 /// What a source task sends one worker for one epoch.
 pub(super) struct EpochPart {
     /// Raw rows (one-phase, or a bypassed local phase).
@@ -93,9 +109,12 @@ pub(super) struct Source<'a> {
     pub(super) senders: Vec<SyncSender<Vec<EpochPart>>>,
     /// Per worker: its channel closed (the worker ended), so nothing more goes to it.
     pub(super) gone: Vec<bool>,
-    /// Each worker's parts of the epochs ended since the last send: sent together at the end
-    /// of each input batch (one wake-up of a worker per batch, not per mini-batch).
+    /// Each worker's parts of the epochs ended since the last send: sent together once the
+    /// source has read [`SEND_ROWS`] rows since, at an epoch the latency trigger ended, or once
+    /// they are [`MAX_HELD_EPOCHS`] ([`Source::send_if_due`]), and at the end of the split.
     pub(super) pending: Vec<Vec<EpochPart>>,
+    /// Source rows read since the last send.
+    pub(super) unsent_rows: u64,
     pub(super) key_groups: &'a KeyGroups,
     /// Whether there is one worker, whose keyed state hashes the keys it keeps itself: rows
     /// that go to it (around the local phase, or with none) need no key hashes.
@@ -169,7 +188,7 @@ impl Source<'_> {
                     in_chunk = 0;
                 }
             }
-            self.send_pending();
+            self.send_if_due(n);
         }
         if in_chunk > 0 && !self.cut_short {
             self.end_epoch(false)?;
@@ -198,6 +217,7 @@ impl Source<'_> {
     /// Reads a split of any rows, ending an epoch after every mini-batch of them.
     fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
         while let Some(batch) = self.next_batch(&mut split)? {
+            let n = batch.num_rows();
             let batches = pre(batch)?;
             if batches.len() > 1 && self.folds_sets_together() {
                 self.push_interleaved(&batches)?;
@@ -206,7 +226,7 @@ impl Source<'_> {
                     self.push(batch)?;
                 }
             }
-            self.send_pending();
+            self.send_if_due(n);
         }
         if self.epoch_folded + self.epoch_bypassed > 0 && !self.cut_short {
             self.end_epoch(false)?;
@@ -227,11 +247,26 @@ impl Source<'_> {
         }
     }
 
+    /// After an input batch of `rows` source rows: sends the epochs held ([`Source::pending`])
+    /// where one of them the latency trigger ended, where the source has read [`SEND_ROWS`]
+    /// rows since the last send, or where they are [`MAX_HELD_EPOCHS`]. Which epochs a message
+    /// holds changes only when the workers wake, not what they merge, nor in what order.
+    fn send_if_due(&mut self, rows: usize) {
+        self.unsent_rows += rows as u64;
+        // Every worker holds a part of every epoch: the first worker's tell them all.
+        let held = self.pending.first().map_or(&[][..], Vec::as_slice);
+        let latency = held.iter().any(|e| e.by_latency);
+        if send_due(self.unsent_rows, held.len(), latency) {
+            self.send_pending();
+        }
+    }
+
     /// Sends each worker the parts of the epochs ended since the last send (none when none
     /// ended). A worker that has ended gets nothing more, and the others still get theirs: it
     /// ended because the rounds did (a split failed: the others need the epochs before that
     /// split's last, [`Stop`]) or because a task failed, which stops the sources itself.
     fn send_pending(&mut self) {
+        self.unsent_rows = 0;
         for w in 0..self.senders.len() {
             if self.pending[w].is_empty() || self.gone[w] || self.stop.is_now() {
                 continue;
@@ -382,8 +417,8 @@ impl Source<'_> {
     }
 
     /// Ends the source's mini-batch (`by_latency`: on the latency trigger): flushes the local
-    /// phase and queues every worker its part (sent at the end of the input batch,
-    /// [`Source::send_pending`]).
+    /// phase and queues every worker its part (sent after the input batch where it is due,
+    /// [`Source::send_if_due`]).
     fn end_epoch(&mut self, by_latency: bool) -> Result<()> {
         let p = self.senders.len();
         let start = Instant::now();
@@ -423,5 +458,21 @@ impl Source<'_> {
         (self.epoch_folded, self.epoch_bypassed) = (0, 0);
         self.epoch_source_rows = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Epochs go out once their rows reach a run's worth, once they are many, and at once after
+    /// the latency trigger ended one; otherwise the source holds them.
+    #[test]
+    fn a_source_sends_runs_of_epochs() {
+        assert!(!send_due(8_192, 1, false));
+        assert!(!send_due(SEND_ROWS - 1, MAX_HELD_EPOCHS - 1, false));
+        assert!(send_due(SEND_ROWS, 13, false));
+        assert!(send_due(1_000, MAX_HELD_EPOCHS, false));
+        assert!(send_due(100, 1, true));
     }
 }
