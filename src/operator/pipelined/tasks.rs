@@ -23,7 +23,9 @@ use crate::runtime::Activity;
 /// The source rows a source reads before it sends the workers the epochs those rows ended: one
 /// message per worker per this many rows, however small the input batches are (a Parquet
 /// reader's batches end at its dictionary pages, some 8,000 rows), so that a worker wakes once
-/// per run of mini-batches. An epoch the latency trigger ended goes at once.
+/// per run of mini-batches. An epoch the latency trigger ended goes at once, with every epoch
+/// held before it: `table.exec.mini-batch.allow-latency` still bounds how long a mini-batch's
+/// rows wait (as the trigger is read, at each input batch).
 pub(super) const SEND_ROWS: u64 = 65_536;
 
 /// The most epochs a source holds before it sends them (small mini-batches: a message of at
