@@ -270,10 +270,11 @@ impl Source<'_> {
     fn send_pending(&mut self) {
         self.unsent_rows = 0;
         for w in 0..self.senders.len() {
-            if self.pending[w].is_empty() || self.gone[w] || self.stop.is_now() {
+            // What a worker that has ended would get is dropped, not held.
+            let run = std::mem::take(&mut self.pending[w]);
+            if run.is_empty() || self.gone[w] || self.stop.is_now() {
                 continue;
             }
-            let run = std::mem::take(&mut self.pending[w]);
             let (sent, waited) = self.activity.send(&self.senders[w], run);
             self.report.task.waiting_output += waited;
             self.gone[w] = sent.is_err();
