@@ -1,6 +1,7 @@
 //! MIN and MAX.
 //!
-//! Over insert-only input a group keeps only its extreme value ([`MinMaxAccumulator`]). With
+//! Over insert-only input a group keeps only its extreme value ([`MinMaxAccumulator`]; for a
+//! primitive type a native and a flag per group, [`PrimMinMaxAccumulator`]). With
 //! retractions the extreme can be taken away, so a group keeps a value → multiplicity multiset
 //! ([`MinMaxRetractAccumulator`], like Flink's `MaxWithRetractAggFunction`): the result is the
 //! greatest (least) value whose multiplicity is positive, NULL when there is none. Multiplicities
@@ -25,6 +26,10 @@ use arrow_array::{
 use arrow_buffer::{BooleanBuffer, NullBuffer, ToByteSlice};
 use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 use hashbrown::HashMap;
+
+mod primitive;
+
+pub use primitive::PrimMinMaxAccumulator;
 
 use crate::accumulate::for_each_selected;
 use crate::accumulator::{GroupsAccumulator, check_filter, column_rows, single_arg};
@@ -530,16 +535,17 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxRetractAccumulator<K> {
     }
 }
 
+/// The MIN/MAX accumulator for `$dt`: `$prim` with the type `$t` standing for the primitive
+/// array type, or `$string` for strings.
 macro_rules! dispatch_min_max {
-    ($acc:ident, $dt:expr, $is_max:expr) => {{
-        let dt = $dt;
+    ($dt:expr, |$t:ident| $prim:expr, $string:expr) => {{
         macro_rules! p {
-            ($t:ty) => {
-                Box::new($acc::<PrimKey<$t>>::new(dt.clone(), $is_max))
-                    as Box<dyn GroupsAccumulator>
-            };
+            ($ty:ty) => {{
+                type $t = $ty;
+                Box::new($prim) as Box<dyn GroupsAccumulator>
+            }};
         }
-        Ok(match dt {
+        Ok(match $dt {
             DataType::Int8 => p!(Int8Type),
             DataType::Int16 => p!(Int16Type),
             DataType::Int32 => p!(Int32Type),
@@ -561,7 +567,7 @@ macro_rules! dispatch_min_max {
             DataType::Timestamp(TimeUnit::Millisecond, _) => p!(TimestampMillisecondType),
             DataType::Timestamp(TimeUnit::Microsecond, _) => p!(TimestampMicrosecondType),
             DataType::Timestamp(TimeUnit::Nanosecond, _) => p!(TimestampNanosecondType),
-            DataType::Utf8 => Box::new($acc::<Box<str>>::new(dt.clone(), $is_max)),
+            DataType::Utf8 => Box::new($string) as Box<dyn GroupsAccumulator>,
             other => {
                 return Err(ArrowError::NotYetImplemented(format!(
                     "MIN/MAX does not support type {other}"
@@ -576,7 +582,11 @@ pub(crate) fn new_min_max(
     dt: &DataType,
     is_max: bool,
 ) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
-    dispatch_min_max!(MinMaxAccumulator, dt, is_max)
+    dispatch_min_max!(
+        dt,
+        |T| PrimMinMaxAccumulator::<T>::new(dt.clone(), is_max),
+        MinMaxAccumulator::<Box<str>>::new(dt.clone(), is_max)
+    )
 }
 
 /// Builds a retractable MIN/MAX over `dt` (already cast to a supported type).
@@ -584,5 +594,9 @@ pub(crate) fn new_min_max_retract(
     dt: &DataType,
     is_max: bool,
 ) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
-    dispatch_min_max!(MinMaxRetractAccumulator, dt, is_max)
+    dispatch_min_max!(
+        dt,
+        |T| MinMaxRetractAccumulator::<PrimKey<T>>::new(dt.clone(), is_max),
+        MinMaxRetractAccumulator::<Box<str>>::new(dt.clone(), is_max)
+    )
 }
