@@ -186,6 +186,54 @@ fn wins(is_max: bool) -> Ordering {
     }
 }
 
+/// An insert-only MIN/MAX: the fold its `update` and `merge_at` share ([`update_by_fold`],
+/// [`merge_by_fold`]).
+trait Fold {
+    /// The argument's type (the state's and the result's too).
+    fn arg_type(&self) -> &DataType;
+    /// Takes the rows of `v` that `filter` selects (NULLs skipped) into their groups.
+    fn fold(
+        &mut self,
+        v: &ArrayRef,
+        groups: &[u32],
+        filter: Option<&BooleanBuffer>,
+        total_groups: usize,
+    ) -> Result<(), ArrowError>;
+}
+
+/// [`GroupsAccumulator::update`] of an insert-only MIN/MAX.
+fn update_by_fold(
+    acc: &mut impl Fold,
+    values: &[ArrayRef],
+    groups: &[u32],
+    filter: Option<&BooleanBuffer>,
+    total_groups: usize,
+) -> Result<(), ArrowError> {
+    check_filter(filter, groups)?;
+    let v = single_arg(values, groups, acc.arg_type())?;
+    acc.fold(v, groups, filter, total_groups)
+}
+
+/// [`GroupsAccumulator::merge_at`] of an insert-only MIN/MAX: its state is its result column.
+fn merge_by_fold(
+    acc: &mut impl Fold,
+    states: &[ArrayRef],
+    offset: usize,
+    groups: &[u32],
+    total_groups: usize,
+) -> Result<(), ArrowError> {
+    let states = column_rows(states, offset, groups.len())?;
+    let v = single_arg(&states, groups, acc.arg_type())?;
+    acc.fold(v, groups, None, total_groups)
+}
+
+/// [`GroupsAccumulator::retract`] of an insert-only MIN/MAX: refused.
+fn refuse_retract() -> Result<(), ArrowError> {
+    Err(ArrowError::InvalidArgumentError(
+        "MIN/MAX over insert-only input cannot retract; build it retractable".to_string(),
+    ))
+}
+
 /// MIN/MAX over insert-only input: each group keeps its extreme value.
 #[derive(Debug)]
 pub struct MinMaxAccumulator<K: OrdValue> {
@@ -203,7 +251,12 @@ impl<K: OrdValue> MinMaxAccumulator<K> {
             values: vec![],
         }
     }
+}
 
+impl<K: OrdValue> Fold for MinMaxAccumulator<K> {
+    fn arg_type(&self) -> &DataType {
+        &self.data_type
+    }
     fn fold(
         &mut self,
         v: &ArrayRef,
@@ -234,9 +287,7 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
         filter: Option<&BooleanBuffer>,
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        check_filter(filter, groups)?;
-        let v = single_arg(values, groups, &self.data_type)?;
-        self.fold(v, groups, filter, total_groups)
+        update_by_fold(self, values, groups, filter, total_groups)
     }
     fn retract(
         &mut self,
@@ -245,9 +296,7 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
         _filter: Option<&BooleanBuffer>,
         _total_groups: usize,
     ) -> Result<(), ArrowError> {
-        Err(ArrowError::InvalidArgumentError(
-            "MIN/MAX over insert-only input cannot retract; build it retractable".to_string(),
-        ))
+        refuse_retract()
     }
     fn merge_at(
         &mut self,
@@ -256,9 +305,7 @@ impl<K: OrdValue> GroupsAccumulator for MinMaxAccumulator<K> {
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let states = column_rows(states, offset, groups.len())?;
-        let v = single_arg(&states, groups, &self.data_type)?;
-        self.fold(v, groups, None, total_groups)
+        merge_by_fold(self, states, offset, groups, total_groups)
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         K::build(

@@ -6,9 +6,9 @@ use arrow_array::{Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, Primit
 use arrow_buffer::{BooleanBuffer, NullBuffer};
 use arrow_schema::{ArrowError, DataType};
 
-use super::wins;
+use super::{Fold, merge_by_fold, refuse_retract, update_by_fold, wins};
 use crate::accumulate::for_each_selected;
-use crate::accumulator::{GroupsAccumulator, check_filter, column_rows, grow, single_arg};
+use crate::accumulator::{GroupsAccumulator, grow};
 
 /// MIN/MAX of a primitive type over insert-only input. A group's extreme is a native value
 /// (8 bytes for a 64-bit type, where an `Option` took 16) and a `seen` flag, and a row's update
@@ -32,8 +32,12 @@ impl<T: ArrowPrimitiveType> PrimMinMaxAccumulator<T> {
             seen: vec![],
         }
     }
+}
 
-    /// Takes the rows of `v` (those `filter` selects, NULLs skipped) into their groups.
+impl<T: ArrowPrimitiveType> Fold for PrimMinMaxAccumulator<T> {
+    fn arg_type(&self) -> &DataType {
+        &self.data_type
+    }
     fn fold(
         &mut self,
         v: &ArrayRef,
@@ -84,9 +88,7 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for PrimMinMaxAc
         filter: Option<&BooleanBuffer>,
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        check_filter(filter, groups)?;
-        let v = single_arg(values, groups, &self.data_type)?;
-        self.fold(v, groups, filter, total_groups)
+        update_by_fold(self, values, groups, filter, total_groups)
     }
     fn retract(
         &mut self,
@@ -95,9 +97,7 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for PrimMinMaxAc
         _filter: Option<&BooleanBuffer>,
         _total_groups: usize,
     ) -> Result<(), ArrowError> {
-        Err(ArrowError::InvalidArgumentError(
-            "MIN/MAX over insert-only input cannot retract; build it retractable".to_string(),
-        ))
+        refuse_retract()
     }
     fn merge_at(
         &mut self,
@@ -106,9 +106,7 @@ impl<T: ArrowPrimitiveType + std::fmt::Debug> GroupsAccumulator for PrimMinMaxAc
         groups: &[u32],
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let states = column_rows(states, offset, groups.len())?;
-        let v = single_arg(&states, groups, &self.data_type)?;
-        self.fold(v, groups, None, total_groups)
+        merge_by_fold(self, states, offset, groups, total_groups)
     }
     fn evaluate(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
         let arr: PrimitiveArray<T> = groups
