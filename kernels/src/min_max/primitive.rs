@@ -1,12 +1,11 @@
 //! MIN and MAX of a primitive type over insert-only input: each group's extreme in a flat vector
 //! of natives, with a flag saying whether the group has one.
 
-use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, PrimitiveArray};
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_buffer::BooleanBuffer;
 use arrow_schema::{ArrowError, DataType};
 
-use super::{Fold, merge_by_fold, refuse_retract, update_by_fold, wins};
+use super::{Fold, OrdValue, PrimKey, merge_by_fold, refuse_retract, update_by_fold, wins};
 use crate::accumulate::for_each_selected;
 use crate::accumulator::{GroupsAccumulator, grow};
 
@@ -34,7 +33,7 @@ impl<T: ArrowPrimitiveType> PrimMinMaxAccumulator<T> {
     }
 }
 
-impl<T: ArrowPrimitiveType> Fold for PrimMinMaxAccumulator<T> {
+impl<T: ArrowPrimitiveType + std::fmt::Debug> Fold for PrimMinMaxAccumulator<T> {
     fn arg_type(&self) -> &DataType {
         &self.data_type
     }
@@ -45,19 +44,13 @@ impl<T: ArrowPrimitiveType> Fold for PrimMinMaxAccumulator<T> {
         filter: Option<&BooleanBuffer>,
         total_groups: usize,
     ) -> Result<(), ArrowError> {
-        let arr = v.as_primitive_opt::<T>().ok_or_else(|| {
-            ArrowError::InvalidArgumentError(format!(
-                "MIN/MAX over {} got {}",
-                self.data_type,
-                v.data_type()
-            ))
-        })?;
+        let arr = PrimKey::<T>::downcast(v)?;
         grow(&mut self.values, total_groups, T::Native::default());
         grow(&mut self.seen, total_groups, false);
         let want = wins(self.is_max);
         let (values, seen) = (&mut self.values, &mut self.seen);
         let input = arr.values();
-        let mut take = |i: usize, g: u32| {
+        let take = |i: usize, g: u32| {
             let g = g as usize;
             let v = input[i];
             let cur = values[g];
@@ -68,14 +61,7 @@ impl<T: ArrowPrimitiveType> Fold for PrimMinMaxAccumulator<T> {
             };
             seen[g] = true;
         };
-        let nulls: Option<&NullBuffer> = arr.nulls();
-        if nulls.is_none_or(|n| n.null_count() == 0) && filter.is_none() {
-            for (i, &g) in groups.iter().enumerate() {
-                take(i, g);
-            }
-        } else {
-            for_each_selected(groups, nulls, filter, take);
-        }
+        for_each_selected(groups, arr.nulls(), filter, take);
         Ok(())
     }
 }
