@@ -156,10 +156,22 @@ impl<E: LineEntry> LineTable<E> {
         table
     }
 
-    /// Half as many lines again, every pair moved.
+    /// Half as many lines again, every pair moved: the old lines read in order, each pair
+    /// placed from its new home on. A home scales with the table ([`Self::home`]), so the
+    /// pairs come about in the order of their new homes: the writes stream through the new
+    /// lines, and no line needs reading ahead ([`Self::insert_all`]'s runs cost more here than
+    /// they save). Out of line, so that the probes it sits behind stay as they were compiled.
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self) {
         let lines = self.lines.len() + self.lines.len().div_ceil(2);
-        *self = self.rebuilt(lines, Some);
+        let mut table = Self::with_lines(lines);
+        for line in &self.lines {
+            for e in &line.pairs[..usize::from(line.len)] {
+                table.insert_new(rehash(e), *e);
+            }
+        }
+        *self = table;
     }
 
     /// The pair in slot `at` (as [`Self::find_or_insert`] gave it).
