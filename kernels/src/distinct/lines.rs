@@ -246,13 +246,15 @@ macro_rules! for_each_pair {
                 for ($r, $hash) in runs.iter() $body
             }
         } else {
-            for $r in rows {
+            // Iterated from inside (`for_each`), so that a filtered range costs no call a row
+            // where the compiler does not inline its `next`.
+            rows.for_each(|$r| {
                 let $hash = $crate::distinct::pairs::pair_hash(
                     $acc.ids[$groups[$r] as usize],
                     $bits[$r],
                 );
                 $body
-            }
+            });
         }
     };
 }
