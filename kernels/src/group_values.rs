@@ -39,7 +39,7 @@ pub use bucketed::{BucketedGroupValues, MAX_BLOCK_ENTRIES, MAX_BUCKET_COLUMNS};
 pub use bytes::BytesGroupValues;
 pub use packed::PackedGroupValues;
 pub use primitive::{NoKeyGroupValues, PrimitiveGroupValues};
-pub use routes::{BucketRoutes, NO_ROUTE};
+pub use routes::{BucketRoutes, BucketedKeyHash, NO_ROUTE};
 pub use rows::RowGroupValues;
 pub use table::{GroupValues, key_type_supported, same_array};
 

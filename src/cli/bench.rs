@@ -336,6 +336,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "distinct_bytes": m.distinct_bytes,
                     "skew_ratio": m.skew_ratio,
                     "merges_buckets": m.merges_buckets,
+                    "routes_at_flush": m.routes_at_flush,
                     "reads_through": m.reads_through,
                     "stages": m.stages.iter().map(|s| json!({
                         "name": s.step.name(),

@@ -7,10 +7,10 @@
 
 use arrow::array::ArrayRef;
 use arrow::buffer::BooleanBuffer;
-use arrow::datatypes::Field;
+use arrow::datatypes::{DataType, Field};
 use tally_kernels::accumulator::{GroupsAccumulator, column_rows};
 use tally_kernels::aggregates::{AggregateKind, new_accumulator};
-use tally_kernels::distinct::DistinctAccumulator;
+use tally_kernels::distinct::{DistinctAccumulator, LiveEntries};
 
 use crate::error::{Error, Result};
 use crate::plan::{AggregatePlan, CalcBatch};
@@ -22,6 +22,8 @@ enum Slot {
         width: usize,
         kind: AggregateKind,
         arg: Option<usize>,
+        /// The argument's type (None for `COUNT(*)`).
+        arg_type: Option<DataType>,
         filter: Option<usize>,
     },
     Distinct {
@@ -104,6 +106,7 @@ impl Accumulators {
                 acc,
                 kind: call.kind,
                 arg: call.arg,
+                arg_type,
                 filter: call.filter,
             });
         }
@@ -386,6 +389,89 @@ impl Accumulators {
                 Slot::Distinct { acc, .. } => acc.clear(groups),
             }
         }
+    }
+
+    /// Per slot (in [`Accumulators::state`]'s order), the group set its calls share by
+    /// `call_sets` (per call of the plan, as [`crate::plan::BucketKeys::call_sets`] gives them),
+    /// and for a DISTINCT slot its argument: `None` unless every plain slot's calls are of the
+    /// set of the keys alone (their rows all go where the key's do) and every DISTINCT slot's
+    /// calls are of one set. What a local phase routing DISTINCT entries by their values'
+    /// buckets needs (`crate::operator::local`'s entry routes).
+    pub(crate) fn slot_sets(
+        &self,
+        call_sets: &[Option<usize>],
+    ) -> Option<Vec<(Option<usize>, Option<usize>)>> {
+        if call_sets.len() != self.outputs.len() {
+            return None;
+        }
+        let mut sets: Vec<Option<Option<usize>>> = vec![None; self.slots.len()];
+        for (&(slot, _), &set) in self.outputs.iter().zip(call_sets) {
+            match sets[slot] {
+                Some(s) if s != set => return None,
+                _ => sets[slot] = Some(set),
+            }
+        }
+        self.slots
+            .iter()
+            .zip(sets)
+            .map(|(slot, set)| match (slot, set?) {
+                (Slot::Plain { .. }, None) => Some((None, None)),
+                (Slot::Plain { .. }, Some(_)) => None,
+                (Slot::Distinct { arg, .. }, set) => Some((set, Some(*arg))),
+            })
+            .collect()
+    }
+
+    /// Each DISTINCT slot's live entries, their groups and values (None for a plain slot), in
+    /// slot order ([`DistinctAccumulator::live_entries`]).
+    pub(crate) fn live_entries(&self) -> Result<Vec<Option<LiveEntries>>> {
+        self.slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Plain { .. } => Ok(None),
+                Slot::Distinct { acc, .. } => Ok(Some(acc.live_entries()?)),
+            })
+            .collect()
+    }
+
+    /// Grows every plain accumulator to `groups` groups (the new ones empty), without rows.
+    pub(crate) fn grow_plain(&mut self, groups: usize) -> Result<()> {
+        for slot in &mut self.slots {
+            if let Slot::Plain { acc, arg_type, .. } = slot {
+                let none: Vec<ArrayRef> =
+                    arg_type.iter().map(arrow::array::new_empty_array).collect();
+                acc.update(&none, &[], None, groups)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Accumulators::state`] of output rows that are not groups: a plain slot's row `i` is
+    /// group `plain[i]`'s, and a DISTINCT slot's live `entries` (as
+    /// [`Accumulators::live_entries`] gave them, nothing applied since) lie in the rows
+    /// `rows[slot]` gives them.
+    ///
+    /// # Errors
+    /// A DISTINCT slot without its entries and rows, or rows that do not fit its entries.
+    pub(crate) fn state_placed(
+        &self,
+        plain: &[u32],
+        entries: &[Option<LiveEntries>],
+        rows: &[Option<Vec<u32>>],
+    ) -> Result<Vec<ArrayRef>> {
+        let mut out = vec![];
+        for ((slot, entries), rows) in self.slots.iter().zip(entries).zip(rows) {
+            match (slot, entries, rows) {
+                (Slot::Plain { acc, .. }, _, _) => out.extend(acc.state(plain)?),
+                (Slot::Distinct { acc, .. }, Some(entries), Some(rows)) => {
+                    out.push(acc.state_placed(entries, plain.len(), rows)?);
+                }
+                (Slot::Distinct { .. }, _, _) => {
+                    return Err(Error::internal("DISTINCT entries without their rows"));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The DISTINCT accumulators.

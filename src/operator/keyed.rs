@@ -82,7 +82,7 @@ pub(crate) fn hash_keys_reusing(
 /// A key type that cannot be a key.
 pub(crate) fn key_table(plan: &AggregatePlan) -> Result<Box<dyn GroupValues>> {
     let types = &plan.key_types;
-    match plan.bucket_keys {
+    match &plan.bucket_keys {
         Some(b)
             if b.columns <= MAX_BUCKET_COLUMNS
                 && b.columns <= types.len()
@@ -190,7 +190,7 @@ impl KeyedState {
     /// State already held (a bug: the caller checks); a key type that cannot be a key.
     pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
         let all = self.plan.key_types.len();
-        let want = match (on, self.plan.bucket_keys) {
+        let want = match (on, &self.plan.bucket_keys) {
             (true, Some(b)) if b.columns <= all => all - b.columns,
             _ => all,
         };

@@ -30,7 +30,9 @@ use crate::operator::keyed::{accumulator_schema, hash_keys, intern_hashed, key_t
 use crate::operator::local_ids::KeyTableId;
 use crate::operator::owners::Owners;
 use crate::plan::{AggregatePlan, CalcBatch};
+use entry_routes::EntryRoutes;
 
+mod entry_routes;
 mod flush;
 
 pub(crate) use flush::FlushedPart;
@@ -63,6 +65,10 @@ pub struct LocalGroupAggregate {
     /// Where a split PARTIAL's rows fold by key and worker on several workers: the (key,
     /// worker) slots, the local groups then (`groups` is not used).
     owners: Option<Owners>,
+    /// Where a split PARTIAL's rows fold by key on several workers and a flush routes what was
+    /// folded ([`entry_routes`]): the routes (`groups` holds the query's keys, `owners` is
+    /// None).
+    entry_routes: Option<EntryRoutes>,
     /// Where a split PARTIAL's rows fold by key on one worker: the key columns interned last
     /// since the flush, whose ids `gids` holds (`None` after a flush).
     last_keys: Option<Vec<ArrayRef>>,
@@ -98,6 +104,7 @@ impl LocalGroupAggregate {
             count_lanes: Lanes::default(),
             state_keys: plan.key_types.len(),
             owners: None,
+            entry_routes: None,
             last_keys: None,
             retained: false,
             table: KeyTableId::fresh(),
@@ -110,21 +117,33 @@ impl LocalGroupAggregate {
     /// PARTIAL whose workers' state merges its buckets (`KeyedState::merge_buckets`): the rows
     /// of a key bound for one worker, whatever their buckets and group sets, fold into one
     /// accumulator row instead of one per (set, bucket) ([`crate::operator::owners`]; with one
-    /// worker, one row per key). Its rows carry NULL buckets. Keys whose buckets the bucketed
-    /// table cannot take keep folding by every key on several workers. Nothing may be folded.
+    /// worker, one row per key). Where its calls allow, the rows of a key fold into one group
+    /// whatever their workers, and the flush routes each DISTINCT entry by its value's bucket
+    /// ([`entry_routes`]): no route is looked up per row. Its rows carry NULL buckets. Keys
+    /// whose buckets the bucketed table cannot take keep folding by every key on several
+    /// workers. Nothing may be folded.
     ///
     /// # Errors
     /// Rows folded since the last flush; a key type that cannot be a key (a bug).
     pub(crate) fn merge_buckets(&mut self, key_groups: Option<&KeyGroups>) -> Result<()> {
         let all = self.plan.key_types.len();
-        let (state_keys, owners) = match (key_groups, self.plan.bucket_keys) {
+        let (state_keys, owners, entry_routes) = match (key_groups, &self.plan.bucket_keys) {
             (Some(kg), Some(b)) if b.columns <= all => {
                 let query_keys = all - b.columns;
                 let int32 = self.plan.key_types[query_keys..]
                     .iter()
                     .all(|t| t == &DataType::Int32);
                 if kg.workers() == 1 {
-                    (query_keys, None)
+                    (query_keys, None, None)
+                } else if let Some(routes) = int32
+                    .then(|| {
+                        EntryRoutes::try_new(&self.plan, b, &self.state, self.count_star_column)
+                    })
+                    .flatten()
+                {
+                    // On several workers, where what was folded routes by value: one group per
+                    // key, routed at the flush.
+                    (query_keys, None, Some(routes))
                 } else if let Some(owners) = int32
                     .then(|| {
                         let routes = BucketRoutes::try_new(
@@ -139,14 +158,18 @@ impl LocalGroupAggregate {
                     .flatten()
                 {
                     // On several workers: (key, worker) slots over the bucketed keys' routes.
-                    (query_keys, Some(owners))
+                    (query_keys, Some(owners), None)
                 } else {
-                    (all, None)
+                    (all, None, None)
                 }
             }
-            _ => (all, None),
+            _ => (all, None, None),
         };
-        if state_keys == self.state_keys && owners.is_none() && self.owners.is_none() {
+        if state_keys == self.state_keys
+            && owners.is_none()
+            && self.owners.is_none()
+            && entry_routes.is_some() == self.entry_routes.is_some()
+        {
             return Ok(());
         }
         if self.keys() > 0 {
@@ -164,6 +187,7 @@ impl LocalGroupAggregate {
         };
         self.state_keys = state_keys;
         self.owners = owners;
+        self.entry_routes = entry_routes;
         self.last_keys = None;
         Ok(())
     }
@@ -172,6 +196,12 @@ impl LocalGroupAggregate {
     /// ([`LocalGroupAggregate::merge_buckets`]).
     pub(crate) fn merges_buckets(&self) -> bool {
         self.state_keys < self.plan.key_types.len()
+    }
+
+    /// Whether it folds a split PARTIAL's rows by the query's keys on several workers and routes
+    /// each DISTINCT entry when it flushes ([`entry_routes`]).
+    pub(crate) fn routes_at_flush(&self) -> bool {
+        self.entry_routes.is_some()
     }
 
     /// Local groups in the key table: keys, or (key, worker) slots (with [`RETAINED_KEYS`],

@@ -270,6 +270,11 @@ pub struct AggregateMetrics {
     /// its buckets only routing rows (an incremental FINAL on the pipelined runtime, without
     /// checkpoints): one group per key and worker instead of one per (key, bucket).
     pub merges_buckets: bool,
+    /// Whether, so keyed on several workers, the local phases folded a key's rows whatever
+    /// their buckets and routed each DISTINCT entry by its value's bucket when they flushed,
+    /// looking up no route per row (where every call of a bucketed set is DISTINCT over the
+    /// bucketed argument, over insert-only input).
+    pub routes_at_flush: bool,
     /// Whether a split-distinct FINAL read its PARTIAL through (one PARTIAL worker whose state
     /// merges the buckets: each key's one PARTIAL row is its result), keeping no state.
     pub reads_through: bool,
@@ -338,6 +343,12 @@ impl fmt::Display for AggregateMetrics {
             writeln!(
                 f,
                 "  state keyed by the query's keys alone: the buckets only route rows to workers"
+            )?;
+        }
+        if self.routes_at_flush {
+            writeln!(
+                f,
+                "  local phases fold each key's rows together and route each DISTINCT entry by its value's bucket when they flush"
             )?;
         }
         if self.reads_through {
@@ -467,6 +478,7 @@ impl ParallelAggregate {
             skew_ratio,
             hot_keys,
             merges_buckets: self.workers.iter().any(|w| w.agg.merges_buckets()),
+            routes_at_flush: self.locals.iter().any(LocalGroupAggregate::routes_at_flush),
             reads_through: false,
             local: self.two_phase.then(|| self.adaptive.m.clone()),
             runtime: self.runtime_metrics.clone(),

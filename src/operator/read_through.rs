@@ -45,7 +45,7 @@ pub struct ThroughColumns {
 /// included) or `$SUM0` of a PARTIAL count (never NULL), of the same type.
 pub fn through_columns(partial: &AggregatePlan, fin: &AggregatePlan) -> Option<ThroughColumns> {
     let keys = partial.key_types.len();
-    let query_keys = keys - partial.bucket_keys.map_or(0, |b| b.columns);
+    let query_keys = keys - partial.bucket_keys.as_ref().map_or(0, |b| b.columns);
     if fin.input_schema.fields() != partial.output_schema.fields() {
         return None;
     }

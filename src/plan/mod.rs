@@ -83,12 +83,19 @@ pub struct AggregatePlan {
 
 /// The keys of a split-distinct PARTIAL aggregate: the query's keys, then `columns` Int32
 /// bucket columns of values in `0..buckets` (or NULL).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketKeys {
     /// How many of the last keys are buckets.
     pub columns: usize,
     /// The bucket count.
     pub buckets: u32,
+    /// Per call, the bucket column of the group set that computes it (None: the set of the
+    /// keys alone), where every call of a bucketed set is a DISTINCT call over exactly the
+    /// bucketed argument and, without an Expand, there is no other call; None otherwise.
+    /// Where it is set, a local phase whose workers merge the buckets may fold a key's rows
+    /// whatever their buckets, and route each DISTINCT entry by its value's bucket when it
+    /// flushes (`LocalGroupAggregate::merge_buckets`).
+    pub call_sets: Option<Vec<Option<usize>>>,
 }
 
 /// Checks that `got` has `want`'s column names and types (nullability may differ); the columns
@@ -121,7 +128,7 @@ impl AggregatePlan {
     /// in the plan reads (none without bucket keys): what a run keying state by the query's
     /// keys alone on one worker, whose buckets route nowhere, never reads.
     pub fn bucket_columns_unread(&self) -> BTreeSet<usize> {
-        let Some(b) = self.bucket_keys else {
+        let Some(b) = &self.bucket_keys else {
             return BTreeSet::new();
         };
         let query_keys = self.calc.keys.len().saturating_sub(b.columns);

@@ -70,6 +70,12 @@ pub(crate) struct Split {
     pub(crate) partial_input: DFSchemaRef,
     /// The PARTIAL aggregate.
     pub(crate) partial: Aggregate,
+    /// Per PARTIAL call, the bucket column of the group set that computes it (None: the keys
+    /// alone's), where every call of a bucketed set is a DISTINCT call over exactly the
+    /// bucketed argument and, without an Expand, there is no other call: a local phase may
+    /// then fold a key's rows whatever their sets and route each DISTINCT entry by its value's
+    /// bucket when it flushes ([`crate::plan::BucketKeys::call_sets`]). None otherwise.
+    pub(crate) call_sets: Option<Vec<Option<usize>>>,
     /// The FINAL aggregate (over the partial's output).
     pub(crate) final_agg: Aggregate,
     /// The closing Calc over the final's output, giving the original aggregate's columns.
@@ -298,7 +304,22 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     let mut partial_group: Vec<Expr> = partial_keys;
     partial_group.extend(buckets.iter().map(|(_, n)| col(n)));
     let mut partial_aggs = vec![];
+    // Per PARTIAL call, its set's bucket where that set's calls can route by value.
+    let mut call_sets: Option<Vec<Option<usize>>> = Some(vec![]);
     for (i, c) in calls.iter().enumerate() {
+        let by_value = match c.bucket {
+            // DISTINCT over exactly the bucketed argument: the entries' values give the
+            // buckets. (A DISTINCT MIN/MAX is planned as a plain one, which the local phase
+            // finds and refuses.)
+            Some(j) => c.distinct && c.func != Func::Avg && c.arg.as_ref() == Some(&buckets[j].0),
+            // The keys alone's set: with an Expand, all its rows go where the key's do.
+            None => expand.is_some(),
+        };
+        let parts = if c.func == Func::Avg { 2 } else { 1 };
+        call_sets = call_sets.filter(|_| by_value).map(|mut v| {
+            v.extend(std::iter::repeat_n(c.bucket, parts));
+            v
+        });
         let mut filter = c.filter.clone();
         if expand.is_some() {
             let g = col(crate::plan::SET_ID_COLUMN).eq(lit(set_id(c.bucket)));
@@ -423,6 +444,7 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
         expand,
         partial_input,
         partial,
+        call_sets,
         final_agg,
         post_exprs,
     }))

@@ -378,6 +378,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
     let mut split_bypasses = 0;
     // Runs whose split PARTIAL keyed its workers' state by the query's keys alone.
     let mut merged_buckets = 0;
+    // Runs whose split PARTIAL's local phases routed its DISTINCT entries when they flushed.
+    let mut routed_at_flush = 0;
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
     let mut chunked_changelogs = 0;
@@ -433,6 +435,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 let split = desc.contains("split.enabled=true");
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
+                    routed_at_flush += usize::from(m.routes_at_flush);
                     read_through += usize::from(m.reads_through);
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
@@ -460,6 +463,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         merged_buckets > 3,
         "{merged_buckets} runs with a split PARTIAL's state keyed by the query's keys"
+    );
+    assert!(
+        routed_at_flush > 1,
+        "{routed_at_flush} runs whose split local phases routed DISTINCT entries at the flush"
     );
     assert!(
         read_through > 1,

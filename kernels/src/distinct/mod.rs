@@ -46,6 +46,8 @@ mod packed;
 mod pairs;
 mod state;
 
+pub use state::LiveEntries;
+
 use bits::{bits_type, to_bits};
 use flips::Flips;
 use packed::{LINES_FROM, Packed, Probe};

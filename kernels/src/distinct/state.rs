@@ -78,13 +78,70 @@ impl DistinctAccumulator {
         self.lists(&bits, cols, offsets)
     }
 
+    /// Every live entry, read in one pass over the table: its group, its value (one array of
+    /// the argument's type) and its counters. A split PARTIAL's local phase routes each entry
+    /// by its value's bucket from these, and has them listed by [`Self::state_placed`].
+    ///
+    /// # Errors
+    /// When the values cannot be built.
+    pub fn live_entries(&self) -> Result<LiveEntries, ArrowError> {
+        let (mut groups, mut bits, mut counters) = (vec![], vec![], vec![]);
+        self.pairs.for_each(|id, value, count| {
+            if let Some(g) = self.live_group(id) {
+                groups.push(g);
+                bits.push(value);
+                counters.push(self.counter_of(id, value, count));
+            }
+        });
+        Ok(LiveEntries {
+            values: self.values_of(&bits)?,
+            groups,
+            bits,
+            counters,
+        })
+    }
+
+    /// The state of output rows `0..rows` (one list per row): entry `i` of `entries` (as
+    /// [`Self::live_entries`] gave them, the table unchanged since) in row `row_of[i]`, whatever
+    /// its group; a row's entries ordered as [`Self::state`] orders a group's. No pass over the
+    /// table.
+    ///
+    /// # Errors
+    /// Not one row per entry, a row past `rows`; when the state cannot be built.
+    pub fn state_placed(
+        &self,
+        entries: &LiveEntries,
+        rows: usize,
+        row_of: &[u32],
+    ) -> Result<ArrayRef, ArrowError> {
+        if row_of.len() != entries.groups.len() || row_of.iter().any(|&r| r as usize >= rows) {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "DISTINCT entries placed: {} rows for {} entries, or a row past {rows}",
+                row_of.len(),
+                entries.groups.len()
+            )));
+        }
+        let mut offsets = vec![0i32; rows + 1];
+        for &r in row_of {
+            offsets[r as usize + 1] += 1;
+        }
+        for s in 0..rows {
+            offsets[s + 1] += offsets[s];
+        }
+        let mut placed: Vec<(u64, i64)> = vec![(0, 0); row_of.len()];
+        let mut next: Vec<usize> = offsets[..rows].iter().map(|&o| o as usize).collect();
+        for (i, &r) in row_of.iter().enumerate() {
+            let at = &mut next[r as usize];
+            placed[*at] = (entries.bits[i], entries.counters[i]);
+            *at += 1;
+        }
+        self.lists_of_placed(placed, offsets)
+    }
+
     /// [`Self::state`] of groups `0..n` in the order `slots` gives (group `g` is output row
     /// `slots[g]`; a local phase's flush): the live entries placed by output row in one counting
-    /// pass, without a map or a list per group, and sorted by value (as [`Self::state`] orders
-    /// them) only where the order of the values can change a result (a floating-point sum), so
-    /// that the outcome does not depend on the table's history.
+    /// pass, without a map or a list per group ([`Self::lists_of_placed`]).
     fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let k = self.inners.len();
         let n = slots.len();
         let live = |id: u32| {
             self.live_group(id)
@@ -109,13 +166,25 @@ impl DistinctAccumulator {
                 *at += 1;
             }
         });
+        self.lists_of_placed(placed, offsets)
+    }
+
+    /// The lists of entries `placed` by row (row `s` holds `placed[offsets[s]..offsets[s +
+    /// 1]]`, each a value's bits and its [`Self::counter_of`]), each row's sorted by value
+    /// (as [`Self::state`] orders them) only where the order of the values can change a result
+    /// (a floating-point sum), so that the outcome does not depend on the table's history.
+    fn lists_of_placed(
+        &self,
+        mut placed: Vec<(u64, i64)>,
+        offsets: Vec<i32>,
+    ) -> Result<ArrayRef, ArrowError> {
         if self.order_matters {
-            for s in 0..n {
-                placed[offsets[s] as usize..offsets[s + 1] as usize].sort_unstable();
+            for s in offsets.windows(2) {
+                placed[s[0] as usize..s[1] as usize].sort_unstable();
             }
         }
         let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
-        let cols: Vec<Vec<i64>> = (0..k)
+        let cols: Vec<Vec<i64>> = (0..self.inners.len())
             .map(|j| {
                 placed
                     .iter()
@@ -218,6 +287,18 @@ impl DistinctAccumulator {
         Ok(())
     }
 
+    /// The values of entries from their `bits` (the values' bits, or their ids in the value
+    /// table), as one array of the argument's type.
+    fn values_of(&self, bits: &[u64]) -> Result<ArrayRef, ArrowError> {
+        match &self.values {
+            Values::Bits => from_bits(bits, &self.arg_type),
+            Values::Interned { table, .. } => {
+                let vids: Vec<u32> = bits.iter().map(|&b| b as u32).collect();
+                Ok(table.keys(&vids)?.remove(0))
+            }
+        }
+    }
+
     /// The list column of entries: values from their `bits`, the counters `cols`, cut by
     /// `offsets`.
     pub(super) fn lists(
@@ -226,20 +307,25 @@ impl DistinctAccumulator {
         cols: Vec<Vec<i64>>,
         offsets: Vec<i32>,
     ) -> Result<ArrayRef, ArrowError> {
-        let values = match &self.values {
-            Values::Bits => from_bits(bits, &self.arg_type)?,
-            Values::Interned { table, .. } => {
-                let vids: Vec<u32> = bits.iter().map(|&b| b as u32).collect();
-                table.keys(&vids)?.remove(0)
-            }
-        };
-        let mut columns: Vec<ArrayRef> = vec![values];
+        let mut columns: Vec<ArrayRef> = vec![self.values_of(bits)?];
         columns.extend(
             cols.into_iter()
                 .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),
         );
         entry_lists(self.entry_fields(), columns, offsets)
     }
+}
+
+/// The live entries of a DISTINCT accumulator, in the table's order
+/// ([`DistinctAccumulator::live_entries`]).
+#[derive(Debug)]
+pub struct LiveEntries {
+    /// Each entry's group.
+    pub groups: Vec<u32>,
+    /// Each entry's value: one array of the argument's type.
+    pub values: ArrayRef,
+    bits: Vec<u64>,
+    counters: Vec<i64>,
 }
 
 /// Where `groups` is an order of `0..n` (each once), the output row of each group

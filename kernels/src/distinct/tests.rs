@@ -424,3 +424,119 @@ fn tagged_pairs_hold_the_flags_of_a_few_aggregates() {
     }
     assert!(matches!(tagged.pairs, Pairs::Flagged(_)));
 }
+
+/// Entries placed in rows by their group and value (a split PARTIAL's flush by worker): every
+/// row lists exactly the live entries placed in it, with the counters the group's own list
+/// gives them, for flags (insert-only), bare pairs, counters (retractable) and string values;
+/// merged into a global phase, the rows of a group give its results. A row past the rows, or
+/// too few rows for the entries, is refused.
+#[test]
+fn entries_placed_in_rows_are_the_groups_entries() {
+    let mut rng = crate::test_rng::XorShift(0x3c6e_f372_fe94_f82bu64);
+    let mut rand = move || rng.next();
+    for (arg, k, retractable) in [
+        (DataType::Int64, 2, false),
+        (DataType::Int64, 1, false),
+        (DataType::Int64, 2, true),
+        (DataType::Utf8, 2, false),
+    ] {
+        let kinds = vec![AggregateKind::Count; k];
+        let mut acc = DistinctAccumulator::try_new(&arg, &kinds, retractable).unwrap();
+        acc.for_local_phase();
+        let groups = 3u32;
+        let n = 500;
+        let raw: Vec<Option<i64>> = (0..n)
+            .map(|_| {
+                let v = (rand() % 150) as i64;
+                (v % 31 != 0).then_some(v)
+            })
+            .collect();
+        let values: ArrayRef = match arg {
+            DataType::Utf8 => Arc::new(arrow_array::StringArray::from_iter(
+                raw.iter().map(|v| v.map(|v| format!("v{v}"))),
+            )),
+            _ => Arc::new(Int64Array::from(raw.clone())),
+        };
+        let gids: Vec<u32> = (0..n).map(|_| (rand() % 3) as u32).collect();
+        let odd = BooleanBuffer::collect_bool(n, |i| i % 2 == 1);
+        let filters: Vec<Option<&BooleanBuffer>> =
+            (0..k).map(|j| (j == 1).then_some(&odd)).collect();
+        acc.apply(&values, &gids, &filters, groups as usize, 1)
+            .unwrap();
+
+        let entries = acc.live_entries().unwrap();
+        let (entry_groups, entry_values) = (&entries.groups, &entries.values);
+        assert_eq!(entry_groups.len(), entry_values.len());
+        // Two rows per group, chosen by the value's parity.
+        let parity = |i: usize| match arg {
+            DataType::Utf8 => {
+                let s = entry_values.as_string::<i32>().value(i);
+                s[1..].parse::<u64>().unwrap() % 2
+            }
+            _ => entry_values.as_primitive::<Int64Type>().value(i) as u64 % 2,
+        };
+        let row_of: Vec<u32> = (0..entry_groups.len())
+            .map(|i| entry_groups[i] * 2 + parity(i) as u32)
+            .collect();
+        let placed = acc
+            .state_placed(&entries, 2 * groups as usize, &row_of)
+            .unwrap();
+        let all: Vec<u32> = (0..groups).collect();
+        let whole = acc.state(&all).unwrap();
+        let entries_of = |state: &ArrayRef, row: usize| -> Vec<(String, Vec<i64>)> {
+            let lists = state.as_any().downcast_ref::<ListArray>().unwrap();
+            let e = lists.value(row);
+            let e = e.as_any().downcast_ref::<StructArray>().unwrap();
+            let text = arrow_cast::display::ArrayFormatter::try_new(
+                e.column(0).as_ref(),
+                &Default::default(),
+            )
+            .unwrap();
+            let mut out: Vec<(String, Vec<i64>)> = (0..arrow_array::Array::len(e))
+                .map(|i| {
+                    let counts = (1..=k)
+                        .map(|c| e.column(c).as_primitive::<Int64Type>().value(i))
+                        .collect();
+                    (text.value(i).to_string(), counts)
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        for g in 0..groups as usize {
+            let mut rows = entries_of(&placed, 2 * g);
+            let odd_rows = entries_of(&placed, 2 * g + 1);
+            let digits = |s: &str| s.trim_start_matches('v').parse::<u64>().unwrap();
+            assert!(rows.iter().all(|(v, _)| digits(v) % 2 == 0), "{arg} k={k}");
+            assert!(
+                odd_rows.iter().all(|(v, _)| digits(v) % 2 == 1),
+                "{arg} k={k}"
+            );
+            rows.extend(odd_rows);
+            rows.sort();
+            assert_eq!(rows, entries_of(&whole, g), "{arg} k={k}, group {g}");
+            assert!(!rows.is_empty());
+        }
+        // The rows merged into a global phase give each group's results.
+        let mut global = DistinctAccumulator::try_new(&arg, &kinds, retractable).unwrap();
+        let owners: Vec<u32> = (0..2 * groups).map(|r| r / 2).collect();
+        global.merge(&placed, &owners, groups as usize).unwrap();
+        let mut reference = DistinctAccumulator::try_new(&arg, &kinds, retractable).unwrap();
+        reference.merge(&whole, &all, groups as usize).unwrap();
+        assert_eq!(
+            global.evaluate(&all).unwrap(),
+            reference.evaluate(&all).unwrap()
+        );
+
+        let mut past = row_of.clone();
+        past[0] = 2 * groups;
+        assert!(
+            acc.state_placed(&entries, 2 * groups as usize, &past)
+                .is_err()
+        );
+        assert!(
+            acc.state_placed(&entries, 2 * groups as usize, &row_of[1..])
+                .is_err()
+        );
+    }
+}

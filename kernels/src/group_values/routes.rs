@@ -68,6 +68,46 @@ pub struct BucketRoutes {
     /// Scratch of [`BucketRoutes::group_set`]: a run's group per bucket value.
     kept: Vec<u32>,
     hasher: ahash::RandomState,
+    key_hash: BucketedKeyHash,
+}
+
+/// The hashes of bucketed keys with at most one bucket set, as [`crate::hash::hash_columns`]
+/// gives them over the whole key, from the hash of its prefix: what routes a split PARTIAL's
+/// row (the hash [`BucketRoutes::route`] hands its `route_of`), found for a bucket without a
+/// row (a local phase that folds a key's rows whatever their buckets routes its DISTINCT
+/// entries by their values' buckets when it flushes).
+#[derive(Debug, Clone)]
+pub struct BucketedKeyHash {
+    /// Bucket columns.
+    m: usize,
+    hasher: ahash::RandomState,
+}
+
+impl BucketedKeyHash {
+    /// Hashes of keys with `bucket_columns` bucket columns after the prefix.
+    ///
+    /// # Errors
+    /// No bucket column, or more than [`MAX_BUCKET_COLUMNS`].
+    pub fn try_new(bucket_columns: usize) -> Result<Self, ArrowError> {
+        check_buckets(bucket_columns, 1)?;
+        Ok(Self {
+            m: bucket_columns,
+            hasher: random_state(),
+        })
+    }
+
+    /// The hash of a key whose prefix hashes to `prefix` (None without prefix columns) with
+    /// bucket column `j` holding `b` and the others NULL (`Some((j, b))`), or every bucket
+    /// NULL (None).
+    #[inline]
+    pub fn hash(&self, prefix: Option<u64>, bucket: Option<(usize, i32)>) -> u64 {
+        let mut values = [0i32; MAX_BUCKET_COLUMNS];
+        let set = bucket.map_or(0, |(j, b)| {
+            values[j] = b;
+            1 << j
+        });
+        bucketed_key_hash(prefix, set, &values[..self.m], &self.hasher)
+    }
 }
 
 impl BucketRoutes {
@@ -91,6 +131,7 @@ impl BucketRoutes {
             routes: vec![],
             kept: vec![],
             hasher: random_state(),
+            key_hash: BucketedKeyHash::try_new(bucket_columns)?,
         })
     }
 
@@ -256,17 +297,7 @@ impl BucketRoutes {
         bucket: Option<(usize, i32)>,
         route_of: &impl Fn(u64) -> u16,
     ) -> u16 {
-        let mut values = [0i32; MAX_BUCKET_COLUMNS];
-        let set = bucket.map_or(0, |(j, v)| {
-            values[j] = v;
-            1 << j
-        });
-        route_of(bucketed_key_hash(
-            self.prefix.hash(p),
-            set,
-            &values[..self.m],
-            &self.hasher,
-        ))
+        route_of(self.key_hash.hash(self.prefix.hash(p), bucket))
     }
 
     /// The block of `slot` under prefix `p` (see `block_of`), made if it is new and there is

@@ -47,6 +47,11 @@ pub(crate) struct FlushedPart {
 }
 
 impl FlushedPart {
+    /// Rows `range` of `flush`.
+    pub(super) fn new(flush: Arc<Flushed>, range: Range<usize>) -> Self {
+        Self { flush, range }
+    }
+
     /// A flush that goes whole to one worker.
     #[cfg(test)]
     pub(crate) fn whole(flush: Flushed) -> Self {
@@ -164,6 +169,9 @@ impl LocalGroupAggregate {
     /// # Errors
     /// As [`LocalGroupAggregate::flush`].
     pub(crate) fn flush_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
+        if kg.workers() > 1 && self.entry_routes.is_some() {
+            return self.flush_entry_routed(kg);
+        }
         let n = self.len();
         let rows = self.rows_per_group();
         if rows.iter().all(|&r| r == 0) {
@@ -218,7 +226,7 @@ impl LocalGroupAggregate {
     }
 
     /// Each group's input rows since the last flush (0 for a retained key that got none).
-    fn rows_per_group(&self) -> Vec<u64> {
+    pub(super) fn rows_per_group(&self) -> Vec<u64> {
         let n = self.len();
         let mut rows: Vec<u64> = if self.retracted {
             self.group_rows[..n].to_vec()
@@ -288,6 +296,14 @@ impl LocalGroupAggregate {
                 ids: order,
             }),
         };
+        self.forget_folded(n);
+        Ok(Some((flushed, bounds)))
+    }
+
+    /// Forgets what was folded since the last flush, keeping the allocations (and the keys, if
+    /// the key table is [`LocalGroupAggregate::retained`]); `n`: the groups the accumulators
+    /// hold.
+    pub(super) fn forget_folded(&mut self, n: usize) {
         if !self.retained {
             self.groups.clear();
             self.table = KeyTableId::fresh();
@@ -301,7 +317,6 @@ impl LocalGroupAggregate {
         self.retracted = false;
         // Every group's accumulators start afresh, in the same allocations.
         self.state.clear(n);
-        Ok(Some((flushed, bounds)))
     }
 }
 

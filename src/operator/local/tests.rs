@@ -261,3 +261,160 @@ fn retained_keys_go_by_their_ids_per_table() {
     assert_eq!(fresh.ids, [0]);
     assert_ne!(fresh.table, tables.unwrap().0);
 }
+
+/// A split PARTIAL's local phase that routes its DISTINCT entries when it flushes hands each
+/// worker the same state as one that routes every row by its key and bucket: per worker and
+/// key, the same COUNT(*) of the keys alone's set and the same DISTINCT entries with their
+/// counters (three workers, two bucketed arguments, a FILTER, NULLs, two mini-batches).
+#[test]
+fn entries_routed_at_the_flush_land_where_their_rows_would() {
+    use crate::plan::BucketKeys;
+    use arrow::array::{BooleanArray, Int32Array};
+    use arrow::util::display::array_value_to_string;
+    use datafusion_expr::{ExprFunctionExt, lit};
+    use std::collections::BTreeMap;
+    use tally_kernels::hash::bucket_array;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("u", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("f", DataType::Boolean, true),
+        Field::new("$f4", DataType::Int32, true),
+        Field::new("$f5", DataType::Int32, true),
+        Field::new("$e", DataType::Int64, false),
+    ]));
+    let distinct = |arg: &str, filter: datafusion_expr::Expr| {
+        crate::aggregates::count(col(arg))
+            .distinct()
+            .filter(filter)
+            .build()
+            .unwrap()
+    };
+    let e = |id: i64| col("$e").eq(lit(id));
+    let aggregates = [
+        crate::aggregates::count_star()
+            .filter(e(3))
+            .build()
+            .unwrap(),
+        distinct("u", e(2)),
+        distinct("u", col("f").and(e(2))),
+        distinct("v", e(1)),
+    ];
+    let plan = |routes: bool| {
+        let mut p = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k"), col("$f4"), col("$f5")],
+            &aggregates,
+            None,
+        )
+        .unwrap();
+        p.bucket_keys = Some(BucketKeys {
+            columns: 2,
+            buckets: 16,
+            call_sets: routes.then(|| vec![None, Some(0), Some(0), Some(1)]),
+        });
+        Arc::new(p)
+    };
+    let kg = KeyGroups::new(128, 3).unwrap();
+    let mut by_entries = LocalGroupAggregate::try_new(plan(true)).unwrap();
+    let mut by_rows = LocalGroupAggregate::try_new(plan(false)).unwrap();
+    by_entries.merge_buckets(Some(&kg)).unwrap();
+    by_rows.merge_buckets(Some(&kg)).unwrap();
+    assert!(by_entries.routes_at_flush() && !by_rows.routes_at_flush());
+    // An Expand's three sets of 400 rows: u's bucket set (id 2), v's (id 1), the keys alone.
+    let rows = 400;
+    let k: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows).map(|i| (i * 7) % 5)));
+    let u: ArrayRef = Arc::new(Int64Array::from_iter(
+        (0..rows).map(|i| (i % 9 != 0).then_some((i * 31) % 97)),
+    ));
+    let v: ArrayRef = Arc::new(Int64Array::from_iter(
+        (0..rows).map(|i| (i % 7 != 0).then_some((i * 13) % 53)),
+    ));
+    let f: ArrayRef = Arc::new(BooleanArray::from_iter(
+        (0..rows).map(|i| (i % 5 != 0).then_some(i % 3 == 0)),
+    ));
+    let buckets = |a: &ArrayRef| Arc::new(bucket_array(a, 16).unwrap()) as ArrayRef;
+    let none: ArrayRef = Arc::new(Int32Array::new_null(rows as usize));
+    let set = |b4: &ArrayRef, b5: &ArrayRef, id: i64| {
+        let cols = vec![
+            Arc::clone(&k),
+            Arc::clone(&u),
+            Arc::clone(&v),
+            Arc::clone(&f),
+            Arc::clone(b4),
+            Arc::clone(b5),
+            Arc::new(Int64Array::from(vec![id; rows as usize])) as ArrayRef,
+        ];
+        RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+    };
+    let sets = [
+        set(&buckets(&u), &none, 2),
+        set(&none, &buckets(&v), 1),
+        set(&none, &none, 3),
+    ];
+    // Per worker and key: each state column's values, the DISTINCT lists as sorted entries; a
+    // row without a count or an entry (one that only counted rows) left out.
+    type Model = BTreeMap<(usize, String), Vec<Vec<String>>>;
+    let merged = |local: &mut LocalGroupAggregate, model: &mut Model| {
+        let flushed = local.flush_routed(&kg).unwrap().unwrap();
+        for (w, part) in flushed.parts.iter().enumerate() {
+            let batch = part.batch();
+            for r in 0..batch.num_rows() {
+                let key = array_value_to_string(batch.column(0), r).unwrap();
+                let slot = model.entry((w, key)).or_insert_with(|| vec![vec![]; 3]);
+                let count = batch
+                    .column(3)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                slot[0].push(count.value(r).to_string());
+                for (i, c) in [4, 5].into_iter().enumerate() {
+                    let list = batch
+                        .column(c)
+                        .as_any()
+                        .downcast_ref::<arrow::array::ListArray>()
+                        .unwrap();
+                    let entries = list.value(r);
+                    let entries = entries
+                        .as_any()
+                        .downcast_ref::<arrow::array::StructArray>()
+                        .unwrap();
+                    for e in 0..arrow::array::Array::len(entries) {
+                        let fields: Vec<String> = entries
+                            .columns()
+                            .iter()
+                            .map(|a| array_value_to_string(a, e).unwrap())
+                            .collect();
+                        slot[i + 1].push(fields.join(" "));
+                    }
+                }
+            }
+        }
+    };
+    let (mut a, mut b) = (Model::new(), Model::new());
+    for _ in 0..2 {
+        for s in &sets {
+            by_entries.push(s).unwrap();
+            by_rows.push(s).unwrap();
+        }
+        merged(&mut by_entries, &mut a);
+        merged(&mut by_rows, &mut b);
+    }
+    let tidy = |m: Model| -> Model {
+        m.into_iter()
+            .map(|(at, mut cols)| {
+                let count: i64 = cols[0].iter().map(|c| c.parse::<i64>().unwrap()).sum();
+                cols[0] = vec![count.to_string()];
+                cols[1].sort();
+                cols[2].sort();
+                (at, cols)
+            })
+            .filter(|(_, cols)| cols[0][0] != "0" || !cols[1].is_empty() || !cols[2].is_empty())
+            .collect()
+    };
+    let (a, b) = (tidy(a), tidy(b));
+    assert_eq!(a, b);
+    // Every worker got some of the entries.
+    let workers: std::collections::BTreeSet<usize> = a.keys().map(|(w, _)| *w).collect();
+    assert_eq!(workers.len(), 3);
+}

@@ -112,6 +112,7 @@ pub(super) fn build_split(
     let bucket_keys = BucketKeys {
         columns: split.buckets.len(),
         buckets,
+        call_sets: split.call_sets.clone(),
     };
     let built = aggregate_on(
         ctx,

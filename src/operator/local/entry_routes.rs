@@ -1,0 +1,208 @@
+//! A split PARTIAL's local phase on several workers that routes what it folded when it
+//! flushes, not row by row.
+//!
+//! Where the PARTIAL's workers key their state by the query's keys alone
+//! (`KeyedState::merge_buckets`), a row of a bucketed group set goes to the worker its key and
+//! bucket route it to, and its bucket is that of its DISTINCT argument's value. So where every
+//! call of a bucketed set is a DISTINCT call over exactly the bucketed argument
+//! ([`crate::plan::BucketKeys::call_sets`]), the local phase folds a key's rows whatever their
+//! sets and buckets, as on one worker (one group per key, no route looked up per row), and a
+//! flush routes each DISTINCT entry by its value's bucket, and the other calls' state (the set
+//! of the keys alone, whose rows all go where the key's do) to that set's worker. Each worker
+//! gets the entries and states it would have got from the rows routed one by one, in one
+//! accumulator row per (key, worker). Only a row's count, the hidden record count of insert-only
+//! input (which only the metrics read), lands elsewhere: the rows that made no entry of their
+//! own (a value seen before in the mini-batch, a NULL) are counted at the worker of the keys
+//! alone.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::datatypes::DataType;
+use tally_kernels::group_values::BucketedKeyHash;
+use tally_kernels::hash::bucket_array;
+
+use super::LocalGroupAggregate;
+use super::flush::{Flushed, FlushedPart, RoutedFlush};
+use crate::error::{Error, Result};
+use crate::operator::accumulators::Accumulators;
+use crate::operator::key_groups::KeyGroups;
+use crate::plan::{AggregatePlan, BucketKeys};
+
+/// How a local phase routes what it folded (see the module docs).
+#[derive(Debug)]
+pub(crate) struct EntryRoutes {
+    key_hash: BucketedKeyHash,
+    buckets: u32,
+    /// Per accumulator slot ([`Accumulators::state`]'s order): the bucket column of its calls'
+    /// group set (None: the keys alone's).
+    slot_sets: Vec<Option<usize>>,
+}
+
+impl EntryRoutes {
+    /// The routes of `plan`'s accumulators `state` over `buckets`, or None where a flush cannot
+    /// route them: changelog input (whose record counts must be exact), a `COUNT(*)` counted by
+    /// the local phase itself (`count_star`), calls that do not route by value
+    /// ([`crate::plan::BucketKeys::call_sets`], [`Accumulators::slot_sets`]), or a bucketed
+    /// argument of a type other than Int32 and Int64 (whose buckets the kernels compute from
+    /// the values alone).
+    pub(super) fn try_new(
+        plan: &AggregatePlan,
+        buckets: &BucketKeys,
+        state: &Accumulators,
+        count_star: Option<usize>,
+    ) -> Option<Self> {
+        if plan.has_retractions() || count_star.is_some() {
+            return None;
+        }
+        let slots = state.slot_sets(buckets.call_sets.as_ref()?)?;
+        let bucketable = |arg: usize| {
+            plan.calc.args[arg]
+                .data_type(&plan.input_schema)
+                .is_ok_and(|t| matches!(t, DataType::Int32 | DataType::Int64))
+        };
+        if slots
+            .iter()
+            .any(|&(set, arg)| set.is_some() && !arg.is_some_and(bucketable))
+        {
+            return None;
+        }
+        Some(Self {
+            key_hash: BucketedKeyHash::try_new(buckets.columns).ok()?,
+            buckets: buckets.buckets,
+            slot_sets: slots.into_iter().map(|(set, _)| set).collect(),
+        })
+    }
+}
+
+impl LocalGroupAggregate {
+    /// [`LocalGroupAggregate::flush_routed`] where the flush routes what was folded (see the
+    /// module docs): one accumulator row per (key, worker) that gets anything, in worker
+    /// order, then key order.
+    pub(super) fn flush_entry_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
+        let Some(routes) = &self.entry_routes else {
+            return Err(Error::internal("a flush by entry routes without them"));
+        };
+        let n = self.len();
+        let rows = self.rows_per_group();
+        if rows.iter().all(|&r| r == 0) {
+            return Ok(None);
+        }
+        let top = rows.iter().copied().max().unwrap_or(0);
+        let all: u64 = rows.iter().sum();
+        let hot_share = top as f64 / all.max(1) as f64;
+        let start = Instant::now();
+        let p = kg.workers();
+        let key_hashes = self.groups.hashes();
+        let prefix = |g: u32| (self.state_keys > 0).then(|| key_hashes[g as usize]);
+        // The worker of each key's rows without a bucket (the keys alone's set, NULLs).
+        let home: Vec<usize> = (0..n as u32)
+            .map(|g| kg.worker_of_hash(routes.key_hash.hash(prefix(g), None)))
+            .collect();
+        // Each DISTINCT entry's worker, and the entries of each (key, worker).
+        let live = self.state.live_entries()?;
+        let mut entries = vec![0u64; n * p];
+        let mut workers: Vec<Option<Vec<usize>>> = Vec::with_capacity(live.len());
+        for (entries_of, &set) in live.iter().zip(&routes.slot_sets) {
+            let Some(e) = entries_of else {
+                workers.push(None);
+                continue;
+            };
+            let (groups, values) = (&e.groups, &e.values);
+            let of: Vec<usize> = match set {
+                Some(j) => {
+                    let b = bucket_array(values, routes.buckets)?;
+                    groups
+                        .iter()
+                        .zip(b.values())
+                        .map(|(&g, &b)| {
+                            kg.worker_of_hash(routes.key_hash.hash(prefix(g), Some((j, b))))
+                        })
+                        .collect()
+                }
+                None => groups.iter().map(|&g| home[g as usize]).collect(),
+            };
+            for (&g, &w) in groups.iter().zip(&of) {
+                entries[g as usize * p + w] += 1;
+            }
+            workers.push(Some(of));
+        }
+        // Rows per (key, worker): its entries, and at the key's home the rows that made none.
+        let mut counts = entries;
+        for g in 0..n {
+            let made: u64 = counts[g * p..(g + 1) * p].iter().sum();
+            counts[g * p + home[g]] += rows[g].saturating_sub(made);
+        }
+        // Output rows by worker, then key.
+        let mut row_of = vec![u32::MAX; n * p];
+        let (mut groups, mut row_workers, mut bounds) = (vec![], vec![], vec![0]);
+        for w in 0..p {
+            for g in 0..n {
+                if counts[g * p + w] > 0 {
+                    row_of[g * p + w] = groups.len() as u32;
+                    groups.push(g as u32);
+                    row_workers.push(w);
+                }
+            }
+            bounds.push(groups.len());
+        }
+        let routing = start.elapsed();
+        let entry_rows: Vec<Option<Vec<u32>>> = live
+            .iter()
+            .zip(&workers)
+            .map(|(e, of)| {
+                Some(
+                    e.as_ref()?
+                        .groups
+                        .iter()
+                        .zip(of.as_ref()?)
+                        .map(|(&g, &w)| row_of[g as usize * p + w])
+                        .collect(),
+                )
+            })
+            .collect();
+        // A plain slot's state is the key's at its home, an empty group's (group `n`) elsewhere.
+        let empty = n as u32;
+        let plain: Vec<u32> = groups
+            .iter()
+            .zip(&row_workers)
+            .map(|(&g, &w)| if w == home[g as usize] { g } else { empty })
+            .collect();
+        self.state.grow_plain(n + 1)?;
+        let mut cols: Vec<ArrayRef> = self.groups.keys(&groups)?;
+        for t in &self.plan.key_types[self.state_keys..] {
+            cols.push(arrow::array::new_null_array(t, groups.len()));
+        }
+        cols.extend(self.state.state_placed(&plain, &live, &entry_rows)?);
+        let row_counts: Vec<u64> = groups
+            .iter()
+            .zip(&row_workers)
+            .map(|(&g, &w)| counts[g as usize * p + w])
+            .collect();
+        cols.push(Arc::new(Int64Array::from_iter_values(
+            row_counts.iter().map(|&c| c as i64),
+        )));
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let flush = Arc::new(Flushed {
+            batch,
+            hashes: groups.iter().map(|&g| key_hashes[g as usize]).collect(),
+            hashed_keys: self.state_keys,
+            rows: row_counts,
+            local_ids: None,
+        });
+        let entries_out = self.state.distinct_entries() as u64;
+        self.retained = false;
+        self.forget_folded(n + 1);
+        Ok(Some(RoutedFlush {
+            parts: bounds
+                .windows(2)
+                .map(|w| FlushedPart::new(Arc::clone(&flush), w[0]..w[1]))
+                .collect(),
+            hot_share,
+            routing,
+            entries: entries_out,
+        }))
+    }
+}
