@@ -89,9 +89,6 @@ impl LocalGroupAggregate {
         if rows.iter().all(|&r| r == 0) {
             return Ok(None);
         }
-        let top = rows.iter().copied().max().unwrap_or(0);
-        let all: u64 = rows.iter().sum();
-        let hot_share = top as f64 / all.max(1) as f64;
         let start = Instant::now();
         let p = kg.workers();
         let key_hashes = self.groups.hashes();
@@ -134,6 +131,11 @@ impl LocalGroupAggregate {
             let made: u64 = counts[g * p..(g + 1) * p].iter().sum();
             counts[g * p + home[g]] += rows[g].saturating_sub(made);
         }
+        // The hottest (key, worker)'s share of the rows, as a local phase routing every row
+        // measures it: a hot key's rows spread over the workers by their buckets do not pin one
+        // worker when the local phase steps aside (the adaptive local phase).
+        let all: u64 = rows.iter().sum();
+        let hot_share = counts.iter().copied().max().unwrap_or(0) as f64 / all.max(1) as f64;
         // Output rows by worker, then key.
         let mut row_of = vec![u32::MAX; n * p];
         let (mut groups, mut row_workers, mut bounds) = (vec![], vec![], vec![0]);

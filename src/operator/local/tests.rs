@@ -357,6 +357,16 @@ fn entries_routed_at_the_flush_land_where_their_rows_would() {
     type Model = BTreeMap<(usize, String), Vec<Vec<String>>>;
     let merged = |local: &mut LocalGroupAggregate, model: &mut Model| {
         let flushed = local.flush_routed(&kg).unwrap().unwrap();
+        // The hottest share is a (key, worker)'s, as the rows count them: below any key's
+        // (each of the five keys has a fifth of the rows).
+        let counts: Vec<u64> = flushed
+            .parts
+            .iter()
+            .flat_map(|p| p.rows().to_vec())
+            .collect();
+        let top = *counts.iter().max().unwrap() as f64 / counts.iter().sum::<u64>() as f64;
+        assert_eq!(flushed.hot_share, top);
+        assert!(top < 0.2, "{top}");
         for (w, part) in flushed.parts.iter().enumerate() {
             let batch = part.batch();
             for r in 0..batch.num_rows() {
