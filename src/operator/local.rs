@@ -137,7 +137,13 @@ impl LocalGroupAggregate {
                     (query_keys, None, None)
                 } else if let Some(routes) = int32
                     .then(|| {
-                        EntryRoutes::try_new(&self.plan, b, &self.state, self.count_star_column)
+                        EntryRoutes::try_new(
+                            &self.plan,
+                            b,
+                            &self.state,
+                            self.count_star_column,
+                            kg.workers(),
+                        )
                     })
                     .flatten()
                 {

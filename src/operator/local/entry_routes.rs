@@ -15,12 +15,13 @@
 //! own (a value seen before in the mini-batch, a NULL) are counted at the worker of the keys
 //! alone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::DataType;
-use tally_kernels::group_values::BucketedKeyHash;
+use tally_kernels::group_values::{BucketedKeyHash, NO_ROUTE};
 use tally_kernels::hash::bucket_array;
 
 use super::LocalGroupAggregate;
@@ -30,6 +31,9 @@ use crate::operator::accumulators::Accumulators;
 use crate::operator::key_groups::KeyGroups;
 use crate::plan::{AggregatePlan, BucketKeys};
 
+/// The most routes kept across flushes ([`EntryRoutes`]'s blocks) before they are forgotten.
+const MAX_KEPT_ROUTES: usize = 1 << 20;
+
 /// How a local phase routes what it folded (see the module docs).
 #[derive(Debug)]
 pub(crate) struct EntryRoutes {
@@ -38,6 +42,11 @@ pub(crate) struct EntryRoutes {
     /// Per accumulator slot ([`Accumulators::state`]'s order): the bucket column of its calls'
     /// group set (None: the keys alone's).
     slot_sets: Vec<Option<usize>>,
+    /// The routes found, kept across flushes (a route depends on the key's hash alone): per
+    /// (query key hash, bucket column), where its block of a worker per bucket starts in
+    /// `routes` ([`NO_ROUTE`] until found).
+    blocks: HashMap<(Option<u64>, usize), usize>,
+    routes: Vec<u16>,
 }
 
 impl EntryRoutes {
@@ -52,8 +61,9 @@ impl EntryRoutes {
         buckets: &BucketKeys,
         state: &Accumulators,
         count_star: Option<usize>,
+        workers: usize,
     ) -> Option<Self> {
-        if plan.has_retractions() || count_star.is_some() {
+        if plan.has_retractions() || count_star.is_some() || workers >= usize::from(NO_ROUTE) {
             return None;
         }
         let slots = state.slot_sets(buckets.call_sets.as_ref()?)?;
@@ -72,7 +82,27 @@ impl EntryRoutes {
             key_hash: BucketedKeyHash::try_new(buckets.columns).ok()?,
             buckets: buckets.buckets,
             slot_sets: slots.into_iter().map(|(set, _)| set).collect(),
+            blocks: HashMap::new(),
+            routes: vec![],
         })
+    }
+
+    /// Where the block of routes of the key hashing to `prefix` (None without key columns)
+    /// with bucket column `j` set starts in `routes`, made if new (the blocks forgotten first
+    /// where they hold [`MAX_KEPT_ROUTES`]).
+    fn block(&mut self, prefix: Option<u64>, j: usize) -> usize {
+        if let Some(&start) = self.blocks.get(&(prefix, j)) {
+            return start;
+        }
+        let width = self.buckets as usize;
+        if self.routes.len() + width > MAX_KEPT_ROUTES {
+            self.blocks.clear();
+            self.routes.clear();
+        }
+        let start = self.routes.len();
+        self.routes.resize(start + width, NO_ROUTE);
+        self.blocks.insert((prefix, j), start);
+        start
     }
 }
 
@@ -81,14 +111,14 @@ impl LocalGroupAggregate {
     /// module docs): one accumulator row per (key, worker) that gets anything, in worker
     /// order, then key order.
     pub(super) fn flush_entry_routed(&mut self, kg: &KeyGroups) -> Result<Option<RoutedFlush>> {
-        let Some(routes) = &self.entry_routes else {
-            return Err(Error::internal("a flush by entry routes without them"));
-        };
         let n = self.len();
         let rows = self.rows_per_group();
         if rows.iter().all(|&r| r == 0) {
             return Ok(None);
         }
+        let Some(routes) = &mut self.entry_routes else {
+            return Err(Error::internal("a flush by entry routes without them"));
+        };
         let start = Instant::now();
         let p = kg.workers();
         let key_hashes = self.groups.hashes();
@@ -101,7 +131,8 @@ impl LocalGroupAggregate {
         let live = self.state.live_entries()?;
         let mut entries = vec![0u64; n * p];
         let mut workers: Vec<Option<Vec<usize>>> = Vec::with_capacity(live.len());
-        for (entries_of, &set) in live.iter().zip(&routes.slot_sets) {
+        for (slot, entries_of) in live.iter().enumerate() {
+            let set = routes.slot_sets[slot];
             let Some(e) = entries_of else {
                 workers.push(None);
                 continue;
@@ -109,14 +140,34 @@ impl LocalGroupAggregate {
             let (groups, values) = (&e.groups, &e.values);
             let of: Vec<usize> = match set {
                 Some(j) => {
+                    // Each key's block of routes under this bucket column, found once; each
+                    // bucket's route computed the first time it comes.
                     let b = bucket_array(values, routes.buckets)?;
-                    groups
-                        .iter()
-                        .zip(b.values())
-                        .map(|(&g, &b)| {
-                            kg.worker_of_hash(routes.key_hash.hash(prefix(g), Some((j, b))))
-                        })
-                        .collect()
+                    let mut block_of = vec![usize::MAX; n];
+                    let mut of = Vec::with_capacity(groups.len());
+                    for (&g, &b) in groups.iter().zip(b.values()) {
+                        let start = match block_of[g as usize] {
+                            usize::MAX => {
+                                let start = routes.block(prefix(g), j);
+                                block_of[g as usize] = start;
+                                start
+                            }
+                            start => start,
+                        };
+                        // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
+                        let at = start + b as usize;
+                        let w = match routes.routes[at] {
+                            NO_ROUTE => {
+                                let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
+                                let w = kg.worker_of_hash(hash);
+                                routes.routes[at] = w as u16;
+                                w
+                            }
+                            w => usize::from(w),
+                        };
+                        of.push(w);
+                    }
+                    of
                 }
                 None => groups.iter().map(|&g| home[g as usize]).collect(),
             };
