@@ -11,9 +11,9 @@
 //! of the keys alone, whose rows all go where the key's do) to that set's worker. Each worker
 //! gets the entries and states it would have got from the rows routed one by one, in one
 //! accumulator row per (key, worker). Only a row's count, the hidden record count of insert-only
-//! input (which only the metrics read), lands elsewhere: the rows that made no entry of their
-//! own (a value seen before in the mini-batch, a NULL) are counted at the worker of the keys
-//! alone.
+//! input (which only the metrics and the adaptive local phase's hottest share read), lands
+//! elsewhere: the rows that made no entry of their own (a value seen before in the mini-batch,
+//! a NULL) are counted at the worker of the keys alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
