@@ -308,10 +308,11 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     let mut call_sets: Option<Vec<Option<usize>>> = Some(vec![]);
     for (i, c) in calls.iter().enumerate() {
         let by_value = match c.bucket {
-            // DISTINCT over exactly the bucketed argument: the entries' values give the
-            // buckets. (A DISTINCT MIN/MAX is planned as a plain one, which the local phase
-            // finds and refuses.)
-            Some(j) => c.distinct && c.func != Func::Avg && c.arg.as_ref() == Some(&buckets[j].0),
+            // DISTINCT over the bucketed argument (a call's bucket is its argument's): the
+            // entries' values give the buckets. AVG's parts are over a cast of it. (A DISTINCT
+            // MIN/MAX is planned as a plain one, and a decimal SUM's part sums a cast: the
+            // local phase finds and refuses both, by the slot and by the argument's type.)
+            Some(_) => c.distinct && c.func != Func::Avg,
             // The keys alone's set: with an Expand, all its rows go where the key's do.
             None => expand.is_some(),
         };

@@ -235,8 +235,10 @@ pub(super) const RUN: usize = 16;
 /// Runs `$body` for each row `$r` of `$rows` (ascending) with `$hash` the [`pair_hash`] of its
 /// pair (`$acc.ids[$groups[$r]]`, `$bits[$r]`): in [`Runs`] where `$acc`'s pairs sit in lines,
 /// row by row otherwise (a table in the caches gains nothing from the runs, which only add work
-/// there). A macro, so that each loop has the body inline: passed as a closure, the body was
-/// not inlined and cost a call a row.
+/// there). A macro, so that each loop has the body inline: passed as a closure to a function
+/// of its own, the body was not inlined and cost a call a row. Row by row, the rows go through
+/// `for_each`, whose closure (the body) is inlined into the iterator's own loop, so that a
+/// filtered range's `next` costs no call a row either.
 macro_rules! for_each_pair {
     ($acc:ident, $groups:expr, $bits:expr, $rows:expr, |$r:ident, $hash:ident| $body:block) => {
         let mut rows = $rows;
@@ -246,8 +248,6 @@ macro_rules! for_each_pair {
                 for ($r, $hash) in runs.iter() $body
             }
         } else {
-            // Iterated from inside (`for_each`), so that a filtered range costs no call a row
-            // where the compiler does not inline its `next`.
             rows.for_each(|$r| {
                 let $hash = $crate::distinct::pairs::pair_hash(
                     $acc.ids[$groups[$r] as usize],

@@ -85,14 +85,7 @@ impl DistinctAccumulator {
     /// # Errors
     /// When the values cannot be built.
     pub fn live_entries(&self) -> Result<LiveEntries, ArrowError> {
-        let (mut groups, mut bits, mut counters) = (vec![], vec![], vec![]);
-        self.pairs.for_each(|id, value, count| {
-            if let Some(g) = self.live_group(id) {
-                groups.push(g);
-                bits.push(value);
-                counters.push(self.counter_of(id, value, count));
-            }
-        });
+        let (groups, bits, counters) = self.entries_where(Some);
         Ok(LiveEntries {
             values: self.values_of(&bits)?,
             groups,
@@ -121,6 +114,49 @@ impl DistinctAccumulator {
                 entries.groups.len()
             )));
         }
+        self.lists_in_rows(rows, row_of, &entries.bits, &entries.counters)
+    }
+
+    /// [`Self::state`] of groups `0..n` in the order `slots` gives (group `g` is output row
+    /// `slots[g]`; a local phase's flush): each live entry's row, value and counter read in one
+    /// pass over the table, then placed by row ([`Self::lists_in_rows`]), without a map or a
+    /// list per group.
+    fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let (row_of, bits, counters) = self.entries_where(|g| slots.get(g as usize).copied());
+        self.lists_in_rows(slots.len(), &row_of, &bits, &counters)
+    }
+
+    /// In one pass over the table, each live entry whose group `at` gives a place (None: left
+    /// out): that place, its value's bits and its [`Self::counter_of`].
+    fn entries_where(&self, at: impl Fn(u32) -> Option<u32>) -> (Vec<u32>, Vec<u64>, Vec<i64>) {
+        let n = self.pairs.len();
+        let (mut places, mut bits, mut counters) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        self.pairs.for_each(|id, value, count| {
+            if let Some(place) = self.live_group(id).and_then(&at) {
+                places.push(place);
+                bits.push(value);
+                counters.push(self.counter_of(id, value, count));
+            }
+        });
+        (places, bits, counters)
+    }
+
+    /// The lists of output rows `0..rows`: entry `i` (its value's `bits[i]` and its
+    /// [`Self::counter_of`], `counters[i]`) in row `row_of[i]` (each below `rows`), placed by one
+    /// counting pass, each row's sorted by value (as [`Self::state`] orders them) only where
+    /// the order of the values can change a result (a floating-point sum), so that the outcome
+    /// does not depend on the table's history.
+    fn lists_in_rows(
+        &self,
+        rows: usize,
+        row_of: &[u32],
+        bits: &[u64],
+        counters: &[i64],
+    ) -> Result<ArrayRef, ArrowError> {
         let mut offsets = vec![0i32; rows + 1];
         for &r in row_of {
             offsets[r as usize + 1] += 1;
@@ -132,52 +168,9 @@ impl DistinctAccumulator {
         let mut next: Vec<usize> = offsets[..rows].iter().map(|&o| o as usize).collect();
         for (i, &r) in row_of.iter().enumerate() {
             let at = &mut next[r as usize];
-            placed[*at] = (entries.bits[i], entries.counters[i]);
+            placed[*at] = (bits[i], counters[i]);
             *at += 1;
         }
-        self.lists_of_placed(placed, offsets)
-    }
-
-    /// [`Self::state`] of groups `0..n` in the order `slots` gives (group `g` is output row
-    /// `slots[g]`; a local phase's flush): the live entries placed by output row in one counting
-    /// pass, without a map or a list per group ([`Self::lists_of_placed`]).
-    fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let n = slots.len();
-        let live = |id: u32| {
-            self.live_group(id)
-                .and_then(|g| slots.get(g as usize).map(|&s| s as usize))
-        };
-        let mut offsets = vec![0i32; n + 1];
-        self.pairs.for_each(|id, _, _| {
-            if let Some(s) = live(id) {
-                offsets[s + 1] += 1;
-            }
-        });
-        for s in 0..n {
-            offsets[s + 1] += offsets[s];
-        }
-        let total = offsets[n] as usize;
-        let mut placed: Vec<(u64, i64)> = vec![(0, 0); total];
-        let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
-        self.pairs.for_each(|id, value, count| {
-            if let Some(s) = live(id) {
-                let at = &mut next[s];
-                placed[*at] = (value, self.counter_of(id, value, count));
-                *at += 1;
-            }
-        });
-        self.lists_of_placed(placed, offsets)
-    }
-
-    /// The lists of entries `placed` by row (row `s` holds `placed[offsets[s]..offsets[s +
-    /// 1]]`, each a value's bits and its [`Self::counter_of`]), each row's sorted by value
-    /// (as [`Self::state`] orders them) only where the order of the values can change a result
-    /// (a floating-point sum), so that the outcome does not depend on the table's history.
-    fn lists_of_placed(
-        &self,
-        mut placed: Vec<(u64, i64)>,
-        offsets: Vec<i32>,
-    ) -> Result<ArrayRef, ArrowError> {
         if self.order_matters {
             for s in offsets.windows(2) {
                 placed[s[0] as usize..s[1] as usize].sort_unstable();

@@ -67,7 +67,6 @@ pub struct BucketRoutes {
     routes: Vec<u16>,
     /// Scratch of [`BucketRoutes::group_set`]: a run's group per bucket value.
     kept: Vec<u32>,
-    hasher: ahash::RandomState,
     key_hash: BucketedKeyHash,
 }
 
@@ -106,7 +105,15 @@ impl BucketedKeyHash {
             values[j] = b;
             1 << j
         });
-        bucketed_key_hash(prefix, set, &values[..self.m], &self.hasher)
+        self.hash_set(prefix, set, &values[..self.m])
+    }
+
+    /// The hash of a key whose prefix hashes to `prefix` with bucket column `j` holding
+    /// `values[j]` where bit `j` of `set` is on, NULL otherwise (`values` has one value per
+    /// bucket column).
+    #[inline]
+    fn hash_set(&self, prefix: Option<u64>, set: u32, values: &[i32]) -> u64 {
+        bucketed_key_hash(prefix, set, values, &self.hasher)
     }
 }
 
@@ -130,7 +137,6 @@ impl BucketRoutes {
             block_of: vec![],
             routes: vec![],
             kept: vec![],
-            hasher: random_state(),
             key_hash: BucketedKeyHash::try_new(bucket_columns)?,
         })
     }
@@ -180,7 +186,7 @@ impl BucketRoutes {
                         0
                     };
                 }
-                let h = bucketed_key_hash(self.prefix.hash(p), set, values, &self.hasher);
+                let h = self.key_hash.hash_set(self.prefix.hash(p), set, values);
                 groups.push(group_of(p, route_of(h)));
             }
         }
