@@ -87,18 +87,24 @@ impl EntryRoutes {
         })
     }
 
+    /// Before a flush of `keys` keys over `columns` bucket columns: forgets the routes kept
+    /// where the flush's blocks could take them past [`MAX_KEPT_ROUTES`]. Within a flush none
+    /// is forgotten (its blocks' starts stay valid), however many it makes.
+    fn make_room(&mut self, keys: usize, columns: usize) {
+        let width = self.buckets as usize;
+        if self.routes.len() + keys * columns * width > MAX_KEPT_ROUTES {
+            self.blocks.clear();
+            self.routes.clear();
+        }
+    }
+
     /// Where the block of routes of the key hashing to `prefix` (None without key columns)
-    /// with bucket column `j` set starts in `routes`, made if new (the blocks forgotten first
-    /// where they hold [`MAX_KEPT_ROUTES`]).
+    /// with bucket column `j` set starts in `routes`, made if new.
     fn block(&mut self, prefix: Option<u64>, j: usize) -> usize {
         if let Some(&start) = self.blocks.get(&(prefix, j)) {
             return start;
         }
         let width = self.buckets as usize;
-        if self.routes.len() + width > MAX_KEPT_ROUTES {
-            self.blocks.clear();
-            self.routes.clear();
-        }
         let start = self.routes.len();
         self.routes.resize(start + width, NO_ROUTE);
         self.blocks.insert((prefix, j), start);
@@ -120,6 +126,7 @@ impl LocalGroupAggregate {
             return Err(Error::internal("a flush by entry routes without them"));
         };
         let start = Instant::now();
+        routes.make_room(n, self.plan.key_types.len() - self.state_keys);
         let p = kg.workers();
         let key_hashes = self.groups.hashes();
         let prefix = |g: u32| (self.state_keys > 0).then(|| key_hashes[g as usize]);

@@ -268,6 +268,21 @@ fn retained_keys_go_by_their_ids_per_table() {
 /// counters (three workers, two bucketed arguments, a FILTER, NULLs, two mini-batches).
 #[test]
 fn entries_routed_at_the_flush_land_where_their_rows_would() {
+    entries_routed_as_rows(400, 5, 16);
+}
+
+/// As [`entries_routed_at_the_flush_land_where_their_rows_would`], over more (key, bucket
+/// column) blocks of routes than the local phase keeps across flushes: the routes it forgets
+/// are forgotten between flushes, never during one.
+#[test]
+fn entries_of_many_keys_route_as_their_rows_would() {
+    entries_routed_as_rows(6_000, 1_500, 1024);
+}
+
+/// Feeds a local phase routing at the flush and one routing rows the same Expand's sets of
+/// `rows` rows over `keys` keys and `buckets` buckets, twice, and compares what each worker
+/// gets.
+fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32) {
     use crate::plan::BucketKeys;
     use arrow::array::{BooleanArray, Int32Array};
     use arrow::util::display::array_value_to_string;
@@ -310,7 +325,7 @@ fn entries_routed_at_the_flush_land_where_their_rows_would() {
         .unwrap();
         p.bucket_keys = Some(BucketKeys {
             columns: 2,
-            buckets: 16,
+            buckets,
             call_sets: routes.then(|| vec![None, Some(0), Some(0), Some(1)]),
         });
         Arc::new(p)
@@ -321,9 +336,10 @@ fn entries_routed_at_the_flush_land_where_their_rows_would() {
     by_entries.merge_buckets(Some(&kg)).unwrap();
     by_rows.merge_buckets(Some(&kg)).unwrap();
     assert!(by_entries.routes_at_flush() && !by_rows.routes_at_flush());
-    // An Expand's three sets of 400 rows: u's bucket set (id 2), v's (id 1), the keys alone.
-    let rows = 400;
-    let k: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows).map(|i| (i * 7) % 5)));
+    // An Expand's three sets of the rows: u's bucket set (id 2), v's (id 1), the keys alone.
+    let k: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..rows).map(|i| (i * 7) % keys),
+    ));
     let u: ArrayRef = Arc::new(Int64Array::from_iter(
         (0..rows).map(|i| (i % 9 != 0).then_some((i * 31) % 97)),
     ));
@@ -333,7 +349,7 @@ fn entries_routed_at_the_flush_land_where_their_rows_would() {
     let f: ArrayRef = Arc::new(BooleanArray::from_iter(
         (0..rows).map(|i| (i % 5 != 0).then_some(i % 3 == 0)),
     ));
-    let buckets = |a: &ArrayRef| Arc::new(bucket_array(a, 16).unwrap()) as ArrayRef;
+    let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, buckets).unwrap()) as ArrayRef;
     let none: ArrayRef = Arc::new(Int32Array::new_null(rows as usize));
     let set = |b4: &ArrayRef, b5: &ArrayRef, id: i64| {
         let cols = vec![
@@ -348,8 +364,8 @@ fn entries_routed_at_the_flush_land_where_their_rows_would() {
         RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
     };
     let sets = [
-        set(&buckets(&u), &none, 2),
-        set(&none, &buckets(&v), 1),
+        set(&bucketed(&u), &none, 2),
+        set(&none, &bucketed(&v), 1),
         set(&none, &none, 3),
     ];
     // Per worker and key: each state column's values, the DISTINCT lists as sorted entries; a
