@@ -34,6 +34,13 @@ use crate::plan::{AggregatePlan, BucketKeys};
 /// The most routes kept across flushes ([`EntryRoutes`]'s blocks) before they are forgotten.
 const MAX_KEPT_ROUTES: usize = 1 << 20;
 
+/// The fewest entries of one key under one bucket column, in one flush, whose routes are kept
+/// in a block (a worker per bucket, made once and kept across flushes). A key's fewer entries
+/// are routed by their hashes: with many keys of few entries each (1,000 keys, some five
+/// entries each per flush), blocks made and forgotten at every flush cost more than the
+/// hashes (most of a flush in `perf`).
+const BLOCK_MIN_ENTRIES: u32 = 64;
+
 /// How a local phase routes what it folded (see the module docs).
 #[derive(Debug)]
 pub(crate) struct EntryRoutes {
@@ -45,7 +52,7 @@ pub(crate) struct EntryRoutes {
     /// The routes found, kept across flushes (a route depends on the key's hash alone): per
     /// (query key hash, bucket column), where its block of a worker per bucket starts in
     /// `routes` ([`NO_ROUTE`] until found).
-    blocks: HashMap<(Option<u64>, usize), usize>,
+    blocks: HashMap<(Option<u64>, usize), usize, ahash::RandomState>,
     routes: Vec<u16>,
 }
 
@@ -82,17 +89,17 @@ impl EntryRoutes {
             key_hash: BucketedKeyHash::try_new(buckets.columns).ok()?,
             buckets: buckets.buckets,
             slot_sets: slots.into_iter().map(|(set, _)| set).collect(),
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             routes: vec![],
         })
     }
 
-    /// Before a flush of `keys` keys over `columns` bucket columns: forgets the routes kept
-    /// where the flush's blocks could take them past [`MAX_KEPT_ROUTES`]. Within a flush none
-    /// is forgotten (its blocks' starts stay valid), however many it makes.
-    fn make_room(&mut self, keys: usize, columns: usize) {
+    /// Before routing a slot's entries, `blocks` of whose keys have blocks: forgets the routes
+    /// kept where those blocks could take them past [`MAX_KEPT_ROUTES`]. While a slot's entries
+    /// are routed none is forgotten (the starts of its blocks stay valid), however many it makes.
+    fn make_room(&mut self, blocks: usize) {
         let width = self.buckets as usize;
-        if self.routes.len() + keys * columns * width > MAX_KEPT_ROUTES {
+        if self.routes.len() + blocks * width > MAX_KEPT_ROUTES {
             self.blocks.clear();
             self.routes.clear();
         }
@@ -126,7 +133,6 @@ impl LocalGroupAggregate {
             return Err(Error::internal("a flush by entry routes without them"));
         };
         let start = Instant::now();
-        routes.make_room(n, self.plan.key_types.len() - self.state_keys);
         let p = kg.workers();
         let key_hashes = self.groups.hashes();
         let prefix = |g: u32| (self.state_keys > 0).then(|| key_hashes[g as usize]);
@@ -147,12 +153,23 @@ impl LocalGroupAggregate {
             let (groups, values) = (&e.groups, &e.values);
             let of: Vec<usize> = match set {
                 Some(j) => {
-                    // Each key's block of routes under this bucket column, found once; each
-                    // bucket's route computed the first time it comes.
+                    // The block of routes under this bucket column of each key with enough
+                    // entries, found once; each bucket's route computed the first time it
+                    // comes. Other keys' entries are routed by their hashes.
                     let b = bucket_array(values, routes.buckets)?;
+                    let mut per_key = vec![0u32; n];
+                    for &g in groups {
+                        per_key[g as usize] += 1;
+                    }
+                    routes.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
                     let mut block_of = vec![usize::MAX; n];
                     let mut of = Vec::with_capacity(groups.len());
                     for (&g, &b) in groups.iter().zip(b.values()) {
+                        if per_key[g as usize] < BLOCK_MIN_ENTRIES {
+                            let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
+                            of.push(kg.worker_of_hash(hash));
+                            continue;
+                        }
                         let start = match block_of[g as usize] {
                             usize::MAX => {
                                 let start = routes.block(prefix(g), j);
