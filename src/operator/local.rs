@@ -251,7 +251,7 @@ impl LocalGroupAggregate {
         }
         let cb = self.plan.calc.evaluate(changes)?;
         self.intern(&cb)?;
-        self.fold_interned(&cb)
+        self.fold_interned(&cb, 1)
     }
 
     /// Interns the keys of evaluated rows into `gids`, hashing them first unless the key table
@@ -347,11 +347,34 @@ impl LocalGroupAggregate {
             return Ok(());
         }
         self.intern_keys(cb, hashes)?;
-        self.fold_interned(cb)
+        self.fold_interned(cb, 1)
     }
 
-    /// Folds evaluated rows whose groups are in `gids`.
-    fn fold_interned(&mut self, cb: &CalcBatch) -> Result<()> {
+    /// Folds an Expand's `sets` group sets of the same rows evaluated as one batch
+    /// ([`crate::plan::Calc::evaluate_sets`]), each row counted once per set (as the sets'
+    /// batches would be), where it routes what it folds when it flushes
+    /// ([`LocalGroupAggregate::routes_at_flush`]: its groups are the query's keys, whatever the
+    /// rows' sets and buckets, and its input is insert-only).
+    ///
+    /// # Errors
+    /// A local phase that does not route at the flush, retracting rows (bugs); as
+    /// [`LocalGroupAggregate::push_evaluated`].
+    pub(crate) fn push_sets_evaluated(&mut self, cb: &CalcBatch, sets: usize) -> Result<()> {
+        if self.entry_routes.is_none() || cb.retract.is_some() {
+            return Err(Error::internal(
+                "group sets folded as one batch by a local phase that routes rows",
+            ));
+        }
+        if cb.num_rows == 0 {
+            return Ok(());
+        }
+        self.intern_keys(cb, &[])?;
+        self.fold_interned(cb, i64::try_from(sets).unwrap_or(i64::MAX))
+    }
+
+    /// Folds evaluated rows whose groups are in `gids`, each insert-only row counted `weight`
+    /// times in the record count (a retracting batch's rows once).
+    fn fold_interned(&mut self, cb: &CalcBatch, weight: i64) -> Result<()> {
         let total = self.len();
         self.count1.resize(total, 0);
         match &cb.retract {
@@ -371,13 +394,13 @@ impl LocalGroupAggregate {
                     None,
                     None,
                     &mut self.count1,
-                    1,
+                    weight,
                     &mut self.count_lanes,
                 );
                 if self.retracted {
                     self.group_rows.resize(total, 0);
                     for &g in &self.gids {
-                        self.group_rows[g as usize] += 1;
+                        self.group_rows[g as usize] += weight.unsigned_abs();
                     }
                 }
                 self.state.apply(cb, &self.gids, None, None, total)?;

@@ -348,7 +348,7 @@ impl fmt::Display for AggregateMetrics {
         if self.routes_at_flush {
             writeln!(
                 f,
-                "  local phases fold each key's rows together and route each DISTINCT entry by its value's bucket when they flush"
+                "  local phases fold each key's rows together (each input row once for all its group sets, a mini-batch counting input rows) and route each DISTINCT entry by its value's bucket when they flush"
             )?;
         }
         if self.reads_through {

@@ -110,9 +110,6 @@ impl Calc {
     pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
         let batch = &changes.data;
         let n = batch.num_rows();
-        let eval = |p: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef> {
-            Ok(p.evaluate(batch)?.into_array(n)?)
-        };
         let keys = self.evaluate_keys(batch)?;
         // A split's set batch: its id folded into the filters (`fold`).
         let set_id = fold::constant_set_id(batch);
@@ -122,54 +119,12 @@ impl Calc {
             .iter()
             .zip(&mut never)
             .map(|(p, never)| {
-                let folded;
-                let p = match set_id {
-                    Some((c, v)) => {
-                        folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
-                        if let Some(all) = fold::constant_filter(&folded) {
-                            *never = !all;
-                            return Ok(if all {
-                                BooleanBuffer::new_set(n)
-                            } else {
-                                BooleanBuffer::new_unset(n)
-                            });
-                        }
-                        &folded
-                    }
-                    None => p,
-                };
-                let fast = dictionary_eq::eval_dictionary_eq(p, batch)?;
-                let a: ArrayRef = match fast {
-                    Some(b) => Arc::new(b),
-                    None => eval(p)?,
-                };
-                let b = a.as_boolean_opt().ok_or_else(|| {
-                    Error::internal(format!("filter evaluated to {}", a.data_type()))
-                })?;
-                Ok(match b.nulls() {
-                    Some(nulls) => b.values() & nulls.inner(),
-                    None => b.values().clone(),
-                })
+                let mask = self.filter_mask(p, batch, set_id)?;
+                *never = mask.is_none();
+                Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
             })
             .collect::<Result<Vec<_>>>()?;
-        let unread = |a: usize, p: &Arc<dyn PhysicalExpr>| {
-            p.downcast_ref::<Column>().is_none()
-                && self.arg_filters.get(a).is_some_and(|calls| {
-                    !calls.is_empty() && calls.iter().all(|f| f.is_some_and(|f| never[f]))
-                })
-        };
-        let args = self
-            .args
-            .iter()
-            .enumerate()
-            .map(|(a, p)| {
-                if unread(a, p) {
-                    Ok(new_null_array(&p.data_type(batch.schema_ref())?, n))
-                } else {
-                    eval(p)
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let args = self.evaluate_args(batch, &never)?;
         let retract = changes.retract_mask()?;
         Ok(CalcBatch {
             num_rows: n,
@@ -178,6 +133,114 @@ impl Calc {
             filters,
             retract,
         })
+    }
+
+    /// Evaluates the group sets of one Expand of the same input rows (`sets`, one batch per
+    /// set, each with its id in every row of `$e`) as one batch of those rows: a FILTER's mask is
+    /// the OR of its masks on the sets. Where every FILTER tests its call's set id (`$e = id`,
+    /// as the split rewrite's PARTIAL calls all do), each call then takes a row where it would
+    /// take it on its own set's batch, and nowhere else: folding the one batch folds what the
+    /// sets' batches would, reading the rows once. The keys are the first set's (its bucket
+    /// columns among them), the arguments evaluated once (an Expand passes them through).
+    ///
+    /// # Errors
+    /// No sets, sets of different lengths or without a constant set id (a bug); as
+    /// [`Calc::evaluate`].
+    pub fn evaluate_sets(&self, sets: &[ChangeBatch]) -> Result<CalcBatch> {
+        let first = sets
+            .first()
+            .ok_or_else(|| Error::internal("no group sets to evaluate"))?;
+        let n = first.num_rows();
+        let ids = sets
+            .iter()
+            .map(|s| {
+                fold::constant_set_id(&s.data)
+                    .filter(|_| s.num_rows() == n)
+                    .ok_or_else(|| Error::internal("group sets of other lengths or without an id"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut never = vec![false; self.filters.len()];
+        let filters = self
+            .filters
+            .iter()
+            .zip(&mut never)
+            .map(|(p, never)| {
+                let mut mask: Option<BooleanBuffer> = None;
+                for (s, &id) in sets.iter().zip(&ids) {
+                    if let Some(m) = self.filter_mask(p, &s.data, Some(id))? {
+                        mask = Some(match mask {
+                            Some(acc) => &acc | &m,
+                            None => m,
+                        });
+                    }
+                }
+                *never = mask.is_none();
+                Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CalcBatch {
+            num_rows: n,
+            keys: self.evaluate_keys(&first.data)?,
+            args: self.evaluate_args(&first.data, &never)?,
+            filters,
+            retract: first.retract_mask()?,
+        })
+    }
+
+    /// The mask of FILTER `p` on `batch` (NULL read as false), with the set id `set_id` folded
+    /// in where given; None where it is FALSE throughout.
+    fn filter_mask(
+        &self,
+        p: &Arc<dyn PhysicalExpr>,
+        batch: &RecordBatch,
+        set_id: Option<(usize, i64)>,
+    ) -> Result<Option<BooleanBuffer>> {
+        let n = batch.num_rows();
+        let folded;
+        let p = match set_id {
+            Some((c, v)) => {
+                folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
+                if let Some(all) = fold::constant_filter(&folded) {
+                    return Ok(all.then(|| BooleanBuffer::new_set(n)));
+                }
+                &folded
+            }
+            None => p,
+        };
+        let a: ArrayRef = match dictionary_eq::eval_dictionary_eq(p, batch)? {
+            Some(b) => Arc::new(b),
+            None => p.evaluate(batch)?.into_array(n)?,
+        };
+        let b = a
+            .as_boolean_opt()
+            .ok_or_else(|| Error::internal(format!("filter evaluated to {}", a.data_type())))?;
+        Ok(Some(match b.nulls() {
+            Some(nulls) => b.values() & nulls.inner(),
+            None => b.values().clone(),
+        }))
+    }
+
+    /// The arguments on `batch`: NULL (not evaluated) where one other than a plain column is
+    /// read only by calls whose FILTER is FALSE throughout (`never`, by filter).
+    fn evaluate_args(&self, batch: &RecordBatch, never: &[bool]) -> Result<Vec<ArrayRef>> {
+        let n = batch.num_rows();
+        let unread = |a: usize, p: &Arc<dyn PhysicalExpr>| {
+            p.downcast_ref::<Column>().is_none()
+                && self.arg_filters.get(a).is_some_and(|calls| {
+                    !calls.is_empty() && calls.iter().all(|f| f.is_some_and(|f| never[f]))
+                })
+        };
+        self.args
+            .iter()
+            .enumerate()
+            .map(|(a, p)| {
+                Ok(if unread(a, p) {
+                    new_null_array(&p.data_type(batch.schema_ref())?, n)
+                } else {
+                    p.evaluate(batch)?.into_array(n)?
+                })
+            })
+            .collect()
     }
 }
 
@@ -273,5 +336,102 @@ mod tests {
         .unwrap();
         let b = plan.calc.evaluate(&ChangeBatch::inserts(mixed)).unwrap();
         assert_eq!(values(&b.args[plus_one]), [Some(2), Some(3)]);
+    }
+
+    /// An Expand's sets evaluated as one batch: each FILTER's mask is the OR of its masks on
+    /// the sets (here the one set whose id it tests), a FILTER no set passes is all false, the
+    /// arguments are evaluated once (an argument no set's FILTER reads is not), and sets that
+    /// are not of one Expand are refused.
+    #[test]
+    fn sets_evaluate_as_one_batch_of_their_rows() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("x", DataType::Int64, true),
+            Field::new("$e", DataType::Int64, false),
+        ]));
+        let on = |id: i64| col("$e").eq(lit(id));
+        let plan = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k")],
+            &[
+                crate::aggregates::count(col("x"))
+                    .distinct()
+                    .filter(col("x").gt(lit(15i64)).and(on(1)))
+                    .build()
+                    .unwrap(),
+                crate::aggregates::count_star()
+                    .filter(on(2))
+                    .build()
+                    .unwrap(),
+                crate::aggregates::max(col("x") + lit(1i64))
+                    .filter(on(9))
+                    .build()
+                    .unwrap(),
+            ],
+            None,
+        )
+        .unwrap();
+        let set = |id: i64, rows: usize| {
+            let data = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values((1..=rows as i64).take(rows))),
+                    Arc::new(Int64Array::from_iter(
+                        [Some(10), None, Some(30), Some(20)].into_iter().take(rows),
+                    )),
+                    Arc::new(Int64Array::from(vec![id; rows])),
+                ],
+            )
+            .unwrap();
+            ChangeBatch::inserts(data)
+        };
+        let sets = [set(1, 4), set(2, 4)];
+        let one = plan.calc.evaluate_sets(&sets).unwrap();
+        let bits = |b: &BooleanBuffer| b.iter().collect::<Vec<_>>();
+        let mask = |name: &str| {
+            let f = plan
+                .calc
+                .filter_names
+                .iter()
+                .position(|n| n.contains(name))
+                .unwrap();
+            bits(&one.filters[f])
+        };
+        assert_eq!(one.num_rows, 4);
+        assert_eq!(mask("15"), [false, false, true, true]);
+        assert_eq!(mask("= 2"), [true; 4]);
+        assert_eq!(mask("= 9"), [false; 4]);
+        // Each mask is the OR of the sets' own.
+        let apart: Vec<CalcBatch> = sets
+            .iter()
+            .map(|s| plan.calc.evaluate(s).unwrap())
+            .collect();
+        for (f, m) in one.filters.iter().enumerate() {
+            let or: Vec<bool> = (0..4)
+                .map(|r| apart.iter().any(|b| b.filters[f].value(r)))
+                .collect();
+            assert_eq!(bits(m), or, "filter {f}");
+        }
+        let values = |a: &ArrayRef| a.as_primitive::<Int64Type>().iter().collect::<Vec<_>>();
+        let x = plan.calc.arg_names.iter().position(|n| n == "x").unwrap();
+        let plus_one = 1 - x;
+        assert_eq!(values(&one.args[x]), [Some(10), None, Some(30), Some(20)]);
+        assert_eq!(one.args[plus_one].null_count(), 4);
+        assert!(plan.calc.evaluate_sets(&[]).is_err());
+        assert!(plan.calc.evaluate_sets(&[set(1, 4), set(2, 3)]).is_err());
+        let mixed = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+            ],
+        )
+        .unwrap();
+        assert!(
+            plan.calc
+                .evaluate_sets(&[ChangeBatch::inserts(mixed)])
+                .is_err()
+        );
     }
 }

@@ -94,7 +94,10 @@ pub struct BucketKeys {
     /// bucketed argument and, without an Expand, there is no other call; None otherwise.
     /// Where it is set, a local phase whose workers merge the buckets may fold a key's rows
     /// whatever their buckets, and route each DISTINCT entry by its value's bucket when it
-    /// flushes (`LocalGroupAggregate::merge_buckets`).
+    /// flushes (`LocalGroupAggregate::merge_buckets`). With an Expand, every call's FILTER
+    /// tests its set's id (`$e = id`, as the split rewrite writes them all), so that a row of
+    /// the input passes a call's FILTER in one set at most: such a local phase takes an
+    /// Expand's sets of the same rows as one batch of them ([`Calc::evaluate_sets`]).
     pub call_sets: Option<Vec<Option<usize>>>,
 }
 

@@ -268,21 +268,32 @@ fn retained_keys_go_by_their_ids_per_table() {
 /// counters (three workers, two bucketed arguments, a FILTER, NULLs, two mini-batches).
 #[test]
 fn entries_routed_at_the_flush_land_where_their_rows_would() {
-    entries_routed_as_rows(400, 5, 16);
+    entries_routed_as_rows(400, 5, 16, 97, false);
 }
 
-/// As [`entries_routed_at_the_flush_land_where_their_rows_would`], over more (key, bucket
-/// column) blocks of routes than the local phase keeps across flushes: the routes it forgets
-/// are forgotten between flushes, never during one.
+/// As [`entries_routed_at_the_flush_land_where_their_rows_would`], with the Expand's sets of
+/// each row folded as one batch ([`crate::plan::Calc::evaluate_sets`]).
+#[test]
+fn sets_folded_as_one_batch_route_as_their_rows_would() {
+    entries_routed_as_rows(400, 5, 16, 97, true);
+}
+
+/// As [`entries_routed_at_the_flush_land_where_their_rows_would`], over many keys: 1,500 of
+/// a few entries each (routed by their hashes), and 1,100 of some 100 entries each, whose
+/// blocks of routes are more than the local phase keeps across flushes (the routes it forgets
+/// are forgotten before a flush routes a column's entries, never while it does).
 #[test]
 fn entries_of_many_keys_route_as_their_rows_would() {
-    entries_routed_as_rows(6_000, 1_500, 1024);
+    entries_routed_as_rows(6_000, 1_500, 1024, 97, false);
+    entries_routed_as_rows(6_000, 1_500, 1024, 97, true);
+    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, false);
+    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, true);
 }
 
-/// Feeds a local phase routing at the flush and one routing rows the same Expand's sets of
-/// `rows` rows over `keys` keys and `buckets` buckets, twice, and compares what each worker
-/// gets.
-fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32) {
+/// Feeds a local phase routing at the flush (its sets folded as one batch where `as_one`) and
+/// one routing rows the same Expand's sets of `rows` rows over `keys` keys and `buckets`
+/// buckets (one argument's values below `values`), twice, and compares what each worker gets.
+fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_one: bool) {
     use crate::plan::BucketKeys;
     use arrow::array::{BooleanArray, Int32Array};
     use arrow::util::display::array_value_to_string;
@@ -341,7 +352,7 @@ fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32) {
         (0..rows).map(|i| (i * 7) % keys),
     ));
     let u: ArrayRef = Arc::new(Int64Array::from_iter(
-        (0..rows).map(|i| (i % 9 != 0).then_some((i * 31) % 97)),
+        (0..rows).map(|i| (i % 9 != 0).then_some((i * 31) % values)),
     ));
     let v: ArrayRef = Arc::new(Int64Array::from_iter(
         (0..rows).map(|i| (i % 7 != 0).then_some((i * 13) % 53)),
@@ -419,8 +430,18 @@ fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32) {
     };
     let (mut a, mut b) = (Model::new(), Model::new());
     for _ in 0..2 {
+        if as_one {
+            let changes: Vec<ChangeBatch> = sets
+                .iter()
+                .map(|s| ChangeBatch::inserts(s.clone()))
+                .collect();
+            let one = by_entries.plan.calc.evaluate_sets(&changes).unwrap();
+            by_entries.push_sets_evaluated(&one, sets.len()).unwrap();
+        }
         for s in &sets {
-            by_entries.push(s).unwrap();
+            if !as_one {
+                by_entries.push(s).unwrap();
+            }
             by_rows.push(s).unwrap();
         }
         merged(&mut by_entries, &mut a);

@@ -221,7 +221,9 @@ impl Source<'_> {
         while let Some(batch) = self.next_batch(&mut split)? {
             let n = batch.num_rows();
             let batches = pre(batch)?;
-            if batches.len() > 1 && self.folds_sets_together() {
+            if batches.len() > 1 && self.takes_rows_once() {
+                self.push_sets(&batches)?;
+            } else if batches.len() > 1 && self.folds_sets_together() {
                 self.push_interleaved(&batches)?;
             } else {
                 for batch in batches {
@@ -292,6 +294,93 @@ impl Source<'_> {
             && self.adaptive.chunks_sets()
     }
 
+    /// Whether the local phase takes an Expand's group sets of each input row as one row: it
+    /// folds a key's rows whatever their sets and buckets and routes what it folded when it
+    /// flushes ([`LocalGroupAggregate::routes_at_flush`]), so that its input needs no set
+    /// batches while it folds ([`Source::push_sets`]).
+    fn takes_rows_once(&self) -> bool {
+        self.local.as_ref().is_some_and(|l| l.routes_at_flush())
+    }
+
+    /// Feeds the group sets of an Expand (`batches`, one per set, of the same input rows) to a
+    /// local phase that takes each input row once ([`Source::takes_rows_once`]): while it folds,
+    /// the sets are evaluated as one batch of the input rows
+    /// ([`crate::plan::Calc::evaluate_sets`]), and its mini-batch counts input rows (each stands
+    /// for its sets' rows in the row counts and the adaptive local phase's measures); while it is
+    /// bypassed, each set's rows are routed as they are. Rows of one input row's sets stay in
+    /// one mini-batch.
+    fn push_sets(&mut self, batches: &[ChangeBatch]) -> Result<()> {
+        let n = batches[0].num_rows();
+        if batches.iter().any(|b| b.num_rows() != n) {
+            return Err(crate::error::Error::internal(
+                "an Expand's group sets of different lengths",
+            ));
+        }
+        let k = batches.len();
+        self.adaptive.fold_sets(k);
+        let (mut one, mut sets): (Option<Hashed>, Option<Vec<Hashed>>) = (None, None);
+        if self.trigger.has_latency()
+            && self.trigger.latency_due(self.clock.now_ms())
+            && self.epoch_folded + self.epoch_bypassed > 0
+        {
+            self.trigger.reset();
+            self.end_epoch(true)?;
+        }
+        for (off, len, ends) in self.trigger.cut(n) {
+            let slice = |h: &Hashed| {
+                if len == n {
+                    h.clone()
+                } else {
+                    h.slice(off, len)
+                }
+            };
+            if self.local.is_some() && !self.adaptive.m.bypassed {
+                if one.is_none() {
+                    one = Some(self.evaluate_sets(batches)?);
+                }
+                let (Some(local), Some(rows)) = (&mut self.local, &one) else {
+                    return Err(crate::error::Error::internal("no local phase to fold into"));
+                };
+                let start = Instant::now();
+                local.push_sets_evaluated(&slice(rows).cb, k)?;
+                self.report.local_busy += start.elapsed();
+                self.epoch_folded += (len * k) as u64;
+            } else {
+                if sets.is_none() {
+                    let evaluated = batches
+                        .iter()
+                        .map(|b| self.evaluate_uncounted(b))
+                        .collect::<Result<Vec<_>>>()?;
+                    sets = Some(evaluated);
+                }
+                for rows in sets.iter().flatten() {
+                    self.take(slice(rows))?;
+                }
+            }
+            // The Calc's rows: each input row once per set, as the sets' batches would count.
+            self.report.rows += (len * k) as u64;
+            if ends {
+                self.end_epoch(false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates an Expand's group sets of the same rows as one batch of those rows (key hashes
+    /// are not needed: the local phase's table hashes its keys itself).
+    fn evaluate_sets(&mut self, batches: &[ChangeBatch]) -> Result<Hashed> {
+        for b in batches {
+            self.plan.check_input(b)?;
+        }
+        let start = Instant::now();
+        let cb = self.plan.calc.evaluate_sets(batches)?;
+        self.report.calc_busy += start.elapsed();
+        Ok(Hashed {
+            cb,
+            hashes: Vec::new().into(),
+        })
+    }
+
     /// Folds the group sets of an Expand (`batches`, one per set, of the same input rows) chunk
     /// of rows by chunk, each chunk's sets one after the other, as Flink's Expand emits a row's
     /// sets together: a mini-batch then holds every set of its rows, and the local phase folds
@@ -328,8 +417,16 @@ impl Source<'_> {
         self.feed(rows)
     }
 
-    /// Evaluates one batch (Calc) and hashes its keys where the local phase does not.
+    /// Evaluates one batch (Calc) and hashes its keys where the local phase does not; its rows
+    /// counted as the Calc's.
     fn evaluate(&mut self, batch: &ChangeBatch) -> Result<Hashed> {
+        let hashed = self.evaluate_uncounted(batch)?;
+        self.report.rows += hashed.num_rows() as u64;
+        Ok(hashed)
+    }
+
+    /// [`Source::evaluate`], the rows not counted.
+    fn evaluate_uncounted(&mut self, batch: &ChangeBatch) -> Result<Hashed> {
         self.plan.check_input(batch)?;
         let start = Instant::now();
         let cb = self.plan.calc.evaluate(batch)?;
@@ -361,7 +458,6 @@ impl Source<'_> {
             hashes: hashes.into(),
         };
         self.report.calc_busy += start.elapsed();
-        self.report.rows += n as u64;
         Ok(hashed)
     }
 
