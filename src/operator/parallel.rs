@@ -232,6 +232,17 @@ impl ParallelAggregate {
         self.workers.iter().all(|w| w.agg.merges_buckets())
     }
 
+    /// Whether its local phases (a split PARTIAL's on several workers) fold a key's rows
+    /// whatever their buckets and route each DISTINCT entry when they flush, so that they read
+    /// no bucket column and only the rows that go around them need one ([`BucketFill`]).
+    ///
+    /// [`BucketFill`]: crate::plan::BucketFill
+    pub(crate) fn routes_at_flush(&self) -> bool {
+        !self.locals.is_empty()
+            && self.locals.iter().all(LocalGroupAggregate::routes_at_flush)
+            && crate::plan::BucketFill::try_new(self.plan()).is_some()
+    }
+
     /// Keeps the settings that had no effect on this aggregate (see
     /// [`ParallelAggregate::warnings`]).
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {

@@ -138,9 +138,11 @@ impl Pipeline {
         // state was restored from one.
         agg.merge_buckets(incremental && checkpoint_every.is_none())?;
         // On one such worker every key has one PARTIAL row, which the FINAL reads through,
-        // and the buckets route nowhere: nothing reads them, and the Calc leaves them NULL.
+        // and the buckets route nowhere: nothing reads them, and the Calc leaves them NULL. On
+        // several whose local phases route at the flush, only the rows that go around the
+        // local phases read them: their sources compute them there (`BucketFill`).
         let one_row = agg.merges_buckets() && agg.parallelism() == 1;
-        let unread = if one_row {
+        let unread = if one_row || agg.routes_at_flush() {
             agg.plan().bucket_columns_unread()
         } else {
             BTreeSet::new()

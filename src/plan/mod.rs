@@ -20,11 +20,13 @@ use tally_kernels::group_values::key_type_supported;
 use crate::changelog::{ChangeBatch, OP_COLUMN, op_codes, op_type_supported};
 use crate::error::{Error, Result};
 
+mod bucket_fill;
 mod calc;
 mod columns;
 mod dictionary_eq;
 mod fold;
 
+pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
 pub(crate) use fold::SET_ID_COLUMN;

@@ -232,6 +232,31 @@ const QUERIES: &[Query] = &[
         },
     },
     Query {
+        name: "one distinct argument alone",
+        sql: "SELECT k, COUNT(DISTINCT u) AS d, \
+              COUNT(DISTINCT u) FILTER (WHERE v > 0) AS dp FROM t GROUP BY k",
+        upsert: true,
+        distinct: true,
+        reference: |rows| {
+            by_key(rows)
+                .iter()
+                .map(|(k, rs)| {
+                    let users: BTreeSet<i64> = rs.iter().map(|r| r.u).collect();
+                    let paying: BTreeSet<i64> = rs
+                        .iter()
+                        .filter(|r| r.v.is_some_and(|v| v > 0))
+                        .map(|r| r.u)
+                        .collect();
+                    line(&[
+                        opt(k.clone()),
+                        users.len().to_string(),
+                        paying.len().to_string(),
+                    ])
+                })
+                .collect()
+        },
+    },
+    Query {
         name: "two distinct arguments",
         sql: "SELECT k, COUNT(DISTINCT u) AS du, COUNT(*) AS n, \
               COUNT(DISTINCT v) FILTER (WHERE v > 0) AS dv FROM t GROUP BY k",

@@ -65,9 +65,10 @@ use arrow::array::RecordBatch;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
-use crate::operator::ParallelAggregate;
 use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
 use crate::operator::mini_batch::Trigger;
+use crate::operator::{LocalGroupAggregate, ParallelAggregate};
+use crate::plan::BucketFill;
 use crate::runtime::Activity;
 
 mod aligner;
@@ -274,10 +275,18 @@ impl ParallelAggregate {
             let stop = &stop;
             let mut source_handles = Vec::with_capacity(sources);
             for (index, (split, senders)) in splits.into_iter().zip(from_sources).enumerate() {
-                let local = if two_phase { locals.next() } else { None };
+                let local: Option<&mut LocalGroupAggregate> =
+                    if two_phase { locals.next() } else { None };
+                // A local phase routing at the flush reads no bucket column: the run leaves
+                // them unread, and the rows that go around it have them computed.
+                let bucket_fill = local
+                    .as_ref()
+                    .filter(|l| l.routes_at_flush())
+                    .and_then(|_| BucketFill::try_new(plan));
                 let source = Source {
                     plan,
                     local,
+                    bucket_fill,
                     adaptive: adaptive.clone(),
                     trigger: Trigger::new(size, latency),
                     clock,

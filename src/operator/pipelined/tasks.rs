@@ -17,7 +17,7 @@ use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
 use crate::operator::local::FlushedPart;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, BucketFill};
 use crate::runtime::Activity;
 
 /// The source rows a source reads before it sends the workers the epochs those rows ended: one
@@ -105,6 +105,9 @@ impl Stop {
 pub(super) struct Source<'a> {
     pub(super) plan: &'a AggregatePlan,
     pub(super) local: Option<&'a mut LocalGroupAggregate>,
+    /// Where the local phase routes at the flush: how the rows that go around it get their
+    /// bucket columns, which the run leaves unread ([`BucketFill`]).
+    pub(super) bucket_fill: Option<BucketFill>,
     pub(super) adaptive: Adaptive,
     pub(super) trigger: Trigger,
     pub(super) clock: &'a dyn crate::clock::Clock,
@@ -429,7 +432,7 @@ impl Source<'_> {
     fn evaluate_uncounted(&mut self, batch: &ChangeBatch) -> Result<Hashed> {
         self.plan.check_input(batch)?;
         let start = Instant::now();
-        let cb = self.plan.calc.evaluate(batch)?;
+        let mut cb = self.plan.calc.evaluate(batch)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
@@ -441,6 +444,10 @@ impl Source<'_> {
             _ => self.one_worker_hashes_keys,
         };
         if !unhashed {
+            // Hashed rows go around the local phase: their bucket columns are read.
+            if let Some(fill) = &self.bucket_fill {
+                fill.fill(self.plan, batch, &mut cb)?;
+            }
             if batch
                 .data
                 .schema()
@@ -501,6 +508,14 @@ impl Source<'_> {
                 let rows = if self.key_groups.workers() == 1 {
                     rows
                 } else {
+                    let mut rows = rows;
+                    if rows.hashes.is_empty()
+                        && let Some(fill) = &self.bucket_fill
+                    {
+                        // Rows evaluated for the local phase, which stepped aside since: rows
+                        // of no Expand (an Expand's sets go through `push_sets`).
+                        fill.fill_all(&mut rows.cb)?;
+                    }
                     rows.hash()?
                 };
                 for (w, part) in route(rows, self.key_groups)?.into_iter().enumerate() {

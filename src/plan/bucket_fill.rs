@@ -1,0 +1,230 @@
+//! A split PARTIAL's bucket key columns computed from its DISTINCT arguments, for rows whose
+//! bucket columns a run left unread.
+//!
+//! The Calc before a split's Expand computes each bucketed argument's bucket
+//! (`MOD(HASH_CODE(x), buckets)`, [`tally_kernels::hash::bucket_array`]) for every row. A local
+//! phase that folds a key's rows whatever their buckets and routes each DISTINCT entry by its
+//! value's bucket when it flushes reads none of them: a run then leaves them unread (NULL), and
+//! only rows that go around the local phase (bypassed by the adaptive local phase), which the
+//! exchange routes by every key, need them. [`BucketFill`] computes them there, from the
+//! argument of a DISTINCT call of each bucket column's group set, which the split rewrite
+//! buckets ([`crate::plan::BucketKeys::call_sets`]).
+
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use datafusion_common::ScalarValue;
+use tally_kernels::hash::bucket_array;
+
+use super::{AggregatePlan, CalcBatch, fold};
+use crate::changelog::ChangeBatch;
+use crate::error::{Error, Result};
+
+/// How to compute a split PARTIAL's bucket key columns (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct BucketFill {
+    /// The query's keys, before the bucket columns.
+    query_keys: usize,
+    buckets: u32,
+    /// Per bucket column: the argument it buckets (an index into the Calc's arguments) and
+    /// the FILTER of a call of its set (which tests the set's id), if the call has one.
+    columns: Vec<(usize, Option<usize>)>,
+}
+
+impl BucketFill {
+    /// The bucket columns of `plan` (a split PARTIAL whose bucketed sets' calls are DISTINCT
+    /// calls over the bucketed argument: [`crate::plan::BucketKeys::call_sets`]), or None where
+    /// they are not computed from such calls' arguments.
+    pub(crate) fn try_new(plan: &AggregatePlan) -> Option<Self> {
+        let b = plan.bucket_keys.as_ref()?;
+        let sets = b.call_sets.as_ref()?;
+        let query_keys = plan.calc.keys.len().checked_sub(b.columns)?;
+        let columns = (0..b.columns)
+            .map(|j| {
+                let c = sets.iter().position(|s| *s == Some(j))?;
+                let call = plan.calls.get(c)?;
+                Some((call.arg?, call.filter))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            query_keys,
+            buckets: b.buckets,
+            columns,
+        })
+    }
+
+    /// Sets the bucket columns of `cb` (evaluated from `batch`, its bucket columns unread):
+    /// on an Expand's set batch (a constant `$e`) the column of its set, whose calls' FILTERs
+    /// are not FALSE throughout there, the others staying NULL; on a batch of no Expand (one
+    /// bucket column, every row of its set) that column.
+    ///
+    /// # Errors
+    /// A set batch of no bucket column's set is left as it is; a batch of several bucket
+    /// columns without a set id (a bug); a failing bucket.
+    pub(crate) fn fill(
+        &self,
+        plan: &AggregatePlan,
+        batch: &ChangeBatch,
+        cb: &mut CalcBatch,
+    ) -> Result<()> {
+        let Some((c, id)) = fold::constant_set_id(&batch.data) else {
+            return self.fill_all(cb);
+        };
+        let id = ScalarValue::Int64(Some(id));
+        for (j, &(arg, filter)) in self.columns.iter().enumerate() {
+            let of_set = match filter {
+                Some(f) => {
+                    let folded = fold::fold_column(&plan.calc.filters[f], c, &id)?;
+                    fold::constant_filter(&folded) != Some(false)
+                }
+                None => true,
+            };
+            if of_set {
+                cb.keys[self.query_keys + j] = self.bucket(&cb.args[arg])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the one bucket column of `cb`, rows of no Expand (every row of its set).
+    ///
+    /// # Errors
+    /// Several bucket columns (an Expand's rows, whose set is unknown here: a bug); a failing
+    /// bucket.
+    pub(crate) fn fill_all(&self, cb: &mut CalcBatch) -> Result<()> {
+        let [(arg, _)] = self.columns[..] else {
+            return Err(Error::internal(
+                "bucket columns computed for rows of no group set",
+            ));
+        };
+        cb.keys[self.query_keys] = self.bucket(&cb.args[arg])?;
+        Ok(())
+    }
+
+    fn bucket(&self, values: &ArrayRef) -> Result<ArrayRef> {
+        Ok(Arc::new(bucket_array(values, self.buckets).map_err(
+            |e| Error::internal(format!("bucket column: {e}")),
+        )?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, BooleanArray, Int32Array, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_expr::{ExprFunctionExt, col, lit};
+
+    use super::*;
+    use crate::plan::BucketKeys;
+
+    /// Each set batch of an Expand gets its own set's bucket column, computed from the
+    /// argument as the Calc before the Expand computes it, the other columns staying NULL; the
+    /// set of the keys alone gets none; rows of no Expand get the one column, and a plan of
+    /// several columns refuses to guess.
+    #[test]
+    fn bucket_columns_are_computed_for_their_own_set() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("u", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("f", DataType::Boolean, true),
+            Field::new("$f4", DataType::Int32, true),
+            Field::new("$f5", DataType::Int32, true),
+            Field::new("$e", DataType::Int64, false),
+        ]));
+        let e = |id: i64| col("$e").eq(lit(id));
+        let distinct = |arg: &str, filter: datafusion_expr::Expr| {
+            crate::aggregates::count(col(arg))
+                .distinct()
+                .filter(filter)
+                .build()
+                .unwrap()
+        };
+        let aggregates = [
+            crate::aggregates::count_star()
+                .filter(e(3))
+                .build()
+                .unwrap(),
+            distinct("u", col("f").and(e(2))),
+            distinct("v", e(1)),
+        ];
+        let mut plan = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k"), col("$f4"), col("$f5")],
+            &aggregates,
+            None,
+        )
+        .unwrap();
+        plan.bucket_keys = Some(BucketKeys {
+            columns: 2,
+            buckets: 16,
+            call_sets: Some(vec![None, Some(0), Some(1)]),
+        });
+        let fill = BucketFill::try_new(&plan).unwrap();
+        let rows = 50usize;
+        let u: ArrayRef = Arc::new(Int64Array::from_iter(
+            (0..rows as i64).map(|i| (i % 7 != 0).then_some(i * 37)),
+        ));
+        let v: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..rows as i64).map(|i| i * 11),
+        ));
+        let set = |id: i64| {
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows as i64).map(|i| i % 3),
+                )),
+                Arc::clone(&u),
+                Arc::clone(&v),
+                Arc::new(BooleanArray::from(vec![true; rows])),
+                Arc::new(Int32Array::new_null(rows)),
+                Arc::new(Int32Array::new_null(rows)),
+                Arc::new(Int64Array::from(vec![id; rows])),
+            ];
+            ChangeBatch::inserts(RecordBatch::try_new(Arc::clone(&schema), cols).unwrap())
+        };
+        let filled = |id: i64| {
+            let batch = set(id);
+            let mut cb = plan.calc.evaluate(&batch).unwrap();
+            fill.fill(&plan, &batch, &mut cb).unwrap();
+            cb
+        };
+        let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, 16).unwrap()) as ArrayRef;
+        let u_set = filled(2);
+        assert_eq!(&u_set.keys[1], &bucketed(&u));
+        assert_eq!(u_set.keys[1].null_count(), u.null_count());
+        assert_eq!(u_set.keys[2].null_count(), rows);
+        let v_set = filled(1);
+        assert_eq!(v_set.keys[1].null_count(), rows);
+        assert_eq!(&v_set.keys[2], &bucketed(&v));
+        let keys_alone = filled(3);
+        assert_eq!(keys_alone.keys[1].null_count(), rows);
+        assert_eq!(keys_alone.keys[2].null_count(), rows);
+        // Rows of no Expand: with two bucket columns, whose is unknown.
+        let mut cb = plan.calc.evaluate(&set(2)).unwrap();
+        assert!(fill.fill_all(&mut cb).is_err());
+        // One bucket column (no Expand): every row gets it.
+        let mut one = AggregatePlan::try_new(
+            Arc::clone(&schema),
+            &[col("k"), col("v"), col("$f4")],
+            &[distinct("u", col("f"))],
+            None,
+        )
+        .unwrap();
+        one.bucket_keys = Some(BucketKeys {
+            columns: 1,
+            buckets: 16,
+            call_sets: Some(vec![Some(0)]),
+        });
+        let fill = BucketFill::try_new(&one).unwrap();
+        let mut cb = one.calc.evaluate(&set(0)).unwrap();
+        fill.fill_all(&mut cb).unwrap();
+        assert_eq!(&cb.keys[2], &bucketed(&u));
+        // A plan whose bucketed calls are not all DISTINCT over their argument has none.
+        one.bucket_keys = Some(BucketKeys {
+            columns: 1,
+            buckets: 16,
+            call_sets: None,
+        });
+        assert!(BucketFill::try_new(&one).is_none());
+    }
+}
