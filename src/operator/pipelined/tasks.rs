@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{PreStages, Split};
 
 use crate::changelog::ChangeBatch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::operator::LocalGroupAggregate;
 use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route};
@@ -315,7 +315,7 @@ impl Source<'_> {
     fn push_sets(&mut self, batches: &[ChangeBatch]) -> Result<()> {
         let n = batches[0].num_rows();
         if batches.iter().any(|b| b.num_rows() != n) {
-            return Err(crate::error::Error::internal(
+            return Err(Error::internal(
                 "an Expand's group sets of different lengths",
             ));
         }
@@ -342,7 +342,7 @@ impl Source<'_> {
                     one = Some(self.evaluate_sets(batches)?);
                 }
                 let (Some(local), Some(rows)) = (&mut self.local, &one) else {
-                    return Err(crate::error::Error::internal("no local phase to fold into"));
+                    return Err(Error::internal("no local phase to fold into"));
                 };
                 let start = Instant::now();
                 local.push_sets_evaluated(&slice(rows).cb, k)?;
