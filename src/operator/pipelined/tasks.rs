@@ -322,13 +322,7 @@ impl Source<'_> {
         let k = batches.len();
         self.adaptive.fold_sets(k);
         let (mut one, mut sets): (Option<Hashed>, Option<Vec<Hashed>>) = (None, None);
-        if self.trigger.has_latency()
-            && self.trigger.latency_due(self.clock.now_ms())
-            && self.epoch_folded + self.epoch_bypassed > 0
-        {
-            self.trigger.reset();
-            self.end_epoch(true)?;
-        }
+        self.end_epoch_if_late()?;
         for (off, len, ends) in self.trigger.cut(n) {
             let slice = |h: &Hashed| {
                 if len == n {
@@ -468,9 +462,8 @@ impl Source<'_> {
         Ok(hashed)
     }
 
-    /// Folds (or routes) evaluated rows, ending the mini-batch at its size or latency.
-    fn feed(&mut self, hashed: Hashed) -> Result<()> {
-        let n = hashed.num_rows();
+    /// Ends the mini-batch on the latency trigger, if it is due and the mini-batch holds rows.
+    fn end_epoch_if_late(&mut self) -> Result<()> {
         if self.trigger.has_latency()
             && self.trigger.latency_due(self.clock.now_ms())
             && self.epoch_folded + self.epoch_bypassed > 0
@@ -478,6 +471,13 @@ impl Source<'_> {
             self.trigger.reset();
             self.end_epoch(true)?;
         }
+        Ok(())
+    }
+
+    /// Folds (or routes) evaluated rows, ending the mini-batch at its size or latency.
+    fn feed(&mut self, hashed: Hashed) -> Result<()> {
+        let n = hashed.num_rows();
+        self.end_epoch_if_late()?;
         for (off, len, ends) in self.trigger.cut(n) {
             let piece = if len == n {
                 hashed.clone()
