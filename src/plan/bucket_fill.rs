@@ -17,7 +17,6 @@ use datafusion_common::ScalarValue;
 use tally_kernels::hash::bucket_array;
 
 use super::{AggregatePlan, CalcBatch, fold};
-use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 
 /// How to compute a split PARTIAL's bucket key columns (see the module docs).
@@ -53,21 +52,21 @@ impl BucketFill {
         })
     }
 
-    /// Sets the bucket columns of `cb` (evaluated from `batch`, its bucket columns unread):
-    /// on an Expand's set batch (a constant `$e`) the column of its set, whose calls' FILTERs
-    /// are not FALSE throughout there, the others staying NULL; on a batch of no Expand (one
-    /// bucket column, every row of its set) that column.
+    /// Sets the bucket columns of `cb` (evaluated from a batch whose bucket columns were left
+    /// unread, and whose set id, the `$e` column's index and its one value, is `set_id`): on
+    /// an Expand's set batch the column of its set, whose calls' FILTERs are not FALSE
+    /// throughout there, the others staying NULL (all of them on the set of the keys alone);
+    /// on a batch of no Expand (one bucket column, every row of its set) that column.
     ///
     /// # Errors
-    /// A set batch of no bucket column's set is left as it is; a batch of several bucket
-    /// columns without a set id (a bug); a failing bucket.
+    /// A batch of several bucket columns without a set id (a bug); a failing bucket.
     pub(crate) fn fill(
         &self,
         plan: &AggregatePlan,
-        batch: &ChangeBatch,
+        set_id: Option<(usize, i64)>,
         cb: &mut CalcBatch,
     ) -> Result<()> {
-        let Some((c, id)) = fold::constant_set_id(&batch.data) else {
+        let Some((c, id)) = set_id else {
             return self.fill_all(cb);
         };
         let id = ScalarValue::Int64(Some(id));
@@ -115,6 +114,7 @@ mod tests {
     use datafusion_expr::{ExprFunctionExt, col, lit};
 
     use super::*;
+    use crate::changelog::ChangeBatch;
     use crate::plan::BucketKeys;
 
     /// Each set batch of an Expand gets its own set's bucket column, computed from the
@@ -185,7 +185,9 @@ mod tests {
         let filled = |id: i64| {
             let batch = set(id);
             let mut cb = plan.calc.evaluate(&batch).unwrap();
-            fill.fill(&plan, &batch, &mut cb).unwrap();
+            let set_id = crate::plan::constant_set_id(&batch.data);
+            assert_eq!(set_id.map(|(_, v)| v), Some(id));
+            fill.fill(&plan, set_id, &mut cb).unwrap();
             cb
         };
         let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, 16).unwrap()) as ArrayRef;

@@ -108,11 +108,23 @@ impl Calc {
     /// # Errors
     /// When evaluation fails (a failing cast, say) or the changelog column is bad.
     pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
+        // A split's set batch: its id folded into the filters (`fold`).
+        self.evaluate_in_set(changes, fold::constant_set_id(&changes.data))
+    }
+
+    /// [`Calc::evaluate`] of a batch whose set id (the `$e` column's index and its one value)
+    /// the caller found ([`constant_set_id`](super::constant_set_id)), or None where it has none.
+    ///
+    /// # Errors
+    /// As [`Calc::evaluate`].
+    pub(crate) fn evaluate_in_set(
+        &self,
+        changes: &ChangeBatch,
+        set_id: Option<(usize, i64)>,
+    ) -> Result<CalcBatch> {
         let batch = &changes.data;
         let n = batch.num_rows();
         let keys = self.evaluate_keys(batch)?;
-        // A split's set batch: its id folded into the filters (`fold`).
-        let set_id = fold::constant_set_id(batch);
         let mut never = vec![false; self.filters.len()];
         let filters = self
             .filters

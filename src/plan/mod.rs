@@ -29,7 +29,7 @@ mod fold;
 pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
-pub(crate) use fold::SET_ID_COLUMN;
+pub(crate) use fold::{SET_ID_COLUMN, constant_set_id};
 
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
