@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
-use datafusion_common::ScalarValue;
 use tally_kernels::hash::bucket_array;
 
+use super::fold::SetFilters;
 use super::{AggregatePlan, CalcBatch, fold};
 use crate::error::{Error, Result};
 
@@ -53,31 +53,20 @@ impl BucketFill {
     }
 
     /// Sets the bucket columns of `cb` (evaluated from a batch whose bucket columns were left
-    /// unread, and whose set id, the `$e` column's index and its one value, is `set_id`): on
+    /// unread, and whose group set, found by [`crate::plan::Calc::set_of`], is `set`): on
     /// an Expand's set batch the column of its set, whose calls' FILTERs are not FALSE
     /// throughout there, the others staying NULL (all of them on the set of the keys alone);
     /// on a batch of no Expand (one bucket column, every row of its set) that column.
     ///
     /// # Errors
     /// A batch of several bucket columns without a set id (a bug); a failing bucket.
-    pub(crate) fn fill(
-        &self,
-        plan: &AggregatePlan,
-        set_id: Option<(usize, i64)>,
-        cb: &mut CalcBatch,
-    ) -> Result<()> {
-        let Some((c, id)) = set_id else {
+    pub(crate) fn fill(&self, set: Option<&SetFilters>, cb: &mut CalcBatch) -> Result<()> {
+        let Some(set) = set else {
             return self.fill_all(cb);
         };
-        let id = ScalarValue::Int64(Some(id));
         for (j, &(arg, filter)) in self.columns.iter().enumerate() {
-            let of_set = match filter {
-                Some(f) => {
-                    let folded = fold::fold_column(&plan.calc.filters[f], c, &id)?;
-                    fold::constant_filter(&folded) != Some(false)
-                }
-                None => true,
-            };
+            let of_set =
+                filter.is_none_or(|f| fold::constant_filter(&set.filters[f]) != Some(false));
             if of_set {
                 cb.keys[self.query_keys + j] = self.bucket(&cb.args[arg])?;
             }
@@ -185,9 +174,9 @@ mod tests {
         let filled = |id: i64| {
             let batch = set(id);
             let mut cb = plan.calc.evaluate(&batch).unwrap();
-            let set_id = crate::plan::constant_set_id(&batch.data);
-            assert_eq!(set_id.map(|(_, v)| v), Some(id));
-            fill.fill(&plan, set_id, &mut cb).unwrap();
+            let set = plan.calc.set_of(&batch.data).unwrap();
+            assert_eq!(set.as_ref().map(|s| s.id), Some(id));
+            fill.fill(set.as_deref(), &mut cb).unwrap();
             cb
         };
         let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, 16).unwrap()) as ArrayRef;

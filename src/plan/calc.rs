@@ -7,11 +7,11 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::array::{Array, ArrayRef, AsArray, new_null_array};
 use arrow::buffer::BooleanBuffer;
-use datafusion_common::ScalarValue;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::expressions::Column;
 
 use super::columns::{ColumnUses, columns_read};
+use super::fold::{SetFilters, SetMemo};
 use super::{dictionary_eq, fold};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -33,6 +33,8 @@ pub struct Calc {
     /// On a split's set batch, an argument all of whose calls have a FILTER that is FALSE
     /// throughout is not evaluated (see [`Calc::evaluate`]).
     pub arg_filters: Vec<Vec<Option<usize>>>,
+    /// The group sets' batches seen: their ids and the FILTERs folded for them.
+    pub(super) sets: SetMemo,
 }
 
 /// A batch after [`Calc`]: every column the aggregation needs.
@@ -109,29 +111,40 @@ impl Calc {
     /// When evaluation fails (a failing cast, say) or the changelog column is bad.
     pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
         // A split's set batch: its id folded into the filters (`fold`).
-        self.evaluate_in_set(changes, fold::constant_set_id(&changes.data))
+        let set = self.set_of(&changes.data)?;
+        self.evaluate_in_set(changes, set.as_deref())
     }
 
-    /// [`Calc::evaluate`] of a batch whose set id (the `$e` column's index and its one value)
-    /// the caller found ([`constant_set_id`](super::constant_set_id)), or None where it has none.
+    /// The group set of `batch` (a split's set batch: its `$e` holds one value) with the FILTERs
+    /// folded for it; None for a batch of no set. Each set's FILTERs are folded once, and each
+    /// `$e` array of an Expand read once ([`fold::SetMemo`]).
+    ///
+    /// # Errors
+    /// When folding a FILTER fails.
+    pub(crate) fn set_of(&self, batch: &RecordBatch) -> Result<Option<Arc<SetFilters>>> {
+        self.sets.set_of(batch, &self.filters)
+    }
+
+    /// [`Calc::evaluate`] of a batch whose set the caller found ([`Calc::set_of`]), or None
+    /// where it has none.
     ///
     /// # Errors
     /// As [`Calc::evaluate`].
     pub(crate) fn evaluate_in_set(
         &self,
         changes: &ChangeBatch,
-        set_id: Option<(usize, i64)>,
+        set: Option<&SetFilters>,
     ) -> Result<CalcBatch> {
         let batch = &changes.data;
         let n = batch.num_rows();
         let keys = self.evaluate_keys(batch)?;
-        let mut never = vec![false; self.filters.len()];
-        let filters = self
-            .filters
+        let filters = set.map_or(&self.filters, |s| &s.filters);
+        let mut never = vec![false; filters.len()];
+        let filters = filters
             .iter()
             .zip(&mut never)
             .map(|(p, never)| {
-                let mask = self.filter_mask(p, batch, set_id)?;
+                let mask = filter_mask(p, batch)?;
                 *never = mask.is_none();
                 Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
             })
@@ -166,20 +179,18 @@ impl Calc {
         let ids = sets
             .iter()
             .map(|s| {
-                fold::constant_set_id(&s.data)
+                self.set_of(&s.data)?
                     .filter(|_| s.num_rows() == n)
                     .ok_or_else(|| Error::internal("group sets of other lengths or without an id"))
             })
             .collect::<Result<Vec<_>>>()?;
         let mut never = vec![false; self.filters.len()];
-        let filters = self
-            .filters
-            .iter()
+        let filters = (0..self.filters.len())
             .zip(&mut never)
-            .map(|(p, never)| {
+            .map(|(f, never)| {
                 let mut mask: Option<BooleanBuffer> = None;
-                for (s, &id) in sets.iter().zip(&ids) {
-                    if let Some(m) = self.filter_mask(p, &s.data, Some(id))? {
+                for (s, set) in sets.iter().zip(&ids) {
+                    if let Some(m) = filter_mask(&set.filters[f], &s.data)? {
                         mask = Some(match mask {
                             Some(acc) => &acc | &m,
                             None => m,
@@ -197,39 +208,6 @@ impl Calc {
             filters,
             retract: first.retract_mask()?,
         })
-    }
-
-    /// The mask of FILTER `p` on `batch` (NULL read as false), with the set id `set_id` folded
-    /// in where given; None where it is FALSE throughout.
-    fn filter_mask(
-        &self,
-        p: &Arc<dyn PhysicalExpr>,
-        batch: &RecordBatch,
-        set_id: Option<(usize, i64)>,
-    ) -> Result<Option<BooleanBuffer>> {
-        let n = batch.num_rows();
-        let folded;
-        let p = match set_id {
-            Some((c, v)) => {
-                folded = fold::fold_column(p, c, &ScalarValue::Int64(Some(v)))?;
-                if let Some(all) = fold::constant_filter(&folded) {
-                    return Ok(all.then(|| BooleanBuffer::new_set(n)));
-                }
-                &folded
-            }
-            None => p,
-        };
-        let a: ArrayRef = match dictionary_eq::eval_dictionary_eq(p, batch)? {
-            Some(b) => Arc::new(b),
-            None => p.evaluate(batch)?.into_array(n)?,
-        };
-        let b = a
-            .as_boolean_opt()
-            .ok_or_else(|| Error::internal(format!("filter evaluated to {}", a.data_type())))?;
-        Ok(Some(match b.nulls() {
-            Some(nulls) => b.values() & nulls.inner(),
-            None => b.values().clone(),
-        }))
     }
 
     /// The arguments on `batch`: NULL (not evaluated) where one other than a plain column is
@@ -266,6 +244,26 @@ impl Calc {
         uses.plain(&self.args);
         uses
     }
+}
+
+/// The mask of FILTER `p` on `batch` (NULL read as false); None where it is FALSE throughout
+/// (a literal, as a FILTER folded for another set is).
+fn filter_mask(p: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<Option<BooleanBuffer>> {
+    let n = batch.num_rows();
+    if let Some(all) = fold::constant_filter(p) {
+        return Ok(all.then(|| BooleanBuffer::new_set(n)));
+    }
+    let a: ArrayRef = match dictionary_eq::eval_dictionary_eq(p, batch)? {
+        Some(b) => Arc::new(b),
+        None => p.evaluate(batch)?.into_array(n)?,
+    };
+    let b = a
+        .as_boolean_opt()
+        .ok_or_else(|| Error::internal(format!("filter evaluated to {}", a.data_type())))?;
+    Ok(Some(match b.nulls() {
+        Some(nulls) => b.values() & nulls.inner(),
+        None => b.values().clone(),
+    }))
 }
 
 #[cfg(test)]

@@ -5,11 +5,13 @@
 //! (Flink's shape). Evaluated as written, every call compares `$e` row by row, ANDs and tests
 //! for TRUE on every set's rows, although on a set's batch the comparison is one constant: the
 //! filters of the other sets are FALSE throughout and those of the set reduce to the user's
-//! condition. Folding `$e` to its value first evaluates exactly that.
+//! condition. Folding `$e` to its value first evaluates exactly that. A Calc folds each set's
+//! FILTERs once and reads each `$e` array of an Expand once ([`SetMemo`]), not per batch.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use arrow::array::{Array, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int64Type, Schema};
 use datafusion_common::ScalarValue;
 use datafusion_expr::Operator;
@@ -23,7 +25,7 @@ pub(crate) const SET_ID_COLUMN: &str = "$e";
 
 /// The index and value of the [`SET_ID_COLUMN`] of `batch` when it is an Int64 column holding
 /// one non-NULL value in every row.
-pub(crate) fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
+fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
     let c = batch.schema().index_of(SET_ID_COLUMN).ok()?;
     let a = batch.column(c);
     if a.data_type() != &DataType::Int64 || a.is_empty() || a.null_count() > 0 {
@@ -35,6 +37,103 @@ pub(crate) fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
     // vectorizes.
     let differs = values.iter().fold(0i64, |acc, &x| acc | (x ^ v));
     (differs == 0).then_some((c, v))
+}
+
+/// A group set's batch as a Calc sees it: its set id (the [`SET_ID_COLUMN`]'s index and its one
+/// value), and the Calc's FILTERs with the id folded in ([`fold_column`]), in the Calc's order.
+#[derive(Debug)]
+pub(crate) struct SetFilters {
+    /// The index of the set id column.
+    pub(crate) column: usize,
+    /// The set id.
+    pub(crate) id: i64,
+    /// Each FILTER with the set id folded in.
+    pub(crate) filters: Vec<Arc<dyn PhysicalExpr>>,
+}
+
+/// The most `$e` buffers, and the most set ids, a [`SetMemo`] keeps before it starts afresh (an
+/// Expand has a few sets, and remakes its `$e` arrays only for a longer batch).
+const MEMO_ENTRIES: usize = 16;
+
+/// What a Calc has learnt of the group sets' batches, so that a batch costs neither a pass over
+/// its `$e` nor folding its FILTERs again: the `$e` buffers found to hold one value (an
+/// Expand's set batches slice the one `$e` array it keeps per set, so a batch whose `$e` starts
+/// where a buffer found constant starts, and is no longer, holds its value), and per set id the
+/// FILTERs with it folded in. Kept behind a lock, as the Calc is shared by the sources.
+#[derive(Debug, Default)]
+pub(crate) struct SetMemo(RwLock<Memo>);
+
+#[derive(Debug, Default)]
+struct Memo {
+    /// `$e` values found to hold one value, and that value. Kept, the buffers cannot be freed
+    /// and their memory reused for other values.
+    constant: Vec<(ScalarBuffer<i64>, i64)>,
+    sets: Vec<Arc<SetFilters>>,
+}
+
+impl SetMemo {
+    /// The set of `batch` (as [`constant_set_id`] finds it) with `filters` folded for it; None
+    /// where `batch` has no constant set id.
+    ///
+    /// # Errors
+    /// When folding a FILTER fails.
+    pub(crate) fn set_of(
+        &self,
+        batch: &RecordBatch,
+        filters: &[Arc<dyn PhysicalExpr>],
+    ) -> Result<Option<Arc<SetFilters>>> {
+        let Some((column, id)) = self.set_id(batch) else {
+            return Ok(None);
+        };
+        {
+            let memo = self.0.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = memo.sets.iter().find(|s| s.column == column && s.id == id) {
+                return Ok(Some(Arc::clone(s)));
+            }
+        }
+        let value = ScalarValue::Int64(Some(id));
+        let set = Arc::new(SetFilters {
+            column,
+            id,
+            filters: filters
+                .iter()
+                .map(|f| fold_column(f, column, &value))
+                .collect::<Result<_>>()?,
+        });
+        let mut memo = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if memo.sets.len() >= MEMO_ENTRIES {
+            memo.sets.clear();
+        }
+        memo.sets.push(Arc::clone(&set));
+        Ok(Some(set))
+    }
+
+    /// [`constant_set_id`], reading the `$e` values only where they are not known to hold one
+    /// value.
+    fn set_id(&self, batch: &RecordBatch) -> Option<(usize, i64)> {
+        let c = batch.schema().index_of(SET_ID_COLUMN).ok()?;
+        let a = batch.column(c);
+        if a.data_type() != &DataType::Int64 || a.is_empty() || a.null_count() > 0 {
+            return None;
+        }
+        let values = a.as_primitive::<Int64Type>().values();
+        let within = |known: &ScalarBuffer<i64>| {
+            known.as_ptr() == values.as_ptr() && values.len() <= known.len()
+        };
+        {
+            let memo = self.0.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(&(_, v)) = memo.constant.iter().find(|(known, _)| within(known)) {
+                return Some((c, v));
+            }
+        }
+        let (c, v) = constant_set_id(batch)?;
+        let mut memo = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if memo.constant.len() >= MEMO_ENTRIES {
+            memo.constant.clear();
+        }
+        memo.constant.push((values.clone(), v));
+        Some((c, v))
+    }
 }
 
 /// `expr` with column `column` replaced by `value`, and every comparison of two literals, and
@@ -172,5 +271,47 @@ mod tests {
         let e: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 1, 1]));
         let batch = RecordBatch::try_new(schema, vec![flag, e]).unwrap();
         assert_eq!(constant_set_id(&batch), None);
+    }
+
+    /// A batch whose `$e` starts where a buffer found constant starts and is no longer gets its
+    /// value without a scan; a longer one, or one elsewhere, is read. A set's FILTERs are
+    /// folded once.
+    #[test]
+    fn set_ids_are_remembered_for_the_buffers_read() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("f", DataType::Boolean, true),
+            Field::new("$e", DataType::Int64, false),
+        ]));
+        let e = Int64Array::from(vec![5, 5, 5, 5, 7, 7]);
+        let batch = |offset: usize, len: usize| {
+            let flag: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true); len]));
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![flag, Arc::new(e.slice(offset, len))],
+            )
+            .unwrap()
+        };
+        let filters = vec![
+            partial_filter(Some(col("f", 0)), 5),
+            partial_filter(None, 7),
+        ];
+        let memo = SetMemo::default();
+        let id = |b: &RecordBatch| memo.set_of(b, &filters).unwrap().map(|s| s.id);
+        assert_eq!(id(&batch(0, 4)), Some(5));
+        // The same start, longer: the 7s are read, not taken for 5s.
+        assert_eq!(id(&batch(0, 6)), None);
+        assert_eq!(id(&batch(0, 3)), Some(5));
+        assert_eq!(id(&batch(4, 2)), Some(7));
+        assert_eq!(id(&batch(3, 2)), None);
+        // Folded once per set: the same set comes back; its own FILTER keeps the condition,
+        // the other set's folds to FALSE.
+        let five = memo.set_of(&batch(0, 2), &filters).unwrap().unwrap();
+        assert!(Arc::ptr_eq(
+            &five,
+            &memo.set_of(&batch(1, 2), &filters).unwrap().unwrap()
+        ));
+        assert_eq!(five.column, 1);
+        assert_eq!(constant_filter(&five.filters[0]), None);
+        assert_eq!(constant_filter(&five.filters[1]), Some(false));
     }
 }

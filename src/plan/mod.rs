@@ -29,7 +29,7 @@ mod fold;
 pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
-pub(crate) use fold::{SET_ID_COLUMN, constant_set_id};
+pub(crate) use fold::SET_ID_COLUMN;
 
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
@@ -346,6 +346,7 @@ impl AggregatePlan {
             filters: planner.filters,
             arg_names: planner.arg_names,
             filter_names: planner.filter_names,
+            sets: fold::SetMemo::default(),
         };
         let dictionary_columns = calc
             .column_uses()

@@ -17,7 +17,7 @@ use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
 use crate::operator::local::FlushedPart;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
-use crate::plan::{AggregatePlan, BucketFill, constant_set_id};
+use crate::plan::{AggregatePlan, BucketFill};
 use crate::runtime::Activity;
 
 /// The source rows a source reads before it sends the workers the epochs those rows ended: one
@@ -426,9 +426,9 @@ impl Source<'_> {
     fn evaluate_uncounted(&mut self, batch: &ChangeBatch) -> Result<Hashed> {
         self.plan.check_input(batch)?;
         let start = Instant::now();
-        // A split's set batch: its id, for the Calc and for the bucket columns.
-        let set_id = constant_set_id(&batch.data);
-        let mut cb = self.plan.calc.evaluate_in_set(batch, set_id)?;
+        // A split's set batch: its set, for the Calc and for the bucket columns.
+        let set = self.plan.calc.set_of(&batch.data)?;
+        let mut cb = self.plan.calc.evaluate_in_set(batch, set.as_deref())?;
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
@@ -442,7 +442,7 @@ impl Source<'_> {
         if !unhashed {
             // Hashed rows go around the local phase: their bucket columns are read.
             if let Some(fill) = &self.bucket_fill {
-                fill.fill(self.plan, set_id, &mut cb)?;
+                fill.fill(set.as_deref(), &mut cb)?;
             }
             if batch
                 .data
