@@ -140,84 +140,83 @@ impl LocalGroupAggregate {
         let home: Vec<usize> = (0..n as u32)
             .map(|g| kg.worker_of_hash(routes.key_hash.hash(prefix(g), None)))
             .collect();
-        // Each DISTINCT entry's worker, and the entries of each (key, worker).
+        // Each DISTINCT entry's (worker, key) place, `w * n + g` (the output rows run worker by
+        // worker, then key by key), and the entries of each place.
         let live = self.state.live_entries()?;
-        let mut entries = vec![0u64; n * p];
-        let mut workers: Vec<Option<Vec<usize>>> = Vec::with_capacity(live.len());
+        let places_n = n * p;
+        if u32::try_from(places_n).is_err() {
+            return Err(Error::internal(
+                "a flush of more (key, worker) places than u32 holds",
+            ));
+        }
+        let mut entries = vec![0u64; places_n];
+        let mut places: Vec<Option<Vec<u32>>> = Vec::with_capacity(live.len());
         for (slot, entries_of) in live.iter().enumerate() {
-            let set = routes.slot_sets[slot];
             let Some(e) = entries_of else {
-                workers.push(None);
+                places.push(None);
                 continue;
             };
-            let (groups, values) = (&e.groups, &e.values);
-            let of: Vec<usize> = match set {
+            let groups = &e.groups;
+            let mut at: Vec<u32> = Vec::with_capacity(groups.len());
+            match routes.slot_sets[slot] {
                 Some(j) => {
                     // The block of routes under this bucket column of each key with enough
                     // entries, found once; each bucket's route computed the first time it
                     // comes. Other keys' entries are routed by their hashes.
-                    let b = bucket_array(values, routes.buckets)?;
+                    let b = bucket_array(&e.values, routes.buckets)?;
                     let mut per_key = vec![0u32; n];
-                    for &g in groups {
-                        per_key[g as usize] += 1;
+                    if n == 1 {
+                        per_key[0] = groups.len() as u32;
+                    } else {
+                        for &g in groups {
+                            per_key[g as usize] += 1;
+                        }
                     }
                     routes.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
                     let mut block_of = vec![usize::MAX; n];
-                    let mut of = Vec::with_capacity(groups.len());
                     for (&g, &b) in groups.iter().zip(b.values()) {
-                        if per_key[g as usize] < BLOCK_MIN_ENTRIES {
+                        let gi = g as usize;
+                        let w = if per_key[gi] < BLOCK_MIN_ENTRIES {
                             let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
-                            of.push(kg.worker_of_hash(hash));
-                            continue;
-                        }
-                        let start = match block_of[g as usize] {
-                            usize::MAX => {
-                                let start = routes.block(prefix(g), j);
-                                block_of[g as usize] = start;
-                                start
+                            kg.worker_of_hash(hash)
+                        } else {
+                            if block_of[gi] == usize::MAX {
+                                block_of[gi] = routes.block(prefix(g), j);
                             }
-                            start => start,
-                        };
-                        // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
-                        let at = start + b as usize;
-                        let w = match routes.routes[at] {
-                            NO_ROUTE => {
+                            // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
+                            let r = &mut routes.routes[block_of[gi] + b as usize];
+                            if *r == NO_ROUTE {
                                 let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
-                                let w = kg.worker_of_hash(hash);
-                                routes.routes[at] = w as u16;
-                                w
+                                *r = kg.worker_of_hash(hash) as u16;
                             }
-                            w => usize::from(w),
+                            usize::from(*r)
                         };
-                        of.push(w);
+                        at.push((w * n + gi) as u32);
                     }
-                    of
                 }
-                None => groups.iter().map(|&g| home[g as usize]).collect(),
-            };
-            for (&g, &w) in groups.iter().zip(&of) {
-                entries[g as usize * p + w] += 1;
+                None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
             }
-            workers.push(Some(of));
+            count_places(&at, &mut entries);
+            places.push(Some(at));
         }
-        // Rows per (key, worker): its entries, and at the key's home the rows that made none.
+        // Rows per place: its entries, and at the key's home the rows that made none.
         let mut counts = entries;
         for g in 0..n {
-            let made: u64 = counts[g * p..(g + 1) * p].iter().sum();
-            counts[g * p + home[g]] += rows[g].saturating_sub(made);
+            let made: u64 = (0..p).map(|w| counts[w * n + g]).sum();
+            counts[home[g] * n + g] += rows[g].saturating_sub(made);
         }
         // The hottest (key, worker)'s share of the rows, as a local phase routing every row
         // measures it: a hot key's rows spread over the workers by their buckets do not pin one
         // worker when the local phase steps aside (the adaptive local phase).
         let all: u64 = rows.iter().sum();
         let hot_share = counts.iter().copied().max().unwrap_or(0) as f64 / all.max(1) as f64;
-        // Output rows by worker, then key.
-        let mut row_of = vec![u32::MAX; n * p];
+        // The places that get anything are the output rows, in place order.
+        let mut row_of = vec![u32::MAX; places_n];
         let (mut groups, mut row_workers, mut bounds) = (vec![], vec![], vec![0]);
         for w in 0..p {
             for g in 0..n {
-                if counts[g * p + w] > 0 {
-                    row_of[g * p + w] = groups.len() as u32;
+                if counts[w * n + g] > 0 {
+                    row_of[w * n + g] = groups.len() as u32;
                     groups.push(g as u32);
                     row_workers.push(w);
                 }
@@ -225,20 +224,15 @@ impl LocalGroupAggregate {
             bounds.push(groups.len());
         }
         let routing = start.elapsed();
-        let entry_rows: Vec<Option<Vec<u32>>> = live
-            .iter()
-            .zip(&workers)
-            .map(|(e, of)| {
-                Some(
-                    e.as_ref()?
-                        .groups
-                        .iter()
-                        .zip(of.as_ref()?)
-                        .map(|(&g, &w)| row_of[g as usize * p + w])
-                        .collect(),
-                )
-            })
-            .collect();
+        // Each entry's row: its place's, the place itself where every place is a row.
+        let entry_rows: Vec<Option<Vec<u32>>> = if groups.len() == places_n {
+            places
+        } else {
+            places
+                .into_iter()
+                .map(|at| Some(at?.iter().map(|&a| row_of[a as usize]).collect()))
+                .collect()
+        };
         // A plain slot's state is the key's at its home, an empty group's (group `n`) elsewhere.
         let empty = n as u32;
         let plain: Vec<u32> = groups
@@ -255,7 +249,7 @@ impl LocalGroupAggregate {
         let row_counts: Vec<u64> = groups
             .iter()
             .zip(&row_workers)
-            .map(|(&g, &w)| counts[g as usize * p + w])
+            .map(|(&g, &w)| counts[w * n + g as usize])
             .collect();
         cols.push(Arc::new(Int64Array::from_iter_values(
             row_counts.iter().map(|&c| c as i64),
@@ -281,5 +275,75 @@ impl LocalGroupAggregate {
             routing,
             entries: entries_out,
         }))
+    }
+}
+
+/// The most places [`count_places`] counts in four lanes.
+const COUNT_LANES_MAX_PLACES: usize = 256;
+
+/// Adds to `counts[a]` one for each place `a` in `at`, in four lanes where the places are few:
+/// then (one hot key) consecutive entries mostly count into the same place, and one running
+/// count would wait on each increment's store.
+fn count_places(at: &[u32], counts: &mut [u64]) {
+    let m = counts.len();
+    if m > COUNT_LANES_MAX_PLACES {
+        // Many places: consecutive entries seldom share one.
+        for &a in at {
+            counts[a as usize] += 1;
+        }
+        return;
+    }
+    let mut lanes = vec![0u32; 4 * m];
+    let mut quads = at.chunks_exact(4);
+    for q in &mut quads {
+        lanes[q[0] as usize] += 1;
+        lanes[m + q[1] as usize] += 1;
+        lanes[2 * m + q[2] as usize] += 1;
+        lanes[3 * m + q[3] as usize] += 1;
+    }
+    for &a in quads.remainder() {
+        lanes[a as usize] += 1;
+    }
+    for (i, c) in counts.iter_mut().enumerate() {
+        *c += (0..4).map(|l| u64::from(lanes[l * m + i])).sum::<u64>();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counted in lanes (few places) or one by one (many), every place gets one count per
+    /// time it comes, remainders past the last four included, on top of what it held.
+    #[test]
+    fn places_are_counted_once_per_entry() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for m in [
+            1usize,
+            2,
+            3,
+            17,
+            COUNT_LANES_MAX_PLACES,
+            COUNT_LANES_MAX_PLACES + 1,
+            5000,
+        ] {
+            for len in [0usize, 1, 3, 4, 5, 1031] {
+                let at: Vec<u32> = (0..len).map(|_| (next() % m as u64) as u32).collect();
+                let before: Vec<u64> = (0..m).map(|_| next() % 5).collect();
+                let mut want = before.clone();
+                for &a in &at {
+                    want[a as usize] += 1;
+                }
+                let mut counts = before;
+                count_places(&at, &mut counts);
+                assert_eq!(counts, want, "{m} places, {len} entries");
+            }
+        }
     }
 }
