@@ -105,6 +105,65 @@ impl EntryRoutes {
         }
     }
 
+    /// Appends to `at` the place (`w * n + g`: worker `w`, key `g` of the `n` whose hashes are
+    /// `prefixes`, None without key columns) of each entry of bucket column `j` (of key
+    /// `groups[i]`, its value's bucket `buckets[i]`). A key with enough entries is routed by its block of routes, found once;
+    /// each bucket's route is computed the first time it comes. Other keys' entries are routed
+    /// by their hashes.
+    fn place(
+        &mut self,
+        groups: &[u32],
+        buckets: &[i32],
+        j: usize,
+        prefixes: &[Option<u64>],
+        kg: &KeyGroups,
+        at: &mut Vec<u32>,
+    ) {
+        let n = prefixes.len();
+        let prefix = |g: u32| prefixes[g as usize];
+        let mut per_key = vec![0u32; n];
+        if n == 1 {
+            per_key[0] = groups.len() as u32;
+        } else {
+            for &g in groups {
+                per_key[g as usize] += 1;
+            }
+        }
+        self.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
+        if n == 1 && per_key[0] >= BLOCK_MIN_ENTRIES {
+            // One key (a hot one): its block's routes, by bucket, are the places.
+            let start = self.block(prefix(0), j);
+            let block = &mut self.routes[start..start + self.buckets as usize];
+            let (key_hash, prefix) = (&self.key_hash, prefix(0));
+            at.extend(buckets.iter().map(|&b| {
+                // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
+                let r = &mut block[b as usize];
+                if *r == NO_ROUTE {
+                    *r = kg.worker_of_hash(key_hash.hash(prefix, Some((j, b)))) as u16;
+                }
+                u32::from(*r)
+            }));
+            return;
+        }
+        let mut block_of = vec![usize::MAX; n];
+        for (&g, &b) in groups.iter().zip(buckets) {
+            let gi = g as usize;
+            let w = if per_key[gi] < BLOCK_MIN_ENTRIES {
+                kg.worker_of_hash(self.key_hash.hash(prefix(g), Some((j, b))))
+            } else {
+                if block_of[gi] == usize::MAX {
+                    block_of[gi] = self.block(prefix(g), j);
+                }
+                let r = &mut self.routes[block_of[gi] + b as usize];
+                if *r == NO_ROUTE {
+                    *r = kg.worker_of_hash(self.key_hash.hash(prefix(g), Some((j, b)))) as u16;
+                }
+                usize::from(*r)
+            };
+            at.push((w * n + gi) as u32);
+        }
+    }
+
     /// Where the block of routes of the key hashing to `prefix` (None without key columns)
     /// with bucket column `j` set starts in `routes`, made if new.
     fn block(&mut self, prefix: Option<u64>, j: usize) -> usize {
@@ -135,10 +194,13 @@ impl LocalGroupAggregate {
         let start = Instant::now();
         let p = kg.workers();
         let key_hashes = self.groups.hashes();
-        let prefix = |g: u32| (self.state_keys > 0).then(|| key_hashes[g as usize]);
+        let prefixes: Vec<Option<u64>> = (0..n)
+            .map(|g| (self.state_keys > 0).then(|| key_hashes[g]))
+            .collect();
         // The worker of each key's rows without a bucket (the keys alone's set, NULLs).
-        let home: Vec<usize> = (0..n as u32)
-            .map(|g| kg.worker_of_hash(routes.key_hash.hash(prefix(g), None)))
+        let home: Vec<usize> = prefixes
+            .iter()
+            .map(|&prefix| kg.worker_of_hash(routes.key_hash.hash(prefix, None)))
             .collect();
         // Each DISTINCT entry's (worker, key) place, `w * n + g` (the output rows run worker by
         // worker, then key by key), and the entries of each place.
@@ -160,39 +222,8 @@ impl LocalGroupAggregate {
             let mut at: Vec<u32> = Vec::with_capacity(groups.len());
             match routes.slot_sets[slot] {
                 Some(j) => {
-                    // The block of routes under this bucket column of each key with enough
-                    // entries, found once; each bucket's route computed the first time it
-                    // comes. Other keys' entries are routed by their hashes.
                     let b = bucket_array(&e.values, routes.buckets)?;
-                    let mut per_key = vec![0u32; n];
-                    if n == 1 {
-                        per_key[0] = groups.len() as u32;
-                    } else {
-                        for &g in groups {
-                            per_key[g as usize] += 1;
-                        }
-                    }
-                    routes.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
-                    let mut block_of = vec![usize::MAX; n];
-                    for (&g, &b) in groups.iter().zip(b.values()) {
-                        let gi = g as usize;
-                        let w = if per_key[gi] < BLOCK_MIN_ENTRIES {
-                            let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
-                            kg.worker_of_hash(hash)
-                        } else {
-                            if block_of[gi] == usize::MAX {
-                                block_of[gi] = routes.block(prefix(g), j);
-                            }
-                            // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
-                            let r = &mut routes.routes[block_of[gi] + b as usize];
-                            if *r == NO_ROUTE {
-                                let hash = routes.key_hash.hash(prefix(g), Some((j, b)));
-                                *r = kg.worker_of_hash(hash) as u16;
-                            }
-                            usize::from(*r)
-                        };
-                        at.push((w * n + gi) as u32);
-                    }
+                    routes.place(groups, b.values(), j, &prefixes, kg, &mut at);
                 }
                 None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
             }
