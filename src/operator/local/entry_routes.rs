@@ -107,9 +107,9 @@ impl EntryRoutes {
 
     /// Appends to `at` the place (`w * n + g`: worker `w`, key `g` of the `n` whose hashes are
     /// `prefixes`, None without key columns) of each entry of bucket column `j` (of key
-    /// `groups[i]`, its value's bucket `buckets[i]`). A key with enough entries is routed by its block of routes, found once;
-    /// each bucket's route is computed the first time it comes. Other keys' entries are routed
-    /// by their hashes.
+    /// `groups[i]`, its value's bucket `buckets[i]`). A key with enough entries is routed by
+    /// its block of routes, found once; each bucket's route is computed the first time it
+    /// comes. Other keys' entries are routed by their hashes.
     fn place(
         &mut self,
         groups: &[u32],
@@ -355,8 +355,9 @@ fn count_places(at: &[u32], counts: &mut [u64]) {
 mod tests {
     use super::*;
 
-    /// Counted a pass per place (a handful), in lanes (a few) or one by one (many), every place gets one count per
-    /// time it comes, remainders past the last four included, on top of what it held.
+    /// Counted a pass per place (a handful), in lanes (a few) or one by one (many), every place
+    /// gets one count per time it comes, remainders past the last four included, on top of
+    /// what it held.
     #[test]
     fn places_are_counted_once_per_entry() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
