@@ -15,6 +15,9 @@ use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
 
+/// The most rows [`DistinctAccumulator::lists_in_rows`] places a pass over the entries each.
+const FEW_ROWS: usize = 4;
+
 impl DistinctAccumulator {
     fn entry_fields(&self) -> Fields {
         let mut fields = vec![Field::new("value", self.arg_type.clone(), false)];
@@ -158,34 +161,77 @@ impl DistinctAccumulator {
         counters: &[i64],
     ) -> Result<ArrayRef, ArrowError> {
         let mut offsets = vec![0i32; rows + 1];
-        for &r in row_of {
-            offsets[r as usize + 1] += 1;
-        }
-        for s in 0..rows {
-            offsets[s + 1] += offsets[s];
-        }
-        let mut placed: Vec<(u64, i64)> = vec![(0, 0); row_of.len()];
-        let mut next: Vec<usize> = offsets[..rows].iter().map(|&o| o as usize).collect();
-        for (i, &r) in row_of.iter().enumerate() {
-            let at = &mut next[r as usize];
-            placed[*at] = (bits[i], counters[i]);
-            *at += 1;
-        }
+        let mut placed: Vec<(u64, i64)> = if rows == 1 {
+            // One row (one hot key's flush): the entries in their order, without counting or
+            // placing each (one running count would wait on each increment's store).
+            offsets[1] = row_of.len() as i32;
+            bits.iter().copied().zip(counters.iter().copied()).collect()
+        } else if rows <= FEW_ROWS {
+            // A few rows (one hot key's flush over a few workers): each counted in a pass the
+            // compiler vectorizes, and placed in a pass that writes every entry at the row's
+            // next place and moves on only past its own (no branch, no count in memory). A pass
+            // writes past its row's end into the next row's first place, which that row's pass
+            // writes after it, or into one place of slack past the last.
+            let n = row_of.len();
+            for (s, o) in offsets[1..].iter_mut().enumerate() {
+                *o = row_of.iter().map(|&r| i32::from(r as usize == s)).sum();
+            }
+            for s in 0..rows {
+                offsets[s + 1] += offsets[s];
+            }
+            let mut placed: Vec<(u64, i64)> = vec![(0, 0); n + 1];
+            for (s, &start) in offsets[..rows].iter().enumerate() {
+                let mut at = start as usize;
+                for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
+                    placed[at] = (b, c);
+                    at += usize::from(r as usize == s);
+                }
+            }
+            placed.truncate(n);
+            placed
+        } else {
+            for &r in row_of {
+                offsets[r as usize + 1] += 1;
+            }
+            for s in 0..rows {
+                offsets[s + 1] += offsets[s];
+            }
+            let mut placed: Vec<(u64, i64)> = vec![(0, 0); row_of.len()];
+            let mut next: Vec<usize> = offsets[..rows].iter().map(|&o| o as usize).collect();
+            for (i, &r) in row_of.iter().enumerate() {
+                let at = &mut next[r as usize];
+                placed[*at] = (bits[i], counters[i]);
+                *at += 1;
+            }
+            placed
+        };
         if self.order_matters {
             for s in offsets.windows(2) {
                 placed[s[0] as usize..s[1] as usize].sort_unstable();
             }
         }
         let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
-        let cols: Vec<Vec<i64>> = (0..self.inners.len())
-            .map(|j| {
-                placed
-                    .iter()
-                    .map(|&(_, c)| self.listed_count(c, j))
-                    .collect()
-            })
-            .collect();
+        let cols = self.listed_counts(&placed);
         self.lists(&bits, cols, offsets)
+    }
+
+    /// Each aggregate's counters of `placed` entries (value bits, [`Self::counter_of`]) as
+    /// [`Self::listed_count`] reads them, a column per aggregate: how to read them is chosen
+    /// once, not per entry, so that flags become a shift and a mask the compiler vectorizes.
+    fn listed_counts(&self, placed: &[(u64, i64)]) -> Vec<Vec<i64>> {
+        let k = self.inners.len();
+        (0..k)
+            .map(|j| match &self.pairs {
+                _ if k == 1 => placed.iter().map(|&(_, c)| c).collect(),
+                Pairs::Flagged(_) | Pairs::Tagged(_) => {
+                    placed.iter().map(|&(_, c)| (c >> j) & 1).collect()
+                }
+                _ => placed
+                    .iter()
+                    .map(|&(_, c)| self.counts[c as usize * k + j])
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Merges distinct states (as produced by [`Self::state`]) into `groups`, row by row, with

@@ -540,3 +540,65 @@ fn entries_placed_in_rows_are_the_groups_entries() {
         );
     }
 }
+
+/// Entries placed in one row, in a few (each placed in a pass of its own) or in many (counted
+/// and placed once): each row lists the same entries, in the same order, whichever way it is
+/// placed. A few rows are checked against the same rows among many empty ones; rows left
+/// empty among the few get empty lists. Flags (insert-only), counters and one aggregate.
+#[test]
+fn entries_are_placed_alike_in_one_a_few_or_many_rows() {
+    let mut rng = crate::test_rng::XorShift(0x510e_527f_ade6_82d1u64);
+    let mut rand = move || rng.next();
+    for (k, retractable) in [(2, false), (3, true), (1, false)] {
+        let kinds = vec![AggregateKind::Count; k];
+        let mut acc = DistinctAccumulator::try_new(&DataType::Int64, &kinds, retractable).unwrap();
+        acc.for_local_phase();
+        let n = 700;
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..n).map(|_| (rand() % 300) as i64),
+        ));
+        let gids: Vec<u32> = (0..n).map(|_| (rand() % 2) as u32).collect();
+        let odd = BooleanBuffer::collect_bool(n, |i| i % 3 == 1);
+        let filters: Vec<Option<&BooleanBuffer>> =
+            (0..k).map(|j| (j == 1).then_some(&odd)).collect();
+        acc.apply(&values, &gids, &filters, 2, 1).unwrap();
+        let entries = acc.live_entries().unwrap();
+        let len = entries.groups.len();
+        let lists = |state: &ArrayRef, rows: usize| -> Vec<Vec<String>> {
+            let l = state.as_any().downcast_ref::<ListArray>().unwrap();
+            (0..rows)
+                .map(|r| {
+                    let e = l.value(r);
+                    let e = e.as_any().downcast_ref::<StructArray>().unwrap();
+                    (0..arrow_array::Array::len(e))
+                        .map(|i| {
+                            (0..=k)
+                                .map(|c| e.column(c).as_primitive::<Int64Type>().value(i))
+                                .map(|v| v.to_string())
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        for rows in 1..=6usize {
+            // Every other row left empty where there are more than two.
+            let row_of: Vec<u32> = (0..len)
+                .map(|_| {
+                    let r = (rand() % rows as u64) as u32;
+                    if rows > 2 { r & !1 } else { r }
+                })
+                .collect();
+            let few = acc.state_placed(&entries, rows, &row_of).unwrap();
+            let many = acc.state_placed(&entries, rows + 8, &row_of).unwrap();
+            let (few, many) = (lists(&few, rows), lists(&many, rows + 8));
+            assert_eq!(few[..], many[..rows], "k={k}, {rows} rows");
+            assert!(many[rows..].iter().all(Vec::is_empty));
+            assert_eq!(few.iter().map(Vec::len).sum::<usize>(), len);
+            if rows > 2 {
+                assert!(few.iter().skip(1).step_by(2).all(Vec::is_empty));
+            }
+        }
+    }
+}
