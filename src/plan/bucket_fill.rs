@@ -98,13 +98,12 @@ impl BucketFill {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, BooleanArray, Int32Array, Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion_expr::{ExprFunctionExt, col, lit};
+    use arrow::array::{Array, BooleanArray, Int32Array, Int64Array};
+    use datafusion_expr::{ExprFunctionExt, col};
 
     use super::*;
     use crate::changelog::ChangeBatch;
-    use crate::plan::BucketKeys;
+    use crate::plan::{BucketKeys, split_fixture};
 
     /// Each set batch of an Expand gets its own set's bucket column, computed from the
     /// argument as the Calc before the Expand computes it, the other columns staying NULL; the
@@ -112,43 +111,8 @@ mod tests {
     /// several columns refuses to guess.
     #[test]
     fn bucket_columns_are_computed_for_their_own_set() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("u", DataType::Int64, true),
-            Field::new("v", DataType::Int64, true),
-            Field::new("f", DataType::Boolean, true),
-            Field::new("$f4", DataType::Int32, true),
-            Field::new("$f5", DataType::Int32, true),
-            Field::new("$e", DataType::Int64, false),
-        ]));
-        let e = |id: i64| col("$e").eq(lit(id));
-        let distinct = |arg: &str, filter: datafusion_expr::Expr| {
-            crate::aggregates::count(col(arg))
-                .distinct()
-                .filter(filter)
-                .build()
-                .unwrap()
-        };
-        let aggregates = [
-            crate::aggregates::count_star()
-                .filter(e(3))
-                .build()
-                .unwrap(),
-            distinct("u", col("f").and(e(2))),
-            distinct("v", e(1)),
-        ];
-        let mut plan = AggregatePlan::try_new(
-            Arc::clone(&schema),
-            &[col("k"), col("$f4"), col("$f5")],
-            &aggregates,
-            None,
-        )
-        .unwrap();
-        plan.bucket_keys = Some(BucketKeys {
-            columns: 2,
-            buckets: 16,
-            call_sets: Some(vec![None, Some(0), Some(1)]),
-        });
+        let schema = split_fixture::schema();
+        let plan = split_fixture::plan(16, true);
         let fill = BucketFill::try_new(&plan).unwrap();
         let rows = 50usize;
         let u: ArrayRef = Arc::new(Int64Array::from_iter(
@@ -157,19 +121,13 @@ mod tests {
         let v: ArrayRef = Arc::new(Int64Array::from_iter_values(
             (0..rows as i64).map(|i| i * 11),
         ));
+        let k: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..rows as i64).map(|i| i % 3),
+        ));
+        let f: ArrayRef = Arc::new(BooleanArray::from(vec![true; rows]));
+        let none: ArrayRef = Arc::new(Int32Array::new_null(rows));
         let set = |id: i64| {
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(Int64Array::from_iter_values(
-                    (0..rows as i64).map(|i| i % 3),
-                )),
-                Arc::clone(&u),
-                Arc::clone(&v),
-                Arc::new(BooleanArray::from(vec![true; rows])),
-                Arc::new(Int32Array::new_null(rows)),
-                Arc::new(Int32Array::new_null(rows)),
-                Arc::new(Int64Array::from(vec![id; rows])),
-            ];
-            ChangeBatch::inserts(RecordBatch::try_new(Arc::clone(&schema), cols).unwrap())
+            ChangeBatch::inserts(split_fixture::set_batch([&k, &u, &v, &f, &none, &none], id))
         };
         let filled = |id: i64| {
             let batch = set(id);
@@ -197,7 +155,11 @@ mod tests {
         let mut one = AggregatePlan::try_new(
             Arc::clone(&schema),
             &[col("k"), col("v"), col("$f4")],
-            &[distinct("u", col("f"))],
+            &[crate::aggregates::count(col("u"))
+                .distinct()
+                .filter(col("f"))
+                .build()
+                .unwrap()],
             None,
         )
         .unwrap();

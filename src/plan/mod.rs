@@ -25,6 +25,8 @@ mod calc;
 mod columns;
 mod dictionary_eq;
 mod fold;
+#[cfg(test)]
+pub(crate) mod split_fixture;
 
 pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};

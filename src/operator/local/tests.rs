@@ -304,53 +304,12 @@ fn entries_of_one_hot_key_route_as_their_rows_would() {
 /// one routing rows the same Expand's sets of `rows` rows over `keys` keys and `buckets`
 /// buckets (one argument's values below `values`), twice, and compares what each worker gets.
 fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_one: bool) {
-    use crate::plan::BucketKeys;
+    use crate::plan::split_fixture;
     use arrow::array::{BooleanArray, Int32Array};
     use arrow::util::display::array_value_to_string;
-    use datafusion_expr::{ExprFunctionExt, lit};
     use std::collections::BTreeMap;
     use tally_kernels::hash::bucket_array;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("u", DataType::Int64, true),
-        Field::new("v", DataType::Int64, true),
-        Field::new("f", DataType::Boolean, true),
-        Field::new("$f4", DataType::Int32, true),
-        Field::new("$f5", DataType::Int32, true),
-        Field::new("$e", DataType::Int64, false),
-    ]));
-    let distinct = |arg: &str, filter: datafusion_expr::Expr| {
-        crate::aggregates::count(col(arg))
-            .distinct()
-            .filter(filter)
-            .build()
-            .unwrap()
-    };
-    let e = |id: i64| col("$e").eq(lit(id));
-    let aggregates = [
-        crate::aggregates::count_star()
-            .filter(e(3))
-            .build()
-            .unwrap(),
-        distinct("u", e(2)),
-        distinct("u", col("f").and(e(2))),
-        distinct("v", e(1)),
-    ];
-    let plan = |routes: bool| {
-        let mut p = AggregatePlan::try_new(
-            Arc::clone(&schema),
-            &[col("k"), col("$f4"), col("$f5")],
-            &aggregates,
-            None,
-        )
-        .unwrap();
-        p.bucket_keys = Some(BucketKeys {
-            columns: 2,
-            buckets,
-            call_sets: routes.then(|| vec![None, Some(0), Some(0), Some(1)]),
-        });
-        Arc::new(p)
-    };
+    let plan = |routes: bool| Arc::new(split_fixture::plan(buckets, routes));
     let kg = KeyGroups::new(128, 3).unwrap();
     let mut by_entries = LocalGroupAggregate::try_new(plan(true)).unwrap();
     let mut by_rows = LocalGroupAggregate::try_new(plan(false)).unwrap();
@@ -373,16 +332,7 @@ fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_on
     let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, buckets).unwrap()) as ArrayRef;
     let none: ArrayRef = Arc::new(Int32Array::new_null(rows as usize));
     let set = |b4: &ArrayRef, b5: &ArrayRef, id: i64| {
-        let cols = vec![
-            Arc::clone(&k),
-            Arc::clone(&u),
-            Arc::clone(&v),
-            Arc::clone(&f),
-            Arc::clone(b4),
-            Arc::clone(b5),
-            Arc::new(Int64Array::from(vec![id; rows as usize])) as ArrayRef,
-        ];
-        RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+        split_fixture::set_batch([&k, &u, &v, &f, b4, b5], id)
     };
     let sets = [
         set(&bucketed(&u), &none, 2),
