@@ -139,16 +139,7 @@ impl Calc {
         let n = batch.num_rows();
         let keys = self.evaluate_keys(batch)?;
         let filters = set.map_or(&self.filters, |s| &s.filters);
-        let mut never = vec![false; filters.len()];
-        let filters = filters
-            .iter()
-            .zip(&mut never)
-            .map(|(p, never)| {
-                let mask = filter_mask(p, batch)?;
-                *never = mask.is_none();
-                Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let (filters, never) = self.masks(n, |f| filter_mask(&filters[f], batch))?;
         let args = self.evaluate_args(batch, &never)?;
         let retract = changes.retract_mask()?;
         Ok(CalcBatch {
@@ -184,23 +175,18 @@ impl Calc {
                     .ok_or_else(|| Error::internal("group sets of other lengths or without an id"))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut never = vec![false; self.filters.len()];
-        let filters = (0..self.filters.len())
-            .zip(&mut never)
-            .map(|(f, never)| {
-                let mut mask: Option<BooleanBuffer> = None;
-                for (s, set) in sets.iter().zip(&ids) {
-                    if let Some(m) = filter_mask(&set.filters[f], &s.data)? {
-                        mask = Some(match mask {
-                            Some(acc) => &acc | &m,
-                            None => m,
-                        });
-                    }
+        let (filters, never) = self.masks(n, |f| {
+            let mut mask: Option<BooleanBuffer> = None;
+            for (s, set) in sets.iter().zip(&ids) {
+                if let Some(m) = filter_mask(&set.filters[f], &s.data)? {
+                    mask = Some(match mask {
+                        Some(acc) => &acc | &m,
+                        None => m,
+                    });
                 }
-                *never = mask.is_none();
-                Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+            }
+            Ok(mask)
+        })?;
         Ok(CalcBatch {
             num_rows: n,
             keys: self.evaluate_keys(&first.data)?,
@@ -208,6 +194,26 @@ impl Calc {
             filters,
             retract: first.retract_mask()?,
         })
+    }
+
+    /// Each FILTER's mask over `n` rows, FILTER `f`'s from `mask_of(f)` (None: FALSE
+    /// throughout, all false), and which FILTERs are FALSE throughout.
+    fn masks(
+        &self,
+        n: usize,
+        mask_of: impl Fn(usize) -> Result<Option<BooleanBuffer>>,
+    ) -> Result<(Vec<BooleanBuffer>, Vec<bool>)> {
+        let mut never = vec![false; self.filters.len()];
+        let masks = never
+            .iter_mut()
+            .enumerate()
+            .map(|(f, never)| {
+                let mask = mask_of(f)?;
+                *never = mask.is_none();
+                Ok(mask.unwrap_or_else(|| BooleanBuffer::new_unset(n)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((masks, never))
     }
 
     /// The arguments on `batch`: NULL (not evaluated) where one other than a plain column is
@@ -275,15 +281,35 @@ mod tests {
     use super::*;
     use crate::plan::AggregatePlan;
 
+    /// A split set's rows: key `k`, argument `x`, the set id `$e`.
+    fn set_schema() -> Arc<Schema> {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("x", DataType::Int64, true),
+            Field::new("$e", DataType::Int64, false),
+        ]))
+    }
+
+    /// A batch of set `id` of [`set_schema`]: keys `1..`, the given `x`.
+    fn set_batch(id: i64, x: &[Option<i64>]) -> ChangeBatch {
+        let n = x.len();
+        let data = RecordBatch::try_new(
+            set_schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(1..=n as i64)),
+                Arc::new(Int64Array::from(x.to_vec())),
+                Arc::new(Int64Array::from(vec![id; n])),
+            ],
+        )
+        .unwrap();
+        ChangeBatch::inserts(data)
+    }
+
     /// On a split's set batch an argument whose calls all take no row of it is NULL (not
     /// evaluated); on the set its calls take it is evaluated, and a plain column always is.
     #[test]
     fn arguments_only_other_sets_read_are_not_evaluated() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("x", DataType::Int64, true),
-            Field::new("$e", DataType::Int64, false),
-        ]));
+        let schema = set_schema();
         let on = |id: i64| col("$e").eq(lit(id));
         let plan = AggregatePlan::try_new(
             Arc::clone(&schema),
@@ -308,16 +334,8 @@ mod tests {
         .unwrap();
         assert_eq!(plan.calc.args.len(), 2);
         let batch = |set: i64| {
-            let data = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int64Array::from(vec![1, 2, 3])),
-                    Arc::new(Int64Array::from(vec![Some(10), None, Some(30)])),
-                    Arc::new(Int64Array::from(vec![set; 3])),
-                ],
-            )
-            .unwrap();
-            plan.calc.evaluate(&ChangeBatch::inserts(data)).unwrap()
+            let rows = set_batch(set, &[Some(10), None, Some(30)]);
+            plan.calc.evaluate(&rows).unwrap()
         };
         let values = |a: &ArrayRef| a.as_primitive::<Int64Type>().iter().collect::<Vec<_>>();
         let plus_one = plan
@@ -354,11 +372,7 @@ mod tests {
     /// are not of one Expand are refused.
     #[test]
     fn sets_evaluate_as_one_batch_of_their_rows() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("x", DataType::Int64, true),
-            Field::new("$e", DataType::Int64, false),
-        ]));
+        let schema = set_schema();
         let on = |id: i64| col("$e").eq(lit(id));
         let plan = AggregatePlan::try_new(
             Arc::clone(&schema),
@@ -381,20 +395,8 @@ mod tests {
             None,
         )
         .unwrap();
-        let set = |id: i64, rows: usize| {
-            let data = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int64Array::from_iter_values((1..=rows as i64).take(rows))),
-                    Arc::new(Int64Array::from_iter(
-                        [Some(10), None, Some(30), Some(20)].into_iter().take(rows),
-                    )),
-                    Arc::new(Int64Array::from(vec![id; rows])),
-                ],
-            )
-            .unwrap();
-            ChangeBatch::inserts(data)
-        };
+        let set =
+            |id: i64, rows: usize| set_batch(id, &[Some(10), None, Some(30), Some(20)][..rows]);
         let sets = [set(1, 4), set(2, 4)];
         let one = plan.calc.evaluate_sets(&sets).unwrap();
         let bits = |b: &BooleanBuffer| b.iter().collect::<Vec<_>>();

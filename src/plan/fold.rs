@@ -23,20 +23,24 @@ use crate::error::Result;
 /// The column whose constant value is folded into the filters: the Expand's set id.
 pub(crate) const SET_ID_COLUMN: &str = "$e";
 
-/// The index and value of the [`SET_ID_COLUMN`] of `batch` when it is an Int64 column holding
-/// one non-NULL value in every row.
-fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
+/// The index and values of the [`SET_ID_COLUMN`] of `batch` when it is a non-empty Int64
+/// column without NULLs.
+fn set_id_values(batch: &RecordBatch) -> Option<(usize, &ScalarBuffer<i64>)> {
     let c = batch.schema().index_of(SET_ID_COLUMN).ok()?;
     let a = batch.column(c);
     if a.data_type() != &DataType::Int64 || a.is_empty() || a.null_count() > 0 {
         return None;
     }
-    let values = a.as_primitive::<Int64Type>().values();
+    Some((c, a.as_primitive::<Int64Type>().values()))
+}
+
+/// The one value `values` (non-empty) hold, if they hold one.
+fn one_value(values: &[i64]) -> Option<i64> {
     let v = values[0];
     // Every value compared (no early exit) as the OR of its bits' differences, so that the loop
     // vectorizes.
     let differs = values.iter().fold(0i64, |acc, &x| acc | (x ^ v));
-    (differs == 0).then_some((c, v))
+    (differs == 0).then_some(v)
 }
 
 /// A group set's batch as a Calc sees it: its set id (the [`SET_ID_COLUMN`]'s index and its one
@@ -72,8 +76,9 @@ struct Memo {
 }
 
 impl SetMemo {
-    /// The set of `batch` (as [`constant_set_id`] finds it) with `filters` folded for it; None
-    /// where `batch` has no constant set id.
+    /// The set of `batch` (its [`SET_ID_COLUMN`]'s index and its one value, where it is an
+    /// Int64 column holding one non-NULL value in every row) with `filters` folded for it;
+    /// None where `batch` has no constant set id.
     ///
     /// # Errors
     /// When folding a FILTER fails.
@@ -108,15 +113,10 @@ impl SetMemo {
         Ok(Some(set))
     }
 
-    /// [`constant_set_id`], reading the `$e` values only where they are not known to hold one
-    /// value.
+    /// The index and value of `batch`'s constant set id, reading the `$e` values only where
+    /// they are not known to hold one value.
     fn set_id(&self, batch: &RecordBatch) -> Option<(usize, i64)> {
-        let c = batch.schema().index_of(SET_ID_COLUMN).ok()?;
-        let a = batch.column(c);
-        if a.data_type() != &DataType::Int64 || a.is_empty() || a.null_count() > 0 {
-            return None;
-        }
-        let values = a.as_primitive::<Int64Type>().values();
+        let (c, values) = set_id_values(batch)?;
         let within = |known: &ScalarBuffer<i64>| {
             known.as_ptr() == values.as_ptr() && values.len() <= known.len()
         };
@@ -126,7 +126,7 @@ impl SetMemo {
                 return Some((c, v));
             }
         }
-        let (c, v) = constant_set_id(batch)?;
+        let v = one_value(values)?;
         let mut memo = self.0.write().unwrap_or_else(|e| e.into_inner());
         if memo.constant.len() >= MEMO_ENTRIES {
             memo.constant.clear();
@@ -216,6 +216,12 @@ mod tests {
     ) -> Arc<dyn PhysicalExpr> {
         Arc::new(BinaryExpr::new(l, op, r))
     }
+    /// The index and one value of `batch`'s set id column, if it holds one.
+    fn constant_set_id(batch: &RecordBatch) -> Option<(usize, i64)> {
+        let (c, values) = set_id_values(batch)?;
+        Some((c, one_value(values)?))
+    }
+
     /// `(cond AND $e = id) IS TRUE`, as the physical planner writes IS TRUE.
     fn partial_filter(cond: Option<Arc<dyn PhysicalExpr>>, id: i64) -> Arc<dyn PhysicalExpr> {
         let g = bin(col("$e", 1), Operator::Eq, int(id));

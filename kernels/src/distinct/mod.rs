@@ -262,23 +262,12 @@ impl DistinctAccumulator {
     }
 
     /// What a listed pair's counter stands for: one aggregate's count (a bare pair's: 1), with
-    /// several the index of their counters or their flags ([`Self::listed_count`] reads it).
+    /// several the index of their counters or their flags (`listed_counts` reads it).
     fn counter_of(&self, id: u32, value: u64, count: i32) -> i64 {
         match (&self.pairs, self.inners.len(), count) {
             (Pairs::Counted(_), 1, SPILLED) => self.wide[&(id, value)],
             (Pairs::Counted(_) | Pairs::Bare(_), 1, c) => i64::from(c),
             (_, _, c) => i64::from(c as u32),
-        }
-    }
-
-    /// Aggregate `j`'s counter of a pair whose [`Self::counter_of`] is `c`: with flags, 1 for
-    /// an aggregate that has seen the pair and 0 for one that has not.
-    fn listed_count(&self, c: i64, j: usize) -> i64 {
-        let k = self.inners.len();
-        match &self.pairs {
-            _ if k == 1 => c,
-            Pairs::Flagged(_) | Pairs::Tagged(_) => (c >> j) & 1,
-            _ => self.counts[c as usize * k + j],
         }
     }
 

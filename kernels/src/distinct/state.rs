@@ -48,7 +48,6 @@ impl DistinctAccumulator {
         if let Some(slots) = permutation_slots(groups) {
             return self.state_of_permutation(&slots);
         }
-        let k = self.inners.len();
         // Position of each requested group in the output.
         let mut slot: HashMap<u32, usize> = HashMap::with_capacity(groups.len());
         for (i, &g) in groups.iter().enumerate() {
@@ -62,23 +61,17 @@ impl DistinctAccumulator {
             }
         });
         let mut offsets = vec![0i32];
-        let mut bits = vec![];
-        let mut cols: Vec<Vec<i64>> = vec![vec![]; k];
+        let mut placed: Vec<(u64, i64)> = vec![];
         for (i, &g) in groups.iter().enumerate() {
             // A group asked for twice repeats its entries.
             let s = slot[&g];
             if s == i {
                 per_slot[s].sort_unstable();
             }
-            for &(value, c) in &per_slot[s] {
-                bits.push(value);
-                for (j, col) in cols.iter_mut().enumerate() {
-                    col.push(self.listed_count(c, j));
-                }
-            }
-            offsets.push(bits.len() as i32);
+            placed.extend_from_slice(&per_slot[s]);
+            offsets.push(placed.len() as i32);
         }
-        self.lists(&bits, cols, offsets)
+        self.placed_lists(&placed, offsets)
     }
 
     /// Every live entry, read in one pass over the table: its group, its value (one array of
@@ -210,14 +203,25 @@ impl DistinctAccumulator {
                 placed[s[0] as usize..s[1] as usize].sort_unstable();
             }
         }
-        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
-        let cols = self.listed_counts(&placed);
-        self.lists(&bits, cols, offsets)
+        self.placed_lists(&placed, offsets)
     }
 
-    /// Each aggregate's counters of `placed` entries (value bits, [`Self::counter_of`]) as
-    /// [`Self::listed_count`] reads them, a column per aggregate: how to read them is chosen
-    /// once, not per entry, so that flags become a shift and a mask the compiler vectorizes.
+    /// The list column of `placed` entries (value bits, [`Self::counter_of`]) cut by `offsets`.
+    fn placed_lists(
+        &self,
+        placed: &[(u64, i64)],
+        offsets: Vec<i32>,
+    ) -> Result<ArrayRef, ArrowError> {
+        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
+        self.lists(&bits, self.listed_counts(placed), offsets)
+    }
+
+    /// Each aggregate's counters of `placed` entries (value bits, [`Self::counter_of`]), a
+    /// column per aggregate: an aggregate's count (a bare pair's: 1) with one aggregate; with
+    /// flags, 1 for an aggregate that has seen the pair and 0 for one that has not; with
+    /// counters, the aggregate's of the pair's counters. How to read them is chosen once per
+    /// aggregate, not per entry, so that flags become a shift and a mask the compiler
+    /// vectorizes.
     fn listed_counts(&self, placed: &[(u64, i64)]) -> Vec<Vec<i64>> {
         let k = self.inners.len();
         (0..k)

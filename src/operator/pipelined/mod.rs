@@ -65,9 +65,9 @@ use arrow::array::RecordBatch;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
+use crate::operator::ParallelAggregate;
 use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
 use crate::operator::mini_batch::Trigger;
-use crate::operator::{LocalGroupAggregate, ParallelAggregate};
 use crate::plan::BucketFill;
 use crate::runtime::Activity;
 
@@ -267,6 +267,14 @@ impl ParallelAggregate {
         }
         let adaptive = self.adaptive.clone();
         let one_worker_hashes_keys = p == 1 && self.workers[0].agg.hashes_keys_itself();
+        // Local phases routing at the flush read no bucket column: the run leaves them unread
+        // (`Pipeline::run_splits`, on the same condition), and the sources compute them for
+        // the rows that go around the local phases.
+        let bucket_fill = if two_phase && self.routes_at_flush() {
+            BucketFill::try_new(plan)
+        } else {
+            None
+        };
         let mut locals = self.locals.iter_mut();
         let workers = &mut self.workers;
         let key_groups = &self.key_groups;
@@ -275,18 +283,11 @@ impl ParallelAggregate {
             let stop = &stop;
             let mut source_handles = Vec::with_capacity(sources);
             for (index, (split, senders)) in splits.into_iter().zip(from_sources).enumerate() {
-                let local: Option<&mut LocalGroupAggregate> =
-                    if two_phase { locals.next() } else { None };
-                // A local phase routing at the flush reads no bucket column: the run leaves
-                // them unread, and the rows that go around it have them computed.
-                let bucket_fill = local
-                    .as_ref()
-                    .filter(|l| l.routes_at_flush())
-                    .and_then(|_| BucketFill::try_new(plan));
+                let local = if two_phase { locals.next() } else { None };
                 let source = Source {
                     plan,
                     local,
-                    bucket_fill,
+                    bucket_fill: bucket_fill.clone(),
                     adaptive: adaptive.clone(),
                     trigger: Trigger::new(size, latency),
                     clock,
