@@ -146,7 +146,15 @@ impl DistinctAccumulator {
         selected.resize(groups.len(), 0);
         for (i, filter) in filters.iter().enumerate() {
             match filter {
-                Some(f) => f.set_indices().for_each(|r| selected[r] |= 1 << i),
+                // Each bit of each word of the FILTER moved to its row, in a pass the compiler
+                // vectorizes (walking the set bits takes a branch and a dependent step a row).
+                Some(f) => {
+                    let words = f.bit_chunks();
+                    let words = words.iter().chain(std::iter::once(words.remainder_bits()));
+                    for (word, rows) in words.zip(selected.chunks_mut(64)) {
+                        or_bits(word, rows, i);
+                    }
+                }
                 None => selected.iter_mut().for_each(|s| *s |= 1 << i),
             }
         }
@@ -165,5 +173,21 @@ impl DistinctAccumulator {
             });
         });
         self.selected = selected;
+    }
+}
+
+/// `rows[j] |= 1 << i` for each set bit `j` of `word` (`rows`: at most 64), branch-free.
+fn or_bits(word: u64, rows: &mut [u32], i: usize) {
+    match <&mut [u32; 64]>::try_from(&mut *rows) {
+        // A whole word's rows: the same loop, of a length the compiler knows, vectorized.
+        Ok(rows) => spread_bits(word, rows, i),
+        Err(_) => spread_bits(word, rows, i),
+    }
+}
+
+#[inline(always)]
+fn spread_bits(word: u64, rows: &mut [u32], i: usize) {
+    for (j, s) in rows.iter_mut().enumerate() {
+        *s |= ((word >> j) as u32 & 1) << i;
     }
 }
