@@ -15,7 +15,8 @@ use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
 
-/// The most rows [`DistinctAccumulator::lists_in_rows`] places a pass over the entries each.
+/// The most rows [`DistinctAccumulator::lists_in_rows`] counts a pass each and places in one
+/// pass with their next places in registers.
 const FEW_ROWS: usize = 4;
 
 impl DistinctAccumulator {
@@ -61,17 +62,18 @@ impl DistinctAccumulator {
             }
         });
         let mut offsets = vec![0i32];
-        let mut placed: Vec<(u64, i64)> = vec![];
+        let (mut bits, mut counters) = (vec![], vec![]);
         for (i, &g) in groups.iter().enumerate() {
             // A group asked for twice repeats its entries.
             let s = slot[&g];
             if s == i {
                 per_slot[s].sort_unstable();
             }
-            placed.extend_from_slice(&per_slot[s]);
-            offsets.push(placed.len() as i32);
+            bits.extend(per_slot[s].iter().map(|p| p.0));
+            counters.extend(per_slot[s].iter().map(|p| p.1));
+            offsets.push(bits.len() as i32);
         }
-        self.placed_lists(&placed, offsets)
+        self.lists(&bits, self.listed_counts(counters), offsets)
     }
 
     /// Every live entry, read in one pass over the table: its group, its value (one array of
@@ -119,6 +121,11 @@ impl DistinctAccumulator {
     /// list per group.
     fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
         let (row_of, bits, counters) = self.entries_where(|g| slots.get(g as usize).copied());
+        if slots.len() == 1 && !self.order_matters {
+            // One row (one hot key's flush): the entries as the walk gave them, not copied.
+            let offsets = vec![0, bits.len() as i32];
+            return self.lists(&bits, self.listed_counts(counters), offsets);
+        }
         self.lists_in_rows(slots.len(), &row_of, &bits, &counters)
     }
 
@@ -142,10 +149,10 @@ impl DistinctAccumulator {
     }
 
     /// The lists of output rows `0..rows`: entry `i` (its value's `bits[i]` and its
-    /// [`Self::counter_of`], `counters[i]`) in row `row_of[i]` (each below `rows`), placed by one
-    /// counting pass, each row's sorted by value (as [`Self::state`] orders them) only where
-    /// the order of the values can change a result (a floating-point sum), so that the outcome
-    /// does not depend on the table's history.
+    /// [`Self::counter_of`], `counters[i]`) in row `row_of[i]` (each below `rows`), in the
+    /// entries' order within a row, each row's sorted by value (as [`Self::state`] orders them)
+    /// only where the order of the values can change a result (a floating-point sum), so that
+    /// the outcome does not depend on the table's history.
     fn lists_in_rows(
         &self,
         rows: usize,
@@ -154,85 +161,64 @@ impl DistinctAccumulator {
         counters: &[i64],
     ) -> Result<ArrayRef, ArrowError> {
         let mut offsets = vec![0i32; rows + 1];
-        let mut placed: Vec<(u64, i64)> = if rows == 1 {
-            // One row (one hot key's flush): the entries in their order, without counting or
-            // placing each (one running count would wait on each increment's store).
+        if rows == 1 {
             offsets[1] = row_of.len() as i32;
-            bits.iter().copied().zip(counters.iter().copied()).collect()
         } else if rows <= FEW_ROWS {
-            // A few rows (one hot key's flush over a few workers): each counted in a pass the
-            // compiler vectorizes, and placed in a pass that writes every entry at the row's
-            // next place and moves on only past its own (no branch, no count in memory). A pass
-            // writes past its row's end into the next row's first place, which that row's pass
-            // writes after it, or into one place of slack past the last.
-            let n = row_of.len();
+            // A row at a time, in passes the compiler vectorizes (one running count per row in
+            // memory would wait on its own stores where consecutive entries share a row).
             for (s, o) in offsets[1..].iter_mut().enumerate() {
                 *o = row_of.iter().map(|&r| i32::from(r as usize == s)).sum();
             }
-            for s in 0..rows {
-                offsets[s + 1] += offsets[s];
-            }
-            let mut placed: Vec<(u64, i64)> = vec![(0, 0); n + 1];
-            for (s, &start) in offsets[..rows].iter().enumerate() {
-                let mut at = start as usize;
-                for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
-                    placed[at] = (b, c);
-                    at += usize::from(r as usize == s);
-                }
-            }
-            placed.truncate(n);
-            placed
         } else {
             for &r in row_of {
                 offsets[r as usize + 1] += 1;
             }
-            for s in 0..rows {
-                offsets[s + 1] += offsets[s];
-            }
-            let mut placed: Vec<(u64, i64)> = vec![(0, 0); row_of.len()];
-            let mut next: Vec<usize> = offsets[..rows].iter().map(|&o| o as usize).collect();
-            for (i, &r) in row_of.iter().enumerate() {
-                let at = &mut next[r as usize];
-                placed[*at] = (bits[i], counters[i]);
-                *at += 1;
-            }
-            placed
+        }
+        for s in 1..rows {
+            offsets[s + 1] += offsets[s];
+        }
+        let (mut bits, mut counters) = match rows {
+            1 => (bits.to_vec(), counters.to_vec()),
+            2 => place_few::<2>(&offsets, row_of, bits, counters),
+            3 => place_few::<3>(&offsets, row_of, bits, counters),
+            4 => place_few::<4>(&offsets, row_of, bits, counters),
+            _ => place_many(&offsets, row_of, bits, counters),
         };
         if self.order_matters {
             for s in offsets.windows(2) {
-                placed[s[0] as usize..s[1] as usize].sort_unstable();
+                let (from, to) = (s[0] as usize, s[1] as usize);
+                let mut row: Vec<(u64, i64)> = bits[from..to]
+                    .iter()
+                    .copied()
+                    .zip(counters[from..to].iter().copied())
+                    .collect();
+                row.sort_unstable();
+                for (i, (b, c)) in row.into_iter().enumerate() {
+                    (bits[from + i], counters[from + i]) = (b, c);
+                }
             }
         }
-        self.placed_lists(&placed, offsets)
+        self.lists(&bits, self.listed_counts(counters), offsets)
     }
 
-    /// The list column of `placed` entries (value bits, [`Self::counter_of`]) cut by `offsets`.
-    fn placed_lists(
-        &self,
-        placed: &[(u64, i64)],
-        offsets: Vec<i32>,
-    ) -> Result<ArrayRef, ArrowError> {
-        let bits: Vec<u64> = placed.iter().map(|p| p.0).collect();
-        self.lists(&bits, self.listed_counts(placed), offsets)
-    }
-
-    /// Each aggregate's counters of `placed` entries (value bits, [`Self::counter_of`]), a
-    /// column per aggregate: an aggregate's count (a bare pair's: 1) with one aggregate; with
-    /// flags, 1 for an aggregate that has seen the pair and 0 for one that has not; with
-    /// counters, the aggregate's of the pair's counters. How to read them is chosen once per
-    /// aggregate, not per entry, so that flags become a shift and a mask the compiler
-    /// vectorizes.
-    fn listed_counts(&self, placed: &[(u64, i64)]) -> Vec<Vec<i64>> {
+    /// Each aggregate's counters of entries whose [`Self::counter_of`] are `counters`, a column
+    /// per aggregate: an aggregate's count (a bare pair's: 1) with one aggregate; with flags, 1
+    /// for an aggregate that has seen the pair and 0 for one that has not; with counters, the
+    /// aggregate's of the pair's counters. How to read them is chosen once per aggregate, not
+    /// per entry, so that flags become a shift and a mask the compiler vectorizes.
+    fn listed_counts(&self, counters: Vec<i64>) -> Vec<Vec<i64>> {
         let k = self.inners.len();
+        if k == 1 {
+            return vec![counters];
+        }
         (0..k)
             .map(|j| match &self.pairs {
-                _ if k == 1 => placed.iter().map(|&(_, c)| c).collect(),
                 Pairs::Flagged(_) | Pairs::Tagged(_) => {
-                    placed.iter().map(|&(_, c)| (c >> j) & 1).collect()
+                    counters.iter().map(|&c| (c >> j) & 1).collect()
                 }
-                _ => placed
+                _ => counters
                     .iter()
-                    .map(|&(_, c)| self.counts[c as usize * k + j])
+                    .map(|&c| self.counts[c as usize * k + j])
                     .collect(),
             })
             .collect()
@@ -369,6 +355,59 @@ pub struct LiveEntries {
     pub values: ArrayRef,
     bits: Vec<u64>,
     counters: Vec<i64>,
+}
+
+/// Entries (`bits`, `counters`) placed by row for `R` rows (2 to [`FEW_ROWS`]), each row from
+/// its start in `offsets`, in one pass: an entry's place is picked from the rows' next places
+/// by masks rather than by an index, so that the places stay in registers (a store and a
+/// load per entry, of a row's count in memory, would wait on each other where consecutive
+/// entries share a row), and no entry takes a branch.
+fn place_few<const R: usize>(
+    offsets: &[i32],
+    row_of: &[u32],
+    bits: &[u64],
+    counters: &[i64],
+) -> (Vec<u64>, Vec<i64>) {
+    let n = row_of.len();
+    let (mut out_bits, mut out_counters) = (vec![0u64; n], vec![0i64; n]);
+    let mut next = [0usize; R];
+    for (s, at) in next.iter_mut().enumerate() {
+        *at = offsets[s] as usize;
+    }
+    for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
+        let mut at = 0;
+        for (s, place) in next.iter_mut().enumerate() {
+            let hit = usize::from(r as usize == s);
+            at |= *place & hit.wrapping_neg();
+            *place += hit;
+        }
+        out_bits[at] = b;
+        out_counters[at] = c;
+    }
+    (out_bits, out_counters)
+}
+
+/// Entries (`bits`, `counters`) placed by row for any number of rows, each row from its start
+/// in `offsets`, by one counting pass.
+fn place_many(
+    offsets: &[i32],
+    row_of: &[u32],
+    bits: &[u64],
+    counters: &[i64],
+) -> (Vec<u64>, Vec<i64>) {
+    let n = row_of.len();
+    let (mut out_bits, mut out_counters) = (vec![0u64; n], vec![0i64; n]);
+    let mut next: Vec<usize> = offsets[..offsets.len() - 1]
+        .iter()
+        .map(|&o| o as usize)
+        .collect();
+    for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
+        let at = &mut next[r as usize];
+        out_bits[*at] = b;
+        out_counters[*at] = c;
+        *at += 1;
+    }
+    (out_bits, out_counters)
 }
 
 /// Where `groups` is an order of `0..n` (each once), the output row of each group
