@@ -118,6 +118,10 @@ fn format_millis(
     let values = ts.values();
     let nulls = ts.nulls().filter(|nb| nb.null_count() > 0);
     let is_null = |i: usize| nulls.is_some_and(|nb| nb.is_null(i));
+    if let Some(text) = one_unit_text(ts, items, unit) {
+        offset(text.len() * n)?;
+        return Ok(StringArray::new_repeated(text, n));
+    }
     let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
     offsets.push(0);
     let mut data: Vec<u8> = Vec::with_capacity(n * 16);
@@ -188,6 +192,32 @@ fn format_millis(
         data.into(),
         nulls,
     )?)
+}
+
+/// The text of every row of `ts` where all are valid and in one `unit` (a batch within one
+/// day, for a daily pattern), formatted once; None otherwise. The rows' bounds are found by a
+/// pass the compiler vectorizes, and the array is then made of one text repeated, with no pass
+/// over its bytes to check them.
+fn one_unit_text(
+    ts: &arrow::array::TimestampMillisecondArray,
+    items: &[chrono::format::Item],
+    unit: i64,
+) -> Option<String> {
+    let values = ts.values();
+    let first = *values.first()?;
+    if ts.null_count() > 0 {
+        return None;
+    }
+    let (lo, hi) = values
+        .iter()
+        .fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    // The end of `lo`'s unit, clamped as in `format_millis` (a unit that would end past the
+    // range of i64 is left to it).
+    if hi >= lo.saturating_add(unit - lo.rem_euclid(unit)) {
+        return None;
+    }
+    let dt = chrono::DateTime::from_timestamp_millis(first)?;
+    Some(dt.naive_utc().format_with_items(items.iter()).to_string())
 }
 
 /// A string array offset for `len` bytes of text.
@@ -332,17 +362,27 @@ mod tests {
         values.extend(std::iter::repeat_n(Some(t), 3_000));
         values.push(Some(t + 1));
         let ts = TimestampMillisecondArray::from(values);
+        // The whole array, its tail in one unit, and short windows (most within one day,
+        // some crossing one, some holding a NULL or an unrepresentable timestamp): a batch
+        // within one unit is made of one text repeated.
+        let mut batches = vec![ts.clone(), ts.slice(ts.len() - 3_001, 3_000)];
+        for _ in 0..300 {
+            let len = rng.random_range(1..60);
+            batches.push(ts.slice(rng.random_range(0..ts.len() - len), len));
+        }
         for pattern in ["yyyy-MM-dd", "HH:mm", "h a", "ss.SSS", "EEEE D yy"] {
             let (fmt, unit) = translate(pattern).unwrap();
             let items: Vec<_> = chrono::format::StrftimeItems::new(&fmt).collect();
-            let got = format_millis(&ts, &items, unit).unwrap();
-            for i in 0..ts.len() {
-                let want = ts.is_valid(i).then(|| ts.value(i)).and_then(|v| {
-                    chrono::DateTime::from_timestamp_millis(v)
-                        .map(|dt| dt.naive_utc().format(&fmt).to_string())
-                });
-                let have = got.is_valid(i).then(|| got.value(i).to_string());
-                assert_eq!(have, want, "{pattern} at row {i}");
+            for ts in &batches {
+                let got = format_millis(ts, &items, unit).unwrap();
+                for i in 0..ts.len() {
+                    let want = ts.is_valid(i).then(|| ts.value(i)).and_then(|v| {
+                        chrono::DateTime::from_timestamp_millis(v)
+                            .map(|dt| dt.naive_utc().format(&fmt).to_string())
+                    });
+                    let have = got.is_valid(i).then(|| got.value(i).to_string());
+                    assert_eq!(have, want, "{pattern} at row {i} of {}", ts.len());
+                }
             }
         }
     }
