@@ -104,7 +104,8 @@ fn translate(pattern: &str) -> Result<(String, i64), String> {
 /// Formats millisecond timestamps (UTC) with chrono `items`, once per run of timestamps in the
 /// same `unit` (see [`translate`]): a stream in time order formats each day (or minute) once
 /// and copies the bytes for the rows after it, a run at a time (a run's rows are told by two
-/// comparisons with its unit's bounds, not a division per row).
+/// comparisons with its unit's bounds, not a division per row). A batch within one unit is
+/// one text repeated ([`one_unit_text`]).
 ///
 /// # Errors
 /// When the text outgrows a string array's 32-bit offsets.
@@ -115,13 +116,13 @@ fn format_millis(
 ) -> DFResult<StringArray> {
     use std::fmt::Write;
     let n = ts.len();
-    let values = ts.values();
-    let nulls = ts.nulls().filter(|nb| nb.null_count() > 0);
-    let is_null = |i: usize| nulls.is_some_and(|nb| nb.is_null(i));
     if let Some(text) = one_unit_text(ts, items, unit) {
         offset(text.len() * n)?;
         return Ok(StringArray::new_repeated(text, n));
     }
+    let values = ts.values();
+    let nulls = ts.nulls().filter(|nb| nb.null_count() > 0);
+    let is_null = |i: usize| nulls.is_some_and(|nb| nb.is_null(i));
     let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
     offsets.push(0);
     let mut data: Vec<u8> = Vec::with_capacity(n * 16);
