@@ -177,12 +177,15 @@ impl DistinctAccumulator {
         for s in 1..rows {
             offsets[s + 1] += offsets[s];
         }
-        let (mut bits, mut counters) = match rows {
-            1 => (bits.to_vec(), counters.to_vec()),
-            2 => place_few::<2>(&offsets, row_of, bits, counters),
-            3 => place_few::<3>(&offsets, row_of, bits, counters),
-            4 => place_few::<4>(&offsets, row_of, bits, counters),
-            _ => place_many(&offsets, row_of, bits, counters),
+        let (mut bits, mut counters) = if rows == 1 {
+            (bits.to_vec(), counters.to_vec())
+        } else {
+            let entries = Unplaced {
+                bits,
+                counters,
+                rows: row_of,
+            };
+            entries.placed(&offsets)
         };
         if self.order_matters {
             for s in offsets.windows(2) {
@@ -357,57 +360,57 @@ pub struct LiveEntries {
     counters: Vec<i64>,
 }
 
-/// Entries (`bits`, `counters`) placed by row for `R` rows (2 to [`FEW_ROWS`]), each row from
-/// its start in `offsets`, in one pass: an entry's place is picked from the rows' next places
-/// by masks rather than by an index, so that the places stay in registers (a store and a
-/// load per entry, of a row's count in memory, would wait on each other where consecutive
-/// entries share a row), and no entry takes a branch.
-fn place_few<const R: usize>(
-    offsets: &[i32],
-    row_of: &[u32],
-    bits: &[u64],
-    counters: &[i64],
-) -> (Vec<u64>, Vec<i64>) {
-    let n = row_of.len();
-    let (mut out_bits, mut out_counters) = (vec![0u64; n], vec![0i64; n]);
-    let mut next = [0usize; R];
-    for (s, at) in next.iter_mut().enumerate() {
-        *at = offsets[s] as usize;
-    }
-    for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
-        let mut at = 0;
-        for (s, place) in next.iter_mut().enumerate() {
-            let hit = usize::from(r as usize == s);
-            at |= *place & hit.wrapping_neg();
-            *place += hit;
-        }
-        out_bits[at] = b;
-        out_counters[at] = c;
-    }
-    (out_bits, out_counters)
+/// Entries to place by row: each one's value bits, [`DistinctAccumulator::counter_of`] and row.
+struct Unplaced<'a> {
+    bits: &'a [u64],
+    counters: &'a [i64],
+    rows: &'a [u32],
 }
 
-/// Entries (`bits`, `counters`) placed by row for any number of rows, each row from its start
-/// in `offsets`, by one counting pass.
-fn place_many(
-    offsets: &[i32],
-    row_of: &[u32],
-    bits: &[u64],
-    counters: &[i64],
-) -> (Vec<u64>, Vec<i64>) {
-    let n = row_of.len();
-    let (mut out_bits, mut out_counters) = (vec![0u64; n], vec![0i64; n]);
-    let mut next: Vec<usize> = offsets[..offsets.len() - 1]
-        .iter()
-        .map(|&o| o as usize)
-        .collect();
-    for ((&b, &c), &r) in bits.iter().zip(counters).zip(row_of) {
-        let at = &mut next[r as usize];
-        out_bits[*at] = b;
-        out_counters[*at] = c;
-        *at += 1;
+impl Unplaced<'_> {
+    /// The entries' bits and counters placed by row, each row from its start in `offsets`
+    /// (`offsets.len() - 1` rows, at least two), a row's in the entries' order.
+    fn placed(&self, offsets: &[i32]) -> (Vec<u64>, Vec<i64>) {
+        let n = self.rows.len();
+        let mut out = (vec![0u64; n], vec![0i64; n]);
+        match offsets.len() - 1 {
+            2 => self.place_few::<2>(offsets, &mut out),
+            3 => self.place_few::<3>(offsets, &mut out),
+            4 => self.place_few::<4>(offsets, &mut out),
+            _ => self.place_many(offsets, &mut out),
+        }
+        out
     }
-    (out_bits, out_counters)
+
+    /// `R` rows (up to [`FEW_ROWS`]) in one pass: an entry's place is picked from the rows'
+    /// next places by masks rather than by an index, so that the places stay in registers (a
+    /// store and a load per entry, of a row's count in memory, would wait on each other where
+    /// consecutive entries share a row), and no entry takes a branch.
+    fn place_few<const R: usize>(&self, offsets: &[i32], out: &mut (Vec<u64>, Vec<i64>)) {
+        let mut next = [0usize; R];
+        for (s, at) in next.iter_mut().enumerate() {
+            *at = offsets[s] as usize;
+        }
+        for ((&b, &c), &r) in self.bits.iter().zip(self.counters).zip(self.rows) {
+            let mut at = 0;
+            for (s, place) in next.iter_mut().enumerate() {
+                let hit = usize::from(r as usize == s);
+                at |= *place & hit.wrapping_neg();
+                *place += hit;
+            }
+            (out.0[at], out.1[at]) = (b, c);
+        }
+    }
+
+    /// Any number of rows, each row's next place kept in memory.
+    fn place_many(&self, offsets: &[i32], out: &mut (Vec<u64>, Vec<i64>)) {
+        let mut next: Vec<usize> = offsets.iter().map(|&o| o as usize).collect();
+        for ((&b, &c), &r) in self.bits.iter().zip(self.counters).zip(self.rows) {
+            let at = &mut next[r as usize];
+            (out.0[*at], out.1[*at]) = (b, c);
+            *at += 1;
+        }
+    }
 }
 
 /// Where `groups` is an order of `0..n` (each once), the output row of each group
