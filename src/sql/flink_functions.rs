@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, StringArray};
-use arrow::buffer::{NullBuffer, OffsetBuffer};
+use arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
 use arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
 use datafusion_common::{DataFusionError, Result as DFResult, ScalarValue, exec_err, plan_err};
 use datafusion_expr::{
@@ -104,8 +103,8 @@ fn translate(pattern: &str) -> Result<(String, i64), String> {
 /// Formats millisecond timestamps (UTC) with chrono `items`, once per run of timestamps in the
 /// same `unit` (see [`translate`]): a stream in time order formats each day (or minute) once
 /// and copies the bytes for the rows after it, a run at a time (a run's rows are told by two
-/// comparisons with its unit's bounds, not a division per row). A batch within one unit is
-/// one text repeated ([`one_unit_text`]).
+/// comparisons with its unit's bounds, not a division per row), into a builder of text, whose
+/// bytes need no check. A batch within one unit is one text repeated ([`one_unit_text`]).
 ///
 /// # Errors
 /// When the text outgrows a string array's 32-bit offsets.
@@ -123,11 +122,9 @@ fn format_millis(
     let values = ts.values();
     let nulls = ts.nulls().filter(|nb| nb.null_count() > 0);
     let is_null = |i: usize| nulls.is_some_and(|nb| nb.is_null(i));
-    let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
-    offsets.push(0);
-    let mut data: Vec<u8> = Vec::with_capacity(n * 16);
-    // Made at the first NULL row (all rows before it valid).
-    let mut validity: Option<BooleanBufferBuilder> = None;
+    // The builder takes `&str`, so its bytes need no check once built.
+    let mut out = StringBuilder::with_capacity(n, n * 16);
+    let mut bytes = 0usize;
     let mut text = String::with_capacity(32);
     let mut i = 0;
     while i < n {
@@ -145,6 +142,7 @@ fn format_millis(
             }
             end
         };
+        let rows = end - i;
         // The run's text (`None`: NULL, or a timestamp chrono cannot represent).
         let formatted = (!is_null(i))
             .then(|| chrono::DateTime::from_timestamp_millis(values[i]))
@@ -153,47 +151,30 @@ fn format_millis(
                 text.clear();
                 // Writing to a String cannot fail; the items were checked before.
                 let _ = write!(text, "{}", dt.naive_utc().format_with_items(items.iter()));
-                text.as_bytes()
+                text.as_str()
             });
         match formatted {
-            Some(bytes) => {
-                let (from, len, rows) = (data.len(), bytes.len(), end - i);
+            Some(text) => {
                 // The run's last offset fits 32 bits, so every one before it does.
-                offset(from + len * rows)?;
-                // The text once, then the copies so far copied again after them (a run of
-                // `rows` rows costs about log2(rows) copies).
-                data.extend_from_slice(bytes);
-                while data.len() < from + len * rows {
-                    let have = data.len() - from;
-                    let more = have.min(from + len * rows - data.len());
-                    data.extend_from_within(from..from + more);
-                }
-                offsets.extend((1..=rows).map(|k| (from + k * len) as i32));
-                if let Some(v) = &mut validity {
-                    v.append_n(end - i, true);
+                bytes += text.len() * rows;
+                offset(bytes)?;
+                if rows >= REPEATED_RUN {
+                    // The text repeated (about log2(rows) copies), then taken whole.
+                    out.append_array(&StringArray::new_repeated(text, rows))?;
+                } else {
+                    (0..rows).for_each(|_| out.append_value(text));
                 }
             }
-            None => {
-                let at = offset(data.len())?;
-                offsets.extend(std::iter::repeat_n(at, end - i));
-                validity
-                    .get_or_insert_with(|| {
-                        let mut v = BooleanBufferBuilder::new(n);
-                        v.append_n(i, true);
-                        v
-                    })
-                    .append_n(end - i, false);
-            }
+            None => out.append_nulls(rows),
         }
         i = end;
     }
-    let nulls = validity.map(|mut v| NullBuffer::new(v.finish()));
-    Ok(StringArray::try_new(
-        OffsetBuffer::new(offsets.into()),
-        data.into(),
-        nulls,
-    )?)
+    Ok(out.finish())
 }
+
+/// The fewest rows of one text [`format_millis`] makes as one repeated piece rather than a row
+/// at a time.
+const REPEATED_RUN: usize = 8;
 
 /// The text of every row of `ts` where all are valid and in one `unit` (a batch within one
 /// day, for a daily pattern), formatted once; None otherwise. The rows' bounds are found by a
