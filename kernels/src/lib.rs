@@ -42,6 +42,7 @@ pub mod decimal;
 pub mod distinct;
 pub mod group_values;
 pub mod hash;
+pub mod id_counts;
 pub mod min_max;
 pub mod numeric;
 #[cfg(test)]

@@ -14,10 +14,7 @@ use super::lines::for_each_pair;
 use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
-
-/// The most rows [`DistinctAccumulator::lists_in_rows`] counts a pass each and places in one
-/// pass with their next places in registers.
-const FEW_ROWS: usize = 4;
+use crate::id_counts::count_ids;
 
 impl DistinctAccumulator {
     fn entry_fields(&self) -> Fields {
@@ -160,22 +157,17 @@ impl DistinctAccumulator {
         bits: &[u64],
         counters: &[i64],
     ) -> Result<ArrayRef, ArrowError> {
-        let mut offsets = vec![0i32; rows + 1];
+        let mut per_row = vec![0u64; rows];
         if rows == 1 {
-            offsets[1] = row_of.len() as i32;
-        } else if rows <= FEW_ROWS {
-            // A row at a time, in passes the compiler vectorizes (one running count per row in
-            // memory would wait on its own stores where consecutive entries share a row).
-            for (s, o) in offsets[1..].iter_mut().enumerate() {
-                *o = row_of.iter().map(|&r| i32::from(r as usize == s)).sum();
-            }
+            per_row[0] = row_of.len() as u64;
         } else {
-            for &r in row_of {
-                offsets[r as usize + 1] += 1;
-            }
+            count_ids(row_of, &mut per_row);
         }
-        for s in 1..rows {
-            offsets[s + 1] += offsets[s];
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0i32);
+        for &c in &per_row {
+            // Entries fit i32 offsets: the list column's own type.
+            offsets.push(offsets[offsets.len() - 1] + c as i32);
         }
         let (mut bits, mut counters) = if rows == 1 {
             (bits.to_vec(), counters.to_vec())
@@ -382,7 +374,7 @@ impl Unplaced<'_> {
         out
     }
 
-    /// `R` rows (up to [`FEW_ROWS`]) in one pass: an entry's place is picked from the rows'
+    /// `R` rows (2 to 4: the dispatch in [`Unplaced::placed`]) in one pass: an entry's place is picked from the rows'
     /// next places by masks rather than by an index, so that the places stay in registers (a
     /// store and a load per entry, of a row's count in memory, would wait on each other where
     /// consecutive entries share a row), and no entry takes a branch.

@@ -23,6 +23,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::DataType;
 use tally_kernels::group_values::{BucketedKeyHash, NO_ROUTE};
 use tally_kernels::hash::bucket_array;
+use tally_kernels::id_counts::count_ids;
 
 use super::LocalGroupAggregate;
 use super::flush::{Flushed, FlushedPart, RoutedFlush};
@@ -227,7 +228,7 @@ impl LocalGroupAggregate {
                 }
                 None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
             }
-            count_places(&at, &mut entries);
+            count_ids(&at, &mut entries);
             places.push(Some(at));
         }
         // Rows per place: its entries, and at the key's home the rows that made none.
@@ -306,87 +307,5 @@ impl LocalGroupAggregate {
             routing,
             entries: entries_out,
         }))
-    }
-}
-
-/// The most places [`count_places`] counts in one pass over the entries per place.
-const COUNT_PASSES_MAX_PLACES: usize = 8;
-
-/// The most places [`count_places`] counts in four lanes.
-const COUNT_LANES_MAX_PLACES: usize = 256;
-
-/// Adds to `counts[a]` one for each place `a` in `at`. Where the places are few (one hot key)
-/// consecutive entries mostly count into the same place, and one running count would wait on
-/// each increment's store: a handful are counted one pass each (a comparison and a sum the
-/// compiler vectorizes), a few more in four lanes.
-fn count_places(at: &[u32], counts: &mut [u64]) {
-    let m = counts.len();
-    if m <= COUNT_PASSES_MAX_PLACES {
-        for (place, c) in counts.iter_mut().enumerate() {
-            let place = place as u32;
-            *c += at.iter().map(|&a| u64::from(a == place)).sum::<u64>();
-        }
-        return;
-    }
-    if m > COUNT_LANES_MAX_PLACES {
-        // Many places: consecutive entries seldom share one.
-        for &a in at {
-            counts[a as usize] += 1;
-        }
-        return;
-    }
-    let mut lanes = vec![0u32; 4 * m];
-    let mut quads = at.chunks_exact(4);
-    for q in &mut quads {
-        lanes[q[0] as usize] += 1;
-        lanes[m + q[1] as usize] += 1;
-        lanes[2 * m + q[2] as usize] += 1;
-        lanes[3 * m + q[3] as usize] += 1;
-    }
-    for &a in quads.remainder() {
-        lanes[a as usize] += 1;
-    }
-    for (i, c) in counts.iter_mut().enumerate() {
-        *c += (0..4).map(|l| u64::from(lanes[l * m + i])).sum::<u64>();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Counted a pass per place (a handful), in lanes (a few) or one by one (many), every place
-    /// gets one count per time it comes, remainders past the last four included, on top of
-    /// what it held.
-    #[test]
-    fn places_are_counted_once_per_entry() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for m in [
-            1usize,
-            2,
-            3,
-            17,
-            COUNT_LANES_MAX_PLACES,
-            COUNT_LANES_MAX_PLACES + 1,
-            5000,
-        ] {
-            for len in [0usize, 1, 3, 4, 5, 1031] {
-                let at: Vec<u32> = (0..len).map(|_| (next() % m as u64) as u32).collect();
-                let before: Vec<u64> = (0..m).map(|_| next() % 5).collect();
-                let mut want = before.clone();
-                for &a in &at {
-                    want[a as usize] += 1;
-                }
-                let mut counts = before;
-                count_places(&at, &mut counts);
-                assert_eq!(counts, want, "{m} places, {len} entries");
-            }
-        }
     }
 }
