@@ -255,17 +255,17 @@ impl GroupAggregate {
         let keyed = &mut self.keyed;
         let first_new = batch.touched.len();
         let mut expired = vec![];
-        let mut i = 0;
-        while i < gids.len() {
-            // A run of rows of one group (a hot key's come in long runs) is taken at once.
-            let g = gids[i];
-            let end = run_end(gids, i);
-            let run = end - i;
-            i = end;
+        // One hot key's rows (all one group) are touched once, not row after row into the
+        // same counter: its first row standing for them all.
+        let (ids, rows) = match one_group(gids) {
+            Some(_) => (&gids[..1], gids.len() as u64),
+            None => (gids, 1),
+        };
+        for &g in ids {
             let gi = g as usize;
             if raw_rows {
                 // Each raw row counts for the hot keys (in the pass that marks the group).
-                keyed.key_rows[gi] += run as u64;
+                keyed.key_rows[gi] += rows;
             }
             if batch.mark[gi] != batch.id {
                 batch.mark[gi] = batch.id;
@@ -483,30 +483,19 @@ impl GroupAggregate {
     }
 }
 
-/// The end of the run of equal ids that starts at `start` (`ids[start..end]` all equal): the
-/// next id tested first, so that ids that change at every row cost one comparison each, then
-/// sixteen ids at a time in a pass the compiler vectorizes.
-fn run_end(ids: &[u32], start: usize) -> usize {
-    let g = ids[start];
-    let mut end = start + 1;
-    if ids.get(end) != Some(&g) {
-        return end;
-    }
-    for chunk in ids[end..].chunks_exact(16) {
-        if !chunk.iter().fold(true, |all, &x| all & (x == g)) {
-            break;
-        }
-        end += 16;
-    }
-    while ids.get(end) == Some(&g) {
-        end += 1;
-    }
-    end
+/// The one id of `ids` where they are all the same (a batch of one hot key's rows), tested
+/// sixteen at a time in passes the compiler vectorizes, stopping at the first sixteen that
+/// differ; None otherwise (or empty).
+fn one_group(ids: &[u32]) -> Option<u32> {
+    let &g = ids.first()?;
+    ids.chunks(16)
+        .all(|c| c.iter().fold(true, |all, &x| all & (x == g)))
+        .then_some(g)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::run_end;
+    use super::one_group;
     use crate::aggregates::count_star;
     use crate::{Config, GroupAggregate};
     use arrow::array::{RecordBatch, StringArray};
@@ -516,10 +505,10 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    /// A mini-batch counts each key's input rows (the hot keys) whether they come in runs of
-    /// one key or one at a time.
+    /// A mini-batch counts each key's input rows (the hot keys) whether a batch holds one key
+    /// or several, in runs or one at a time.
     #[test]
-    fn a_mini_batch_counts_the_rows_of_each_run() {
+    fn a_mini_batch_counts_the_rows_of_each_key() {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
         let config = Config::from_pairs([
             ("table.exec.mini-batch.enabled", "true"),
@@ -537,6 +526,14 @@ mod tests {
         let mut want: HashMap<String, u64> = HashMap::new();
         for _ in 0..20 {
             let mut keys: Vec<String> = vec![];
+            if rng.random_bool(0.3) {
+                // A batch of one key, cut or not by the mini-batch size.
+                let len = rng.random_range(1..400);
+                keys.extend(std::iter::repeat_n(
+                    format!("k{}", rng.random_range(0..4)),
+                    len,
+                ));
+            }
             while keys.len() < 100 {
                 let key = format!("k{}", rng.random_range(0..4));
                 let len = if rng.random_bool(0.5) {
@@ -562,27 +559,18 @@ mod tests {
         assert_eq!(have, want);
     }
 
-    /// Runs end where a plain scan ends them: runs of every length from 1 to 40 (across the
-    /// sixteen-id passes and at the end of the ids), ids that change at every row, one run
-    /// throughout.
+    /// Ids all the same, across the sixteen-id passes and past them, have their one group;
+    /// one id different anywhere among them, or none, has none.
     #[test]
-    fn runs_end_where_a_scan_ends_them() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        let mut ids: Vec<u32> = vec![];
-        while ids.len() < 5_000 {
-            let len = rng.random_range(1..=40);
-            let id = rng.random_range(0..3u32);
-            ids.extend(std::iter::repeat_n(id, len));
-        }
-        let every_row: Vec<u32> = (0..100).collect();
-        let one_run = vec![7u32; 1_000];
-        for ids in [&ids, &every_row, &one_run] {
-            for start in 0..ids.len() {
-                let mut want = start + 1;
-                while want < ids.len() && ids[want] == ids[start] {
-                    want += 1;
-                }
-                assert_eq!(run_end(ids, start), want, "from {start}");
+    fn one_group_is_found_where_every_id_is_the_same() {
+        assert_eq!(one_group(&[]), None);
+        for len in 1..=40 {
+            let mut ids = vec![7u32; len];
+            assert_eq!(one_group(&ids), Some(7), "{len} ids");
+            for at in (0..len).filter(|_| len > 1) {
+                ids[at] = 8;
+                assert_eq!(one_group(&ids), None, "{len} ids, {at} differs");
+                ids[at] = 7;
             }
         }
     }
