@@ -8,7 +8,7 @@ use arrow_schema::{ArrowError, DataType};
 
 use crate::accumulator::GroupsAccumulator;
 use crate::decimal::{DecimalAvg, DecimalSum};
-use crate::min_max::{new_min_max, new_min_max_retract};
+use crate::min_max::{MonotonicAccumulator, new_min_max, new_min_max_retract};
 use crate::numeric::{Avg, CountAccumulator, Sum, SumAccumulator};
 
 /// The built-in aggregate functions.
@@ -175,6 +175,26 @@ pub fn new_accumulator(
         }
         (_, None) => unreachable!("result_type rejects a missing argument"),
     })
+}
+
+/// Builds a MIN or MAX (`kind`) over an argument of type `arg` for a changelog in which the
+/// argument only moves the extreme's way (a MAX's grows, a MIN's shrinks): it ignores
+/// retractions and keeps one value a group ([`crate::min_max::MonotonicAccumulator`]).
+///
+/// # Errors
+/// When `kind` is not MIN or MAX, or MIN/MAX does not accept the type.
+pub fn new_monotonic_min_max(
+    kind: AggregateKind,
+    arg: &DataType,
+) -> Result<Box<dyn GroupsAccumulator>, ArrowError> {
+    if !matches!(kind, AggregateKind::Min | AggregateKind::Max) {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "{} has no monotonic form (only MIN and MAX)",
+            kind.name()
+        )));
+    }
+    let inner = new_accumulator(kind, Some(arg), false)?;
+    Ok(Box::new(MonotonicAccumulator::new(inner)))
 }
 
 /// Casts arguments to the type the inner accumulator works on, and results back.

@@ -8,6 +8,9 @@
 //! may go negative (a retraction that precedes its accumulation, in a local phase) and cancel
 //! when the accumulation arrives. Unlike Flink, values with a negative multiplicity never become
 //! the result; that only differs on inconsistent input (docs/semantics.md, "Where Tally differs from Flink").
+//! Where the argument only moves the extreme's way across the changelog (a split-distinct
+//! FINAL's MIN/MAX over insert-only input), the retractions are ignored and a group keeps its
+//! extreme alone ([`MonotonicAccumulator`], Flink's monotonicity shortcut).
 //!
 //! Floats are ordered by IEEE total order (`-0.0 < 0.0`, NaN greatest), strings by their UTF-8
 //! bytes. Booleans, dictionaries and the other string types are cast to `UInt8` / `Utf8` by the
@@ -27,8 +30,10 @@ use arrow_buffer::{BooleanBuffer, NullBuffer, ToByteSlice};
 use arrow_schema::{ArrowError, DataType, Field, Fields, TimeUnit};
 use hashbrown::HashMap;
 
+mod monotonic;
 mod primitive;
 
+pub use monotonic::MonotonicAccumulator;
 pub use primitive::PrimMinMaxAccumulator;
 
 use crate::accumulate::for_each_selected;
