@@ -9,7 +9,7 @@ use arrow::array::ArrayRef;
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field};
 use tally_kernels::accumulator::{GroupsAccumulator, column_rows};
-use tally_kernels::aggregates::{AggregateKind, new_accumulator};
+use tally_kernels::aggregates::{AggregateKind, new_accumulator, new_monotonic_min_max};
 use tally_kernels::distinct::{DistinctAccumulator, LiveEntries};
 
 use crate::error::{Error, Result};
@@ -98,8 +98,11 @@ impl Accumulators {
                 .arg
                 .map(|a| plan.calc.args[a].data_type(&plan.input_schema))
                 .transpose()?;
-            let acc = new_accumulator(call.kind, arg_type.as_ref(), retractable)
-                .map_err(|e| Error::plan(format!("{}: {e}", call.name)))?;
+            let acc = match (&arg_type, call.monotonic) {
+                (Some(dt), true) => new_monotonic_min_max(call.kind, dt),
+                _ => new_accumulator(call.kind, arg_type.as_ref(), retractable),
+            }
+            .map_err(|e| Error::plan(format!("{}: {e}", call.name)))?;
             outputs.push((slots.len(), 0));
             slots.push(Slot::Plain {
                 width: acc.state_types().len(),

@@ -24,6 +24,7 @@ pub struct GroupAggregateBuilder {
     config: Config,
     changelog: Option<String>,
     clock: Option<Arc<dyn Clock>>,
+    monotonic_min_max: bool,
 }
 
 impl GroupAggregateBuilder {
@@ -36,6 +37,7 @@ impl GroupAggregateBuilder {
             config: Config::default(),
             changelog: None,
             clock: None,
+            monotonic_min_max: false,
         }
     }
 
@@ -69,6 +71,15 @@ impl GroupAggregateBuilder {
     /// Names the changelog column of the input (default: `op` when the schema has it).
     pub fn changelog_column(mut self, name: impl Into<String>) -> Self {
         self.changelog = Some(name.into());
+        self
+    }
+
+    /// Makes the MIN/MAX calls ignore retractions and keep one value a group
+    /// ([`crate::plan::AggregateCall::monotonic`]): for a changelog in which each MAX's argument
+    /// only grows and each MIN's only shrinks, such as a split-distinct FINAL's input where the
+    /// PARTIAL takes insert-only input. On another changelog the results are wrong.
+    pub fn monotonic_min_max(mut self) -> Self {
+        self.monotonic_min_max = true;
         self
     }
 
@@ -117,12 +128,16 @@ impl GroupAggregateBuilder {
     /// Checks what no single operator can honour and resolves the query.
     fn resolve(&self) -> Result<AggregatePlan> {
         check_no_split(&self.config)?;
-        AggregatePlan::try_new(
+        let mut plan = AggregatePlan::try_new(
             Arc::clone(&self.schema),
             &self.group_by,
             &self.aggregates,
             self.changelog.as_deref(),
-        )
+        )?;
+        if self.monotonic_min_max {
+            plan.set_monotonic_min_max();
+        }
+        Ok(plan)
     }
 
     /// Validates the configuration, resolves the query and builds a [`ParallelAggregate`] over

@@ -48,6 +48,10 @@ pub struct AggregateCall {
     pub name: String,
     /// The result type.
     pub result_type: DataType,
+    /// A MIN/MAX whose argument only moves the extreme's way across the input changelog (a
+    /// split-distinct FINAL's over insert-only input, [`AggregatePlan::set_monotonic_min_max`]):
+    /// it ignores retractions and keeps one value a group, as Flink's non-retract function.
+    pub monotonic: bool,
 }
 
 /// The query, resolved against the input schema.
@@ -147,6 +151,16 @@ impl AggregatePlan {
     /// Whether the input carries retractions (it is a changelog).
     pub fn has_retractions(&self) -> bool {
         self.changelog
+    }
+
+    /// Marks every MIN/MAX call [`AggregateCall::monotonic`]: the plan is a split-distinct
+    /// FINAL whose PARTIAL takes insert-only input, so each PARTIAL MAX only grows (MIN only
+    /// shrinks) and an update's `-U` is dominated by its `+U`. Flink plans these calls without
+    /// retraction (`MAX($f6)` beside `$SUM0_RETRACT`).
+    pub fn set_monotonic_min_max(&mut self) {
+        for c in &mut self.calls {
+            c.monotonic = matches!(c.kind, AggregateKind::Min | AggregateKind::Max);
+        }
     }
 
     /// Checks that `changes` fits the plan: rows of the input schema (names and types;
@@ -514,6 +528,7 @@ impl ExprPlanner<'_> {
             filter,
             name,
             result_type,
+            monotonic: false,
         })
     }
 }

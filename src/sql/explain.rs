@@ -30,6 +30,9 @@ pub(super) struct AggregateShape<'a> {
     pub in_mode: Vec<&'static str>,
     /// The resolved kind of each call (COUNT(*) or COUNT(x), …).
     pub kinds: Vec<AggregateKind>,
+    /// Whether each call is a MIN/MAX that ignores retractions ([`crate::plan::AggregateCall::monotonic`]):
+    /// Flink shows it without `_RETRACT` over a changelog.
+    pub monotonic: Vec<bool>,
     /// The accumulator names of each call (Flink's), for the local and global phases.
     pub acc_names: Option<Vec<Vec<String>>>,
     /// The name of the local phase's record count, when it keeps one.
@@ -81,6 +84,7 @@ pub(super) fn aggregate_nodes(
         two_phase,
         in_mode,
         kinds,
+        monotonic,
         acc_names,
         count1: count1_name,
     } = shape;
@@ -116,8 +120,10 @@ pub(super) fn aggregate_nodes(
             return Err(Error::plan(format!("{inner} is not an aggregate call")));
         };
         let kind = kinds[i];
-        // Flink marks the functions of an aggregate that consumes retractions.
-        let fname = format!("{}{}", kind.name(), if changelog { "_RETRACT" } else { "" });
+        // Flink marks the functions of an aggregate that consumes retractions, but for a
+        // MIN/MAX whose argument only moves its way.
+        let retracts = changelog && !monotonic[i];
+        let fname = format!("{}{}", kind.name(), if retracts { "_RETRACT" } else { "" });
         let star = kind == AggregateKind::CountStar;
         let args: Vec<String> = if star {
             vec![]

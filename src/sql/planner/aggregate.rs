@@ -44,8 +44,21 @@ pub(super) fn aggregate_on(
     )?;
     plan.rename_output(Arc::new(agg.schema.as_arrow().clone()))?;
     plan.bucket_keys = bucket_keys;
+    // A split FINAL over a PARTIAL of insert-only input: each PARTIAL MIN/MAX only moves its
+    // way, so the FINAL's need not retract (Flink's plan).
+    let partial_insert_only = || {
+        built
+            .stages
+            .last()
+            .and_then(|s| s.as_aggregate())
+            .is_some_and(|p| !p.plan().has_retractions())
+    };
+    if role == Role::Final && partial_insert_only() {
+        plan.set_monotonic_min_max();
+    }
     // The resolved kind of each call (COUNT(*) or COUNT(x), MIN/MAX, …), for EXPLAIN.
     let kinds: Vec<AggregateKind> = plan.calls.iter().map(|c| c.kind).collect();
+    let monotonic: Vec<bool> = plan.calls.iter().map(|c| c.monotonic).collect();
 
     // Is the input already partitioned by these keys (an aggregate grouped by some of these
     // columns below)? Then a local phase cannot help (Flink's condition 4).
@@ -99,6 +112,7 @@ pub(super) fn aggregate_on(
             two_phase,
             in_mode: built.mode(),
             kinds,
+            monotonic,
             acc_names,
             count1: count1_name,
         },

@@ -99,6 +99,7 @@ pub(super) fn build_split(
     label_keys.truncate(keys.len());
     label_keys.extend(split.buckets.iter().map(|b| b.1.clone()));
     let sets = split.expand.as_ref().map_or(1, |e| e.sets.len());
+    let split_note = ctx.explain.strategy.len();
     ctx.explain.strategy.push(format!(
         "{final_label}: split-distinct applies ({}): a PARTIAL aggregate grouped by [{}]{} computes the calls per bucket, a FINAL aggregate grouped by the keys merges them ($SUM0 for COUNT and AVG's parts, SUM, MIN, MAX), consuming the partial changelog with retraction.",
         why.unwrap_or_else(|| format!("'{SPLIT_ENABLED}' = 'true', {buckets} buckets")),
@@ -130,6 +131,14 @@ pub(super) fn build_split(
         Role::Final,
         None,
     )?;
+    let monotonic = built
+        .stages
+        .last()
+        .and_then(|s| s.as_aggregate())
+        .is_some_and(|f| f.plan().calls.iter().any(|c| c.monotonic));
+    if monotonic && let Some(note) = ctx.explain.strategy.get_mut(split_note) {
+        note.push_str(" Over insert-only input each PARTIAL MIN/MAX only moves its way, so the FINAL's MIN/MAX take no retraction and keep one value a key (Flink's plan).");
+    }
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
     // Calc: back to the original columns (AVG from its parts).
     built.project(
