@@ -250,7 +250,7 @@ impl GroupAggregate {
     /// or the changelog again; for a split-distinct PARTIAL whose firings its worker's fold
     /// takes. Nothing may be pending.
     pub(crate) fn set_emit_deltas(&mut self, on: bool) {
-        self.deltas = on.then(|| Deltas::new(&self.plan.output_schema, self.plan.calls.len()));
+        self.deltas = on.then(|| Deltas::new(&self.plan.output_schema, &self.plan.calls));
     }
 
     /// Keys a split-distinct PARTIAL's state by the query's keys alone, its buckets only
