@@ -26,8 +26,9 @@ pub(crate) struct BucketFill {
     query_keys: usize,
     buckets: u32,
     /// Per bucket column: the argument it buckets (an index into the Calc's arguments) and
-    /// the FILTER of a call of its set (which tests the set's id), if the call has one.
-    columns: Vec<(usize, Option<usize>)>,
+    /// the FILTER of a call of its set (which tests the set's id), if the call has one; None
+    /// for a set of MIN/MAX calls alone, whose rows go with the keys alone (the column NULL).
+    columns: Vec<Option<(usize, Option<usize>)>>,
 }
 
 impl BucketFill {
@@ -39,10 +40,12 @@ impl BucketFill {
         let sets = b.call_sets.as_ref()?;
         let query_keys = plan.calc.keys.len().checked_sub(b.columns)?;
         let columns = (0..b.columns)
-            .map(|j| {
-                let c = sets.iter().position(|s| *s == Some(j))?;
-                let call = plan.calls.get(c)?;
-                Some((call.arg?, call.filter))
+            .map(|j| match sets.iter().position(|s| *s == Some(j)) {
+                Some(c) => {
+                    let call = plan.calls.get(c)?;
+                    Some(Some((call.arg?, call.filter)))
+                }
+                None => Some(None),
             })
             .collect::<Option<Vec<_>>>()?;
         Some(Self {
@@ -64,7 +67,10 @@ impl BucketFill {
         let Some(set) = set else {
             return self.fill_all(cb);
         };
-        for (j, &(arg, filter)) in self.columns.iter().enumerate() {
+        for (j, &column) in self.columns.iter().enumerate() {
+            let Some((arg, filter)) = column else {
+                continue;
+            };
             let of_set =
                 filter.is_none_or(|f| fold::constant_filter(&set.filters[f]) != Some(false));
             if of_set {
@@ -80,12 +86,16 @@ impl BucketFill {
     /// Several bucket columns (an Expand's rows, whose set is unknown here: a bug); a failing
     /// bucket.
     pub(crate) fn fill_all(&self, cb: &mut CalcBatch) -> Result<()> {
-        let [(arg, _)] = self.columns[..] else {
-            return Err(Error::internal(
-                "bucket columns computed for rows of no group set",
-            ));
-        };
-        cb.keys[self.query_keys] = self.bucket(&cb.args[arg])?;
+        match self.columns[..] {
+            [Some((arg, _))] => cb.keys[self.query_keys] = self.bucket(&cb.args[arg])?,
+            // MIN/MAX calls alone: their rows go with the keys alone.
+            [None] => {}
+            _ => {
+                return Err(Error::internal(
+                    "bucket columns computed for rows of no group set",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -148,6 +158,21 @@ mod tests {
         let keys_alone = filled(3);
         assert_eq!(keys_alone.keys[1].null_count(), rows);
         assert_eq!(keys_alone.keys[2].null_count(), rows);
+        // A set whose calls are MIN/MAX alone goes with the keys alone (`call_sets` None for
+        // them): its column stays NULL, the other set's is computed as before.
+        let mut extremes = split_fixture::plan(16, true);
+        extremes.bucket_keys.as_mut().unwrap().call_sets = Some(vec![None, Some(0), Some(0), None]);
+        let fill_extremes = BucketFill::try_new(&extremes).unwrap();
+        for (id, column, want) in [(1, 2, None), (2, 1, Some(bucketed(&u)))] {
+            let batch = set(id);
+            let mut cb = extremes.calc.evaluate(&batch).unwrap();
+            let set = extremes.calc.set_of(&batch.data).unwrap();
+            fill_extremes.fill(set.as_deref(), &mut cb).unwrap();
+            match want {
+                Some(w) => assert_eq!(&cb.keys[column], &w),
+                None => assert_eq!(cb.keys[column].null_count(), rows),
+            }
+        }
         // Rows of no Expand: with two bucket columns, whose is unknown.
         let mut cb = plan.calc.evaluate(&set(2)).unwrap();
         assert!(fill.fill_all(&mut cb).is_err());

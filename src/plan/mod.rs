@@ -97,9 +97,12 @@ pub struct BucketKeys {
     pub columns: usize,
     /// The bucket count.
     pub buckets: u32,
-    /// Per call, the bucket column of the group set that computes it (None: the set of the
-    /// keys alone), where every call of a bucketed set is a DISTINCT call over exactly the
-    /// bucketed argument and, without an Expand, there is no other call; None otherwise.
+    /// Per call, where a flush may route its state: the bucket column of the group set that
+    /// computes it (a DISTINCT call over exactly the bucketed argument), or None, with the
+    /// keys alone (a call of the set of the keys alone, with an Expand, or a MIN/MAX of a set
+    /// without DISTINCT calls, which the FINAL takes the extreme of wherever its parts lie);
+    /// None where a call is neither. Every row of a set without DISTINCT calls makes no
+    /// entry, so a key with such state has rows counted at the keys alone's worker.
     /// Where it is set, a local phase whose workers merge the buckets may fold a key's rows
     /// whatever their buckets, and route each DISTINCT entry by its value's bucket when it
     /// flushes (`LocalGroupAggregate::merge_buckets`). With an Expand, every call's FILTER

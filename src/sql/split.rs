@@ -70,11 +70,12 @@ pub(crate) struct Split {
     pub(crate) partial_input: DFSchemaRef,
     /// The PARTIAL aggregate.
     pub(crate) partial: Aggregate,
-    /// Per PARTIAL call, the bucket column of the group set that computes it (None: the keys
-    /// alone's), where every call of a bucketed set is a DISTINCT call over exactly the
-    /// bucketed argument and, without an Expand, there is no other call: a local phase may
-    /// then fold a key's rows whatever their sets and route each DISTINCT entry by its value's
-    /// bucket when it flushes ([`crate::plan::BucketKeys::call_sets`]). None otherwise.
+    /// Per PARTIAL call, where a flush may route its state: the bucket column of its group set
+    /// (a DISTINCT call over exactly the bucketed argument, each entry by its value's bucket),
+    /// or None, with the keys alone (a call of the keys alone's set, with an Expand, or a
+    /// MIN/MAX of a set without DISTINCT calls, whose parts may lie on any worker); set where
+    /// every call is one of these: a local phase may then fold a key's rows whatever their
+    /// sets ([`crate::plan::BucketKeys::call_sets`]). None otherwise.
     pub(crate) call_sets: Option<Vec<Option<usize>>>,
     /// The FINAL aggregate (over the partial's output).
     pub(crate) final_agg: Aggregate,
@@ -304,21 +305,30 @@ pub(crate) fn plan_split(agg: &Aggregate, bucket_num: u32) -> Result<Option<Spli
     let mut partial_group: Vec<Expr> = partial_keys;
     partial_group.extend(buckets.iter().map(|(_, n)| col(n)));
     let mut partial_aggs = vec![];
-    // Per PARTIAL call, its set's bucket where that set's calls can route by value.
+    // Per PARTIAL call, where a flush may route its state: by its entries' values' bucket, or
+    // with the keys alone.
     let mut call_sets: Option<Vec<Option<usize>>> = Some(vec![]);
     for (i, c) in calls.iter().enumerate() {
+        let extreme = matches!(c.func, Func::Min | Func::Max);
         let by_value = match c.bucket {
+            // A MIN/MAX's part may lie on any worker: the FINAL takes the extreme of them all.
+            // It goes with the keys alone, where its set makes no DISTINCT entry: the set's
+            // rows are then counted at the keys alone's worker, whose row carries its state.
+            Some(j) if extreme => calls.iter().all(|d| {
+                d.bucket != Some(j) || !d.distinct || matches!(d.func, Func::Min | Func::Max)
+            }),
             // DISTINCT over the bucketed argument (a call's bucket is its argument's): the
-            // entries' values give the buckets. AVG's parts are over a cast of it. (A DISTINCT
-            // MIN/MAX is planned as a plain one, and a decimal SUM's part sums a cast: the
-            // local phase finds and refuses both, by the slot and by the argument's type.)
+            // entries' values give the buckets. AVG's parts are over a cast of it. (A decimal
+            // SUM's part sums a cast: the local phase finds and refuses it by the argument's
+            // type.)
             Some(_) => c.distinct && c.func != Func::Avg,
             // The keys alone's set: with an Expand, all its rows go where the key's do.
             None => expand.is_some(),
         };
+        let routed = if extreme { None } else { c.bucket };
         let parts = if c.func == Func::Avg { 2 } else { 1 };
         call_sets = call_sets.filter(|_| by_value).map(|mut v| {
-            v.extend(std::iter::repeat_n(c.bucket, parts));
+            v.extend(std::iter::repeat_n(routed, parts));
             v
         });
         let mut filter = c.filter.clone();

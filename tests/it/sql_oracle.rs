@@ -232,6 +232,32 @@ const QUERIES: &[Query] = &[
         },
     },
     Query {
+        // Nexmark q16's shape: the extremes' arguments bucketed in sets of their own, which a
+        // local phase routing at the flush sends with the keys alone.
+        name: "distinct beside string extremes",
+        sql: "SELECT k, COUNT(DISTINCT u) AS d, COUNT(*) AS n, MAX(CAST(v AS STRING)) AS hi, \
+              MIN(CAST(u AS STRING)) AS lo FROM t GROUP BY k",
+        upsert: true,
+        distinct: true,
+        reference: |rows| {
+            by_key(rows)
+                .iter()
+                .map(|(k, rs)| {
+                    let users: BTreeSet<i64> = rs.iter().map(|r| r.u).collect();
+                    let hi = rs.iter().filter_map(|r| r.v).map(|v| v.to_string()).max();
+                    let lo = rs.iter().map(|r| r.u.to_string()).min();
+                    line(&[
+                        opt(k.clone()),
+                        users.len().to_string(),
+                        rs.len().to_string(),
+                        opt(hi),
+                        opt(lo),
+                    ])
+                })
+                .collect()
+        },
+    },
+    Query {
         name: "one distinct argument alone",
         sql: "SELECT k, COUNT(DISTINCT u) AS d, \
               COUNT(DISTINCT u) FILTER (WHERE v > 0) AS dp FROM t GROUP BY k",
@@ -403,8 +429,9 @@ fn sql_queries_match_the_reference_under_random_settings() {
     let mut split_bypasses = 0;
     // Runs whose split PARTIAL keyed its workers' state by the query's keys alone.
     let mut merged_buckets = 0;
-    // Runs whose split PARTIAL's local phases routed its DISTINCT entries when they flushed.
-    let mut routed_at_flush = 0;
+    // Runs whose split PARTIAL's local phases routed its DISTINCT entries when they flushed,
+    // and of them those with MIN/MAX calls (sent with the keys alone).
+    let (mut routed_at_flush, mut routed_extremes) = (0, 0);
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
     let mut chunked_changelogs = 0;
@@ -461,6 +488,9 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
                     routed_at_flush += usize::from(m.routes_at_flush);
+                    routed_extremes += usize::from(
+                        m.routes_at_flush && (q.sql.contains("MIN(") || q.sql.contains("MAX(")),
+                    );
                     read_through += usize::from(m.reads_through);
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
@@ -492,6 +522,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         routed_at_flush > 1,
         "{routed_at_flush} runs whose split local phases routed DISTINCT entries at the flush"
+    );
+    assert!(
+        routed_extremes > 1,
+        "{routed_extremes} runs whose split local phases routed MIN/MAX state at the flush"
     );
     assert!(
         read_through > 1,

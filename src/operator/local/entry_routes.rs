@@ -10,7 +10,9 @@
 //! flush routes each DISTINCT entry by its value's bucket, and the other calls' state (the set
 //! of the keys alone, whose rows all go where the key's do) to that set's worker. Each worker
 //! gets the entries and states it would have got from the rows routed one by one, in one
-//! accumulator row per (key, worker). Only a row's count, the hidden record count of insert-only
+//! accumulator row per (key, worker). A MIN/MAX of a bucketed set without DISTINCT calls goes
+//! with the keys alone too: the FINAL takes the extreme of its parts wherever they lie, so its
+//! worker changes nothing but which PARTIAL row carries it. Only a row's count, the hidden record count of insert-only
 //! input (which only the metrics and the adaptive local phase's hottest share read), lands
 //! elsewhere: the rows that made no entry of their own (a value seen before in the mini-batch,
 //! a NULL) are counted at the worker of the keys alone.
@@ -236,6 +238,15 @@ impl LocalGroupAggregate {
         for g in 0..n {
             let made: u64 = (0..p).map(|w| counts[w * n + g]).sum();
             counts[home[g] * n + g] += rows[g].saturating_sub(made);
+        }
+        // A plain slot's state travels in the key's row at its home, which the rows of a set
+        // without DISTINCT calls give it (`BucketKeys::call_sets`); a key without one there
+        // would lose that state.
+        let plain_slots = live.iter().any(Option::is_none);
+        if plain_slots && (0..n).any(|g| rows[g] > 0 && counts[home[g] * n + g] == 0) {
+            return Err(Error::internal(
+                "a flush by entry routes found no row for a key's plain state",
+            ));
         }
         // The hottest (key, worker)'s share of the rows, as a local phase routing every row
         // measures it: a hot key's rows spread over the workers by their buckets do not pin one
