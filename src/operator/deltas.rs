@@ -261,11 +261,13 @@ impl Deltas {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use arrow::array::{Int8Array, Int64Array, RecordBatch, StringArray};
     use arrow::compute::concat_batches;
     use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use arrow::util::display::array_value_to_string;
     use datafusion_expr::{Expr, ExprFunctionExt, col, lit};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -404,7 +406,13 @@ mod tests {
         let fin = final_agg(&p, vec![col("k")], sums(), false);
         let mut rng = StdRng::seed_from_u64(seed);
         let batches = stream(&mut rng, input);
-        run_final(p, &fin, batches, deltas, &["op", "k", "d", "dh", "n"])
+        run_final(
+            p,
+            &fin,
+            batches,
+            (deltas, deltas),
+            &["op", "k", "d", "dh", "n"],
+        )
     }
 
     /// The changelog of `fin` over the firings of `p` on `batches`, folded as they are or as
@@ -413,7 +421,7 @@ mod tests {
         mut p: GroupAggregate,
         fin: &ParallelAggregate,
         batches: Vec<ChangeBatch>,
-        deltas: bool,
+        (deltas, rows_as_keys): (bool, bool),
         names: &[&str],
     ) -> RecordBatch {
         assert!(fits(p.plan(), fin.plan()));
@@ -424,6 +432,12 @@ mod tests {
             Arc::new(ManualClock::new(0)),
         )
         .unwrap();
+        // Only where the PARTIAL's keys are the FINAL's.
+        let same_keys = p.plan().key_types.len() == fin.plan().key_types.len();
+        assert_eq!(
+            inc.fold_rows_as_keys(p.plan(), rows_as_keys),
+            rows_as_keys && same_keys
+        );
         let mut fold = inc.fold_factory()().unwrap();
         let runtime = crate::runtime::Runtime::new(1).unwrap();
         let mut out = vec![];
@@ -505,38 +519,8 @@ mod tests {
         let mut null_extremes = 0;
         for seed in 0..8 {
             let run = |deltas: bool| {
-                let mut rng = StdRng::seed_from_u64(seed);
-                let (schema, batches) = inserts(&mut rng);
-                let p = GroupAggregate::builder(schema)
-                    .group_by([col("k"), col("b")])
-                    .aggregate([
-                        count(col("u")).distinct().build().unwrap().alias("d"),
-                        count_star().alias("n"),
-                        max(col("u")).alias("hi"),
-                        min(col("s")).alias("lo"),
-                    ])
-                    .option("table.exec.mini-batch.enabled", "true")
-                    .unwrap()
-                    .option("table.exec.mini-batch.size", "7")
-                    .unwrap()
-                    .option("table.exec.mini-batch.allow-latency", "1 h")
-                    .unwrap()
-                    .clock(Arc::new(ManualClock::new(0)))
-                    .build()
-                    .unwrap();
-                let extremes = vec![
-                    sum0(col("d")).alias("d"),
-                    sum0(col("n")).alias("n"),
-                    max(col("hi")).alias("hi"),
-                    min(col("lo")).alias("lo"),
-                ];
-                // Retracting extremes take no delta rows.
-                assert!(!fits(
-                    p.plan(),
-                    final_agg(&p, vec![col("k")], extremes.clone(), false).plan()
-                ));
-                let fin = final_agg(&p, vec![col("k")], extremes, true);
-                run_final(p, &fin, batches, deltas, &["op", "k", "d", "n", "hi", "lo"])
+                let (p, fin, batches) = extremes(seed, vec![col("k"), col("b")]);
+                run_final(p, &fin, batches, (deltas, deltas), EXTREMES)
             };
             let (changelog, deltas) = (run(false), run(true));
             assert!(changelog.num_rows() > 10, "seed {seed}");
@@ -544,6 +528,83 @@ mod tests {
             assert_eq!(deltas, changelog, "seed {seed}");
         }
         assert!(null_extremes > 0, "no seed gave a NULL MIN");
+    }
+
+    /// The columns of [`extremes`]' FINAL changelog.
+    const EXTREMES: &[&str] = &["op", "k", "d", "n", "hi", "lo"];
+
+    /// An insert-only PARTIAL grouped by `keys` with counts and extremes, its FINAL by `k`
+    /// (MIN/MAX without retraction), and seed `seed`'s input.
+    fn extremes(
+        seed: u64,
+        keys: Vec<Expr>,
+    ) -> (GroupAggregate, ParallelAggregate, Vec<ChangeBatch>) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (schema, batches) = inserts(&mut rng);
+        let p = GroupAggregate::builder(schema)
+            .group_by(keys)
+            .aggregate([
+                count(col("u")).distinct().build().unwrap().alias("d"),
+                count_star().alias("n"),
+                max(col("u")).alias("hi"),
+                min(col("s")).alias("lo"),
+            ])
+            .option("table.exec.mini-batch.enabled", "true")
+            .unwrap()
+            .option("table.exec.mini-batch.size", "7")
+            .unwrap()
+            .option("table.exec.mini-batch.allow-latency", "1 h")
+            .unwrap()
+            .clock(Arc::new(ManualClock::new(0)))
+            .build()
+            .unwrap();
+        let calls = vec![
+            sum0(col("d")).alias("d"),
+            sum0(col("n")).alias("n"),
+            max(col("hi")).alias("hi"),
+            min(col("lo")).alias("lo"),
+        ];
+        // Retracting extremes take no delta rows.
+        assert!(!fits(
+            p.plan(),
+            final_agg(&p, vec![col("k")], calls.clone(), false).plan()
+        ));
+        let fin = final_agg(&p, vec![col("k")], calls, true);
+        (p, fin, batches)
+    }
+
+    /// The table a changelog batch (its first column the row kind, its second the key)
+    /// leaves, each row shown as text.
+    fn final_rows(changelog: &RecordBatch) -> BTreeMap<String, String> {
+        let show = |c: usize, r: usize| array_value_to_string(changelog.column(c), r).unwrap();
+        let mut table = BTreeMap::new();
+        for r in 0..changelog.num_rows() {
+            let row: Vec<String> = (1..changelog.num_columns()).map(|c| show(c, r)).collect();
+            match show(0, r).as_str() {
+                "0" | "2" => table.insert(show(1, r), row.join(",")),
+                _ => table.remove(&show(1, r)),
+            };
+        }
+        table
+    }
+
+    /// Where the PARTIAL holds one group per FINAL key (grouped by the FINAL's keys alone, as a
+    /// worker that merges its buckets), each firing's delta rows are taken as the fold's
+    /// accumulator rows, without a key table: the FINAL ends with the table a key table
+    /// gives. Its changelog may be cut elsewhere: a small key table kept across firings
+    /// flushes its keys in the order they first came, the rows as keys in the firing's order.
+    /// (Where the PARTIAL has other keys, the fold keeps its key table: `run_final` checks it.)
+    #[test]
+    fn delta_rows_of_one_group_per_key_fold_without_a_key_table() {
+        for seed in 0..8 {
+            let run = |rows_as_keys: bool| {
+                let (p, fin, batches) = extremes(seed, vec![col("k")]);
+                run_final(p, &fin, batches, (true, rows_as_keys), EXTREMES)
+            };
+            let (table, as_rows) = (run(false), run(true));
+            assert!(table.num_rows() > 10, "seed {seed}");
+            assert_eq!(final_rows(&as_rows), final_rows(&table), "seed {seed}");
+        }
     }
 
     #[test]

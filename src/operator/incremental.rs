@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
+use datafusion_physical_expr::expressions::Column;
 
 use crate::changelog::ChangeBatch;
 use crate::clock::Clock;
@@ -59,6 +60,9 @@ pub struct IncrementalAggregate {
     /// Set where every key has one PARTIAL row ([`IncrementalAggregate::read_through`]): the
     /// firings are projected onto the output instead of folded and merged.
     through: Option<ReadThrough>,
+    /// Set where each PARTIAL worker holds one group per FINAL key
+    /// ([`IncrementalAggregate::fold_rows_as_keys`]).
+    rows_are_keys: bool,
 }
 
 /// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
@@ -70,6 +74,9 @@ pub struct DeltaFold {
     deltas: LocalGroupAggregate,
     /// The PARTIAL's output schema (the FINAL's input), to know its delta rows.
     partial_output: SchemaRef,
+    /// Whether a firing's delta rows hold each FINAL key once: each is then its key's delta
+    /// accumulator row as it is (`LocalGroupAggregate::deltas_as_groups`), no key interned.
+    rows_are_keys: bool,
     metrics: Arc<Mutex<StageMetrics>>,
 }
 
@@ -85,11 +92,19 @@ impl DeltaFold {
             return Ok(None);
         }
         let start = Instant::now();
-        match deltas::split(firing, &self.partial_output) {
-            Some((rows, keys_delta)) => self.deltas.push_deltas(&rows, keys_delta.values())?,
-            None => self.deltas.push_changes(firing)?,
-        }
-        let deltas = self.deltas.flush()?;
+        let deltas = match deltas::split(firing, &self.partial_output) {
+            Some((rows, keys_delta)) if self.rows_are_keys => {
+                self.deltas.deltas_as_groups(&rows, keys_delta.values())?
+            }
+            Some((rows, keys_delta)) => {
+                self.deltas.push_deltas(&rows, keys_delta.values())?;
+                self.deltas.flush()?
+            }
+            None => {
+                self.deltas.push_changes(firing)?;
+                self.deltas.flush()?
+            }
+        };
         count_firing(
             &self.metrics,
             firing,
@@ -210,6 +225,7 @@ impl IncrementalAggregate {
             fold: DeltaFold {
                 deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
                 partial_output: Arc::clone(&plan.input_schema),
+                rows_are_keys: false,
                 metrics: Arc::new(Mutex::new(StageMetrics::new(
                     AggregateStep::LocalGroupAggregate,
                 ))),
@@ -218,6 +234,7 @@ impl IncrementalAggregate {
             key_groups,
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
             through: None,
+            rows_are_keys: false,
         })
     }
 
@@ -274,13 +291,36 @@ impl IncrementalAggregate {
     /// [`IncrementalAggregate::push`] as it is, and its counters to this aggregate's.
     pub fn fold_factory(&self) -> impl Fn() -> Result<DeltaFold> + Send + Sync + 'static {
         let (plan, metrics) = (Arc::clone(&self.plan), Arc::clone(&self.fold.metrics));
+        let rows_are_keys = self.rows_are_keys;
         move || {
             Ok(DeltaFold {
                 deltas: LocalGroupAggregate::try_new(Arc::clone(&plan))?,
                 partial_output: Arc::clone(&plan.input_schema),
+                rows_are_keys,
                 metrics: Arc::clone(&metrics),
             })
         }
+    }
+
+    /// Where `on`, the PARTIAL `partial`'s workers each hold one group per FINAL key (they
+    /// key their state by its query keys alone, `KeyedState::merge_buckets`), so that a
+    /// firing's delta rows hold each key once: the folds that [`Self::fold_factory`] makes from
+    /// now on take each delta row as its key's delta accumulator row, without interning keys.
+    /// Set only where the FINAL's keys are the PARTIAL's query keys, in order. Returns whether
+    /// it is set.
+    pub fn fold_rows_as_keys(&mut self, partial: &AggregatePlan, on: bool) -> bool {
+        let buckets = partial.bucket_keys.as_ref().map_or(0, |b| b.columns);
+        let query_keys = partial.key_types.len().saturating_sub(buckets);
+        let same_keys = self.plan.calc.keys.len() == query_keys
+            && self
+                .plan
+                .calc
+                .keys
+                .iter()
+                .enumerate()
+                .all(|(i, k)| k.downcast_ref::<Column>().is_some_and(|c| c.index() == i));
+        self.rows_are_keys = on && same_keys;
+        self.rows_are_keys
     }
 
     /// Whether its folds take the firings of the PARTIAL aggregate `partial` as delta rows

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use tally_kernels::accumulate::{Lanes, count_rows};
@@ -319,6 +319,52 @@ impl LocalGroupAggregate {
             self.group_rows[g as usize] += 1;
         }
         self.state.apply(&cb, &self.gids, None, None, total)
+    }
+
+    /// The accumulator batch of delta rows whose keys are each a row's own: a firing of a
+    /// PARTIAL that holds one group per FINAL key. Each row becomes an accumulator row (its
+    /// record count `keys_delta[r]`) with its key columns as they are, without a key table. A
+    /// key that does come twice makes two rows, which a global phase merges as it would their
+    /// sum. None for no rows. Nothing may be folded.
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::push_deltas`]; rows folded before.
+    pub(crate) fn deltas_as_groups(
+        &mut self,
+        rows: &ChangeBatch,
+        keys_delta: &[i64],
+    ) -> Result<Option<RecordBatch>> {
+        self.plan.check_input(rows)?;
+        let n = rows.num_rows();
+        if keys_delta.len() != n || rows.op.is_some() {
+            return Err(Error::internal(
+                "delta rows: one insert and one change in live keys per row",
+            ));
+        }
+        if self.len() > 0 || self.owners.is_some() || self.state_keys != self.plan.key_types.len() {
+            return Err(Error::internal(
+                "delta rows taken as groups by a local phase that holds groups",
+            ));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let cb = self.plan.calc.evaluate(rows)?;
+        let groups: Vec<u32> = (0..n as u32).collect();
+        self.state.apply(&cb, &groups, None, None, n)?;
+        let mut cols: Vec<ArrayRef> = cb.keys.clone();
+        let keys = cols.len();
+        cols.extend(self.state.state(&groups)?);
+        let count1: ArrayRef = Arc::new(Int64Array::from(keys_delta.to_vec()));
+        if let Some(c) = self.count_star_column {
+            cols[keys + c] = Arc::clone(&count1);
+        }
+        cols.push(count1);
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        // The accumulators start afresh, in the same allocations.
+        self.state.clear(n);
+        Ok(Some(batch))
     }
 
     /// From now until the flush, counts each group's rows in `group_rows` (of `total` groups),

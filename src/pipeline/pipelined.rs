@@ -148,7 +148,12 @@ impl Pipeline {
             BTreeSet::new()
         };
         let through = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
-            Some(fin) => fin.read_through(agg.plan(), one_row)?,
+            Some(fin) => {
+                // A worker holding one group per key fires each key once: its delta rows are
+                // the fold's rows as they are.
+                fin.fold_rows_as_keys(agg.plan(), agg.merges_buckets());
+                fin.read_through(agg.plan(), one_row)?
+            }
             None => false,
         };
         // Set for this run only: reset below whatever the run's outcome.
