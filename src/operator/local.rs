@@ -299,13 +299,7 @@ impl LocalGroupAggregate {
     /// # Errors
     /// As [`LocalGroupAggregate::push_changes`]; a `keys_delta` of another length.
     pub(crate) fn push_deltas(&mut self, rows: &ChangeBatch, keys_delta: &[i64]) -> Result<()> {
-        self.plan.check_input(rows)?;
-        let n = rows.num_rows();
-        if keys_delta.len() != n || rows.op.is_some() {
-            return Err(Error::internal(
-                "delta rows: one insert and one change in live keys per row",
-            ));
-        }
+        let n = self.check_delta_rows(rows, keys_delta)?;
         if n == 0 {
             return Ok(());
         }
@@ -321,6 +315,19 @@ impl LocalGroupAggregate {
         self.state.apply(&cb, &self.gids, None, None, total)
     }
 
+    /// The number of delta rows in `rows`, checked: rows of the plan's input, all inserts, and
+    /// one change in live keys each in `keys_delta`.
+    fn check_delta_rows(&self, rows: &ChangeBatch, keys_delta: &[i64]) -> Result<usize> {
+        self.plan.check_input(rows)?;
+        let n = rows.num_rows();
+        if keys_delta.len() != n || rows.op.is_some() {
+            return Err(Error::internal(
+                "delta rows: one insert and one change in live keys per row",
+            ));
+        }
+        Ok(n)
+    }
+
     /// The accumulator batch of delta rows whose keys are each a row's own: a firing of a
     /// PARTIAL that holds one group per FINAL key. Each row becomes an accumulator row (its
     /// record count `keys_delta[r]`) with its key columns as they are, without a key table. A
@@ -334,13 +341,7 @@ impl LocalGroupAggregate {
         rows: &ChangeBatch,
         keys_delta: &[i64],
     ) -> Result<Option<RecordBatch>> {
-        self.plan.check_input(rows)?;
-        let n = rows.num_rows();
-        if keys_delta.len() != n || rows.op.is_some() {
-            return Err(Error::internal(
-                "delta rows: one insert and one change in live keys per row",
-            ));
-        }
+        let n = self.check_delta_rows(rows, keys_delta)?;
         if self.len() > 0 || self.owners.is_some() || self.state_keys != self.plan.key_types.len() {
             return Err(Error::internal(
                 "delta rows taken as groups by a local phase that holds groups",
