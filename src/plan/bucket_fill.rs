@@ -8,15 +8,18 @@
 //! only rows that go around the local phase (bypassed by the adaptive local phase), which the
 //! exchange routes by every key, need them. [`BucketFill`] computes them there, from the
 //! argument of a DISTINCT call of each bucket column's group set, which the split rewrite
-//! buckets ([`crate::plan::BucketKeys::call_sets`]).
+//! buckets ([`crate::plan::BucketKeys::call_sets`]). Where only some keys are hot
+//! ([`HotKeys`]), a cold key's rows keep their bucket columns NULL: they go to the worker of
+//! the key alone, as the flush sends that key's entries.
 
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
-use tally_kernels::hash::bucket_array;
+use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::compute::nullif;
+use tally_kernels::hash::{bucket_array, hash_columns};
 
 use super::fold::SetFilters;
-use super::{AggregatePlan, CalcBatch, fold};
+use super::{AggregatePlan, CalcBatch, HotKeys, fold};
 use crate::error::{Error, Result};
 
 /// How to compute a split PARTIAL's bucket key columns (see the module docs).
@@ -29,6 +32,8 @@ pub(crate) struct BucketFill {
     /// the FILTER of a call of its set (which tests the set's id), if the call has one; None
     /// for a set of MIN/MAX calls alone, whose rows go with the keys alone (the column NULL).
     columns: Vec<Option<(usize, Option<usize>)>>,
+    /// The keys spread by bucket (None: all); a cold key's bucket columns stay NULL.
+    hot: Option<Arc<HotKeys>>,
 }
 
 impl BucketFill {
@@ -52,6 +57,7 @@ impl BucketFill {
             query_keys,
             buckets: b.buckets,
             columns,
+            hot: b.hot.clone(),
         })
     }
 
@@ -77,7 +83,7 @@ impl BucketFill {
                 cb.keys[self.query_keys + j] = self.bucket(&cb.args[arg])?;
             }
         }
-        Ok(())
+        self.leave_cold_keys(cb)
     }
 
     /// Sets the one bucket column of `cb`, rows of no Expand (every row of its set).
@@ -96,6 +102,32 @@ impl BucketFill {
                 ));
             }
         }
+        self.leave_cold_keys(cb)
+    }
+
+    /// Sets the bucket columns of the rows of cold keys ([`HotKeys`]) back to NULL, so that
+    /// they go with the key alone.
+    fn leave_cold_keys(&self, cb: &mut CalcBatch) -> Result<()> {
+        let Some(hot) = &self.hot else {
+            return Ok(());
+        };
+        let bucketed = &cb.keys[self.query_keys..];
+        if self.query_keys == 0 || bucketed.iter().all(|c| c.null_count() == c.len()) {
+            return Ok(());
+        }
+        let mut hashes = vec![];
+        hash_columns(&cb.keys[..self.query_keys], &mut hashes)
+            .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
+        let cold: BooleanArray = hashes.iter().map(|&h| Some(!hot.is_hot(Some(h)))).collect();
+        if cold.true_count() == 0 {
+            return Ok(());
+        }
+        for column in &mut cb.keys[self.query_keys..] {
+            if column.null_count() < column.len() {
+                *column = nullif(column, &cold)
+                    .map_err(|e| Error::internal(format!("bucket column: {e}")))?;
+            }
+        }
         Ok(())
     }
 
@@ -108,7 +140,8 @@ impl BucketFill {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, BooleanArray, Int32Array, Int64Array};
+    use arrow::array::{Array, AsArray, BooleanArray, Int32Array, Int64Array};
+    use arrow::datatypes::Int32Type;
     use datafusion_expr::{ExprFunctionExt, col};
 
     use super::*;
@@ -158,6 +191,26 @@ mod tests {
         let keys_alone = filled(3);
         assert_eq!(keys_alone.keys[1].null_count(), rows);
         assert_eq!(keys_alone.keys[2].null_count(), rows);
+        // Only key 1 hot: the other keys' rows keep NULL buckets (they go with the key alone).
+        let mut one_hot = split_fixture::plan(16, true);
+        let key_one: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let mut h = vec![];
+        tally_kernels::hash::hash_columns(&[key_one], &mut h).unwrap();
+        one_hot.bucket_keys.as_mut().unwrap().hot = Some(Arc::new(HotKeys::from_hashes(h)));
+        let fill_hot = BucketFill::try_new(&one_hot).unwrap();
+        let batch = set(2);
+        let mut cb = one_hot.calc.evaluate(&batch).unwrap();
+        let of = one_hot.calc.set_of(&batch.data).unwrap();
+        fill_hot.fill(of.as_deref(), &mut cb).unwrap();
+        let all = bucketed(&u);
+        for r in 0..rows {
+            let want =
+                (r % 3 == 1 && all.is_valid(r)).then(|| all.as_primitive::<Int32Type>().value(r));
+            let got = cb.keys[1]
+                .is_valid(r)
+                .then(|| cb.keys[1].as_primitive::<Int32Type>().value(r));
+            assert_eq!(got, want, "row {r}");
+        }
         // A set whose calls are MIN/MAX alone goes with the keys alone (`call_sets` None for
         // them): its column stays NULL, the other set's is computed as before.
         let mut extremes = split_fixture::plan(16, true);
@@ -192,6 +245,7 @@ mod tests {
             columns: 1,
             buckets: 16,
             call_sets: Some(vec![Some(0)]),
+            hot: None,
         });
         let fill = BucketFill::try_new(&one).unwrap();
         let mut cb = one.calc.evaluate(&set(0)).unwrap();
@@ -202,6 +256,7 @@ mod tests {
             columns: 1,
             buckets: 16,
             call_sets: None,
+            hot: None,
         });
         assert!(BucketFill::try_new(&one).is_none());
     }

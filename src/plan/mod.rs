@@ -25,6 +25,7 @@ mod calc;
 mod columns;
 mod dictionary_eq;
 mod fold;
+mod hot_keys;
 #[cfg(test)]
 pub(crate) mod split_fixture;
 
@@ -32,6 +33,7 @@ pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
 pub(crate) use fold::SET_ID_COLUMN;
+pub use hot_keys::HotKeys;
 
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
@@ -110,6 +112,10 @@ pub struct BucketKeys {
     /// the input passes a call's FILTER in one set at most: such a local phase takes an
     /// Expand's sets of the same rows as one batch of them ([`Calc::evaluate_sets`]).
     pub call_sets: Option<Vec<Option<usize>>>,
+    /// The keys whose DISTINCT values a local phase routing at the flush spreads by bucket,
+    /// the others staying with their own worker ([`HotKeys`]); None: every key, as Flink's
+    /// split does.
+    pub hot: Option<Arc<HotKeys>>,
 }
 
 /// Checks that `got` has `want`'s column names and types (nullability may differ); the columns

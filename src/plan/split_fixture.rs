@@ -56,6 +56,7 @@ pub(crate) fn plan(buckets: u32, routes: bool) -> AggregatePlan {
         columns: 2,
         buckets,
         call_sets: routes.then(|| vec![None, Some(0), Some(0), Some(1)]),
+        hot: None,
     });
     plan
 }

@@ -15,7 +15,9 @@
 //! worker changes nothing but which PARTIAL row carries it. Only a row's count, the hidden record count of insert-only
 //! input (which only the metrics and the adaptive local phase's hottest share read), lands
 //! elsewhere: the rows that made no entry of their own (a value seen before in the mini-batch,
-//! a NULL) are counted at the worker of the keys alone.
+//! a NULL) are counted at the worker of the keys alone. Where only some keys are hot
+//! ([`HotKeys`]), a cold key's entries go to the worker of the key alone too, as its rows that
+//! go around the local phase do ([`crate::plan::BucketFill`]): one PARTIAL row for the key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,7 +34,7 @@ use super::flush::{Flushed, FlushedPart, RoutedFlush};
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::key_groups::KeyGroups;
-use crate::plan::{AggregatePlan, BucketKeys};
+use crate::plan::{AggregatePlan, BucketKeys, HotKeys};
 
 /// The most routes kept across flushes ([`EntryRoutes`]'s blocks) before they are forgotten.
 const MAX_KEPT_ROUTES: usize = 1 << 20;
@@ -57,6 +59,8 @@ pub(crate) struct EntryRoutes {
     /// `routes` ([`NO_ROUTE`] until found).
     blocks: HashMap<(Option<u64>, usize), usize, ahash::RandomState>,
     routes: Vec<u16>,
+    /// The keys spread by bucket (None: all); a cold key's entries go to its home worker.
+    hot: Option<Arc<HotKeys>>,
 }
 
 impl EntryRoutes {
@@ -94,6 +98,7 @@ impl EntryRoutes {
             slot_sets: slots.into_iter().map(|(set, _)| set).collect(),
             blocks: HashMap::default(),
             routes: vec![],
+            hot: buckets.hot.clone(),
         })
     }
 
@@ -110,26 +115,36 @@ impl EntryRoutes {
 
     /// Appends to `at` the place (`w * n + g`: worker `w`, key `g` of the `n` whose hashes are
     /// `prefixes`, None without key columns) of each entry of bucket column `j` (of key
-    /// `groups[i]`, its value's bucket `buckets[i]`). A key with enough entries is routed by
-    /// its block of routes, found once; each bucket's route is computed the first time it
+    /// `groups[i]`, its value's bucket `buckets[i]`). A cold key's entries (`cold[g]`, where
+    /// `cold` is not empty) go to its `home` worker. A hot key with enough entries is routed
+    /// by its block of routes, found once; each bucket's route is computed the first time it
     /// comes. Other keys' entries are routed by their hashes.
+    #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
         groups: &[u32],
         buckets: &[i32],
         j: usize,
         prefixes: &[Option<u64>],
+        (home, cold): (&[usize], &[bool]),
         kg: &KeyGroups,
         at: &mut Vec<u32>,
     ) {
         let n = prefixes.len();
         let prefix = |g: u32| prefixes[g as usize];
+        let is_cold = |g: usize| cold.get(g).copied().unwrap_or(false);
         let mut per_key = vec![0u32; n];
         if n == 1 {
             per_key[0] = groups.len() as u32;
         } else {
             for &g in groups {
                 per_key[g as usize] += 1;
+            }
+        }
+        for (g, e) in per_key.iter_mut().enumerate() {
+            if is_cold(g) {
+                // No block: a cold key's entries all go home.
+                *e = 0;
             }
         }
         self.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
@@ -151,7 +166,9 @@ impl EntryRoutes {
         let mut block_of = vec![usize::MAX; n];
         for (&g, &b) in groups.iter().zip(buckets) {
             let gi = g as usize;
-            let w = if per_key[gi] < BLOCK_MIN_ENTRIES {
+            let w = if is_cold(gi) {
+                home[gi]
+            } else if per_key[gi] < BLOCK_MIN_ENTRIES {
                 kg.worker_of_hash(self.key_hash.hash(prefix(g), Some((j, b))))
             } else {
                 if block_of[gi] == usize::MAX {
@@ -205,6 +222,11 @@ impl LocalGroupAggregate {
             .iter()
             .map(|&prefix| kg.worker_of_hash(routes.key_hash.hash(prefix, None)))
             .collect();
+        // The keys whose entries stay home with their rows (none where every key is hot).
+        let cold: Vec<bool> = match &routes.hot {
+            Some(hot) => prefixes.iter().map(|&p| !hot.is_hot(p)).collect(),
+            None => vec![],
+        };
         // Each DISTINCT entry's (worker, key) place, `w * n + g` (the output rows run worker by
         // worker, then key by key), and the entries of each place.
         let live = self.state.live_entries()?;
@@ -226,7 +248,15 @@ impl LocalGroupAggregate {
             match routes.slot_sets[slot] {
                 Some(j) => {
                     let b = bucket_array(&e.values, routes.buckets)?;
-                    routes.place(groups, b.values(), j, &prefixes, kg, &mut at);
+                    routes.place(
+                        groups,
+                        b.values(),
+                        j,
+                        &prefixes,
+                        (&home, &cold),
+                        kg,
+                        &mut at,
+                    );
                 }
                 None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
             }

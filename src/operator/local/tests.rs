@@ -268,14 +268,14 @@ fn retained_keys_go_by_their_ids_per_table() {
 /// counters (three workers, two bucketed arguments, a FILTER, NULLs, two mini-batches).
 #[test]
 fn entries_routed_at_the_flush_land_where_their_rows_would() {
-    entries_routed_as_rows(400, 5, 16, 97, false);
+    entries_routed_as_rows(400, 5, 16, 97, false, None);
 }
 
 /// As [`entries_routed_at_the_flush_land_where_their_rows_would`], with the Expand's sets of
 /// each row folded as one batch ([`crate::plan::Calc::evaluate_sets`]).
 #[test]
 fn sets_folded_as_one_batch_route_as_their_rows_would() {
-    entries_routed_as_rows(400, 5, 16, 97, true);
+    entries_routed_as_rows(400, 5, 16, 97, true, None);
 }
 
 /// As [`entries_routed_at_the_flush_land_where_their_rows_would`], over many keys: 1,500 of
@@ -284,10 +284,10 @@ fn sets_folded_as_one_batch_route_as_their_rows_would() {
 /// are forgotten before a flush routes a column's entries, never while it does).
 #[test]
 fn entries_of_many_keys_route_as_their_rows_would() {
-    entries_routed_as_rows(6_000, 1_500, 1024, 97, false);
-    entries_routed_as_rows(6_000, 1_500, 1024, 97, true);
-    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, false);
-    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, true);
+    entries_routed_as_rows(6_000, 1_500, 1024, 97, false, None);
+    entries_routed_as_rows(6_000, 1_500, 1024, 97, true, None);
+    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, false, None);
+    entries_routed_as_rows(110_000, 1_100, 1024, 100_003, true, None);
 }
 
 /// As [`entries_routed_at_the_flush_land_where_their_rows_would`], over one key (a hot one)
@@ -295,21 +295,58 @@ fn entries_of_many_keys_route_as_their_rows_would() {
 #[test]
 fn entries_of_one_hot_key_route_as_their_rows_would() {
     for buckets in [16, 1024] {
-        entries_routed_as_rows(3_000, 1, buckets, 997, false);
-        entries_routed_as_rows(3_000, 1, buckets, 997, true);
+        entries_routed_as_rows(3_000, 1, buckets, 997, false, None);
+        entries_routed_as_rows(3_000, 1, buckets, 997, true, None);
     }
+}
+
+/// A split where only keys 0 and 3 of 40 are hot ([`crate::plan::HotKeys`]): the flush sends
+/// a cold key's entries to the worker its rows go to with their bucket columns NULL (as
+/// [`crate::plan::BucketFill`] leaves them), so each cold key lands on one worker, and the hot
+/// keys' entries still spread.
+#[test]
+fn entries_of_cold_keys_stay_where_their_rows_go() {
+    entries_routed_as_rows(4_000, 40, 16, 997, false, Some(&[0, 3]));
+    entries_routed_as_rows(4_000, 40, 16, 997, true, Some(&[0, 3]));
+    // No key hot: every key on one worker.
+    entries_routed_as_rows(4_000, 40, 16, 997, true, Some(&[]));
 }
 
 /// Feeds a local phase routing at the flush (its sets folded as one batch where `as_one`) and
 /// one routing rows the same Expand's sets of `rows` rows over `keys` keys and `buckets`
 /// buckets (one argument's values below `values`), twice, and compares what each worker gets.
-fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_one: bool) {
-    use crate::plan::split_fixture;
+/// With `hot`, only those keys are spread ([`crate::plan::HotKeys`]): the other keys' rows get
+/// NULL bucket columns.
+fn entries_routed_as_rows(
+    rows: i64,
+    keys: i64,
+    buckets: u32,
+    values: i64,
+    as_one: bool,
+    hot: Option<&[i64]>,
+) {
+    use crate::plan::{HotKeys, split_fixture};
     use arrow::array::{BooleanArray, Int32Array};
+    use arrow::compute::nullif;
     use arrow::util::display::array_value_to_string;
     use std::collections::BTreeMap;
-    use tally_kernels::hash::bucket_array;
-    let plan = |routes: bool| Arc::new(split_fixture::plan(buckets, routes));
+    use tally_kernels::hash::{bucket_array, hash_columns};
+    let key_hashes = |k: &ArrayRef| {
+        let mut h = vec![];
+        hash_columns(std::slice::from_ref(k), &mut h).unwrap();
+        h
+    };
+    let hot_keys = hot.map(|hot| {
+        let k: ArrayRef = Arc::new(Int64Array::from_iter_values(hot.iter().copied()));
+        Arc::new(HotKeys::from_hashes(key_hashes(&k)))
+    });
+    let plan = |routes: bool| {
+        let mut plan = split_fixture::plan(buckets, routes);
+        if routes && let Some(b) = &mut plan.bucket_keys {
+            b.hot = hot_keys.clone();
+        }
+        Arc::new(plan)
+    };
     let kg = KeyGroups::new(128, 3).unwrap();
     let mut by_entries = LocalGroupAggregate::try_new(plan(true)).unwrap();
     let mut by_rows = LocalGroupAggregate::try_new(plan(false)).unwrap();
@@ -329,7 +366,12 @@ fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_on
     let f: ArrayRef = Arc::new(BooleanArray::from_iter(
         (0..rows).map(|i| (i % 5 != 0).then_some(i % 3 == 0)),
     ));
-    let bucketed = |a: &ArrayRef| Arc::new(bucket_array(a, buckets).unwrap()) as ArrayRef;
+    // A cold key's rows keep NULL buckets.
+    let cold: BooleanArray = key_hashes(&k)
+        .iter()
+        .map(|&h| Some(hot_keys.as_ref().is_some_and(|hot| !hot.is_hot(Some(h)))))
+        .collect();
+    let bucketed = |a: &ArrayRef| nullif(&bucket_array(a, buckets).unwrap(), &cold).unwrap();
     let none: ArrayRef = Arc::new(Int32Array::new_null(rows as usize));
     let set = |b4: &ArrayRef, b5: &ArrayRef, id: i64| {
         split_fixture::set_batch([&k, &u, &v, &f, b4, b5], id)
@@ -421,7 +463,17 @@ fn entries_routed_as_rows(rows: i64, keys: i64, buckets: u32, values: i64, as_on
     };
     let (a, b) = (tidy(a), tidy(b));
     assert_eq!(a, b);
-    // Every worker got some of the entries.
+    // Every worker got some of the entries; each cold key went to one worker, a hot one to all.
     let workers: std::collections::BTreeSet<usize> = a.keys().map(|(w, _)| *w).collect();
     assert_eq!(workers.len(), 3);
+    if let Some(hot) = hot {
+        let mut workers_of: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, key) in a.keys() {
+            *workers_of.entry(key).or_default() += 1;
+        }
+        for (key, n) in workers_of {
+            let is_hot = hot.iter().any(|h| h.to_string() == key);
+            assert_eq!(n, if is_hot { 3 } else { 1 }, "key {key}");
+        }
+    }
 }

@@ -317,7 +317,13 @@ fn build_aggregate(
         (ctx.config.split_enabled, ctx.config.split_bucket_num, None)
     };
     if split && let Some(plan) = crate::sql::split::plan_split(agg, buckets)? {
-        return split::build_split(ctx, agg, built, &aliases, plan, buckets, why);
+        let hot = if built.changelog {
+            None
+        } else {
+            skew::hot_keys(ctx, agg, &built)?
+        };
+        let choice = split::SplitChoice { buckets, why, hot };
+        return split::build_split(ctx, agg, built, &aliases, plan, choice);
     }
     let built = aggregate::aggregate_on(ctx, agg, built, &aliases, Role::Whole, None)?;
     if let Some(why) = why {

@@ -21,7 +21,7 @@ use crate::config::{SPLIT_AUTO, SPLIT_BUCKET_NUM};
 use crate::error::Result;
 use crate::operator::keyed::hash_keys;
 use crate::pipeline::map_through;
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, HotKeys};
 
 /// Source rows the decision reads at least (whole batches of [`SAMPLE_BATCH`] rows: 106,496).
 pub(super) const SAMPLE_ROWS: usize = 100_000;
@@ -31,6 +31,11 @@ const SAMPLE_BATCH: usize = 8192;
 
 /// Split when the hottest key's worker would do this many times a fair share.
 const LOAD_TO_SPLIT: f64 = 2.0;
+
+/// A key is hot, and a split spreads its DISTINCT values over the workers, where it holds at
+/// least this share of a fair share (1 / P) of the sample: alone it would then fill half a
+/// worker. A colder key stays on its own worker ([`HotKeys`]).
+pub(super) const HOT_SHARE_OF_FAIR: f64 = 0.125;
 
 /// The decision for one aggregate, and why, in words (for EXPLAIN).
 pub(super) struct SplitDecision {
@@ -47,6 +52,82 @@ fn has_distinct(agg: &datafusion_expr::logical_plan::Aggregate) -> bool {
         };
         matches!(a, Expr::AggregateFunction(AggregateFunction { params, .. }) if params.distinct)
     })
+}
+
+/// The rows per key hash (the query's keys, as [`hash_keys`] hashes them) in the first
+/// [`SAMPLE_ROWS`] rows of `built`'s source, through the stages before `agg`, and the source
+/// rows read; None where the aggregate's input is not the source's rows (another aggregate's
+/// changelog).
+///
+/// # Errors
+/// The source cannot be read, or the stages before the aggregate fail on the sample.
+fn sample(
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    built: &Built,
+) -> Result<Option<(HashMap<u64, u64>, usize)>> {
+    if !built.stages.iter().all(|s| s.per_batch()) {
+        return Ok(None);
+    }
+    let input = agg.input.schema();
+    let plan = AggregatePlan::try_new_with(
+        Arc::new(input.as_arrow().clone()),
+        input,
+        &agg.group_expr,
+        &agg.aggr_expr,
+        built.changelog,
+    )?;
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let (mut rows, mut hashes) = (0usize, vec![]);
+    'read: for batch in built.table.open(SAMPLE_BATCH)? {
+        let batch = batch?;
+        rows += batch.num_rows();
+        for b in map_through(&built.stages, batch)? {
+            let cb = plan.calc.evaluate(&b)?;
+            hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+            for &h in &hashes {
+                *counts.entry(h).or_default() += 1;
+            }
+        }
+        if rows >= SAMPLE_ROWS {
+            break 'read;
+        }
+    }
+    Ok(Some((counts, rows)))
+}
+
+/// A split PARTIAL's hot keys ([`HotKeys`]) at P workers: the keys that hold at least a
+/// [`HOT_SHARE_OF_FAIR`] of a fair share (1 / P) of the sample of [`sample`], None where no
+/// sample can be taken (every key is then spread, as Flink does). With the keys named, the
+/// reason in words for EXPLAIN.
+///
+/// # Errors
+/// As [`sample`].
+pub(super) fn hot_keys(
+    ctx: &Ctx<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    built: &Built,
+) -> Result<Option<(HotKeys, String)>> {
+    let p = ctx.runtime.parallelism();
+    if p == 1 || !has_distinct(agg) {
+        return Ok(None);
+    }
+    let Some((counts, rows)) = sample(agg, built)? else {
+        return Ok(None);
+    };
+    let total: u64 = counts.values().sum();
+    let hot = HotKeys::from_hashes(
+        counts
+            .iter()
+            .filter(|&(_, &c)| c as f64 * p as f64 >= HOT_SHARE_OF_FAIR * total as f64)
+            .map(|(&h, _)| h),
+    );
+    let why = format!(
+        "{} of the {} keys in the first {rows} source rows (those with at least {:.1} % of them, {HOT_SHARE_OF_FAIR} of a fair share at P = {p})",
+        hot.len(),
+        counts.len(),
+        HOT_SHARE_OF_FAIR * 100.0 / p as f64
+    );
+    Ok(Some((hot, why)))
 }
 
 /// Decides split-distinct for `agg` over `built` (see the module docs).
@@ -79,36 +160,12 @@ pub(super) fn decide(
             "no split on one worker (a hot key has no other worker to spread to)".into(),
         ));
     }
-    if !built.stages.iter().all(|s| s.per_batch()) {
+    let Some((counts, rows)) = sample(agg, built)? else {
         return Ok(decision(
             false,
             "no split: the aggregate's input is another aggregate's changelog, not the source, so no sample was taken".into(),
         ));
-    }
-    let input = agg.input.schema();
-    let plan = AggregatePlan::try_new_with(
-        Arc::new(input.as_arrow().clone()),
-        input,
-        &agg.group_expr,
-        &agg.aggr_expr,
-        built.changelog,
-    )?;
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    let (mut rows, mut hashes) = (0usize, vec![]);
-    'read: for batch in built.table.open(SAMPLE_BATCH)? {
-        let batch = batch?;
-        rows += batch.num_rows();
-        for b in map_through(&built.stages, batch)? {
-            let cb = plan.calc.evaluate(&b)?;
-            hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
-            for &h in &hashes {
-                *counts.entry(h).or_default() += 1;
-            }
-        }
-        if rows >= SAMPLE_ROWS {
-            break 'read;
-        }
-    }
+    };
     let total: u64 = counts.values().sum();
     let Some(&top) = counts.values().max() else {
         return Ok(decision(

@@ -14,8 +14,16 @@ use crate::error::Result;
 use crate::explain::PlanNode;
 use crate::operator::IncrementalAggregate;
 use crate::pipeline::{ExpandStage, IncrementalStage};
-use crate::plan::BucketKeys;
+use crate::plan::{BucketKeys, HotKeys};
 use crate::sql::explain::show;
+
+/// How a split-distinct aggregate splits: its bucket count, why it splits (where Tally decided,
+/// for EXPLAIN), and its hot keys with their reason in words (None: every key is spread).
+pub(super) struct SplitChoice {
+    pub(super) buckets: u32,
+    pub(super) why: Option<String>,
+    pub(super) hot: Option<(HotKeys, String)>,
+}
 
 /// Plans the split-distinct rewrite of `agg` over `built` (see [`crate::sql::split`]): Calc with the
 /// bucket columns, Expand when several arguments are bucketed, the PARTIAL aggregate, the FINAL
@@ -26,9 +34,9 @@ pub(super) fn build_split(
     mut built: Built,
     aliases: &HashMap<String, String>,
     split: crate::sql::split::Split,
-    buckets: u32,
-    why: Option<String>,
+    choice: SplitChoice,
 ) -> Result<Built> {
+    let SplitChoice { buckets, why, hot } = choice;
     ctx.split_buckets = Some(buckets);
     let in_df = agg.input.schema();
     // Calc: the input columns the aggregate reads, and the buckets.
@@ -110,10 +118,19 @@ pub(super) fn build_split(
             String::new()
         }
     ));
+    // Where a local phase routes DISTINCT entries at the flush (`call_sets`), only hot keys
+    // are spread.
+    let hot = hot.filter(|_| split.call_sets.is_some());
+    if let (Some((_, why)), Some(note)) = (&hot, ctx.explain.strategy.get_mut(split_note)) {
+        note.push_str(&format!(
+            " Where the PARTIAL's local phases route each DISTINCT value by its bucket when they flush (insert-only input on several workers), only hot keys are spread: {why}; every other key's values stay on its own worker."
+        ));
+    }
     let bucket_keys = BucketKeys {
         columns: split.buckets.len(),
         buckets,
         call_sets: split.call_sets.clone(),
+        hot: hot.map(|(h, _)| Arc::new(h)),
     };
     let built = aggregate_on(
         ctx,
