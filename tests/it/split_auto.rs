@@ -234,3 +234,25 @@ fn only_hot_keys_spread_and_the_table_stays_the_same() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Hot keys are a choice of routes: where the sample cannot be read (EXPLAIN of a file not
+/// written yet), a forced split still plans, spreading every key, and names no hot keys.
+#[test]
+fn a_forced_split_plans_without_a_readable_sample() {
+    let dir = scratch("no-sample");
+    let path = dir.join("not-yet.csv");
+    let forced = "SET 'tally.optimizer.distinct-agg.split.auto' = 'false'; \
+                  SET 'table.optimizer.distinct-agg.split.enabled' = 'true';";
+    let (out, _) = run(&[
+        "-e",
+        &script(
+            &path,
+            3,
+            forced,
+            "EXPLAIN SELECT k, COUNT(DISTINCT u) AS users FROM t GROUP BY k;",
+        ),
+    ]);
+    assert!(out.contains("split-distinct applies"), "{out}");
+    assert!(!out.contains("hot keys"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
