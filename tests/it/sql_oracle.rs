@@ -432,6 +432,9 @@ fn sql_queries_match_the_reference_under_random_settings() {
     // Runs whose split PARTIAL's local phases routed its DISTINCT entries when they flushed,
     // and of them those with MIN/MAX calls (sent with the keys alone).
     let (mut routed_at_flush, mut routed_extremes) = (0, 0);
+    // Runs whose split local phases routed at the flush with some keys hot and others not
+    // (`HotKeys`: a cold key's entries and rows go with the key alone).
+    let mut hot_and_cold = 0;
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
     let mut chunked_changelogs = 0;
@@ -485,6 +488,19 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 assert_eq!(got, expected, "{ctx}");
                 chunked_changelogs += usize::from(s == 1 && stats.runtime.starts_with("pipelined"));
                 let split = desc.contains("split.enabled=true");
+                let explain = query.explain(&[]);
+                let some_hot = explain
+                    .split("only hot keys are spread: ")
+                    .nth(1)
+                    .and_then(|s| {
+                        let mut words = s.split(' ');
+                        let hot: usize = words.next()?.parse().ok()?;
+                        let all: usize = words.nth(2)?.parse().ok()?;
+                        Some(hot > 0 && hot < all)
+                    })
+                    .unwrap_or(false);
+                hot_and_cold +=
+                    usize::from(some_hot && stats.aggregates.iter().any(|m| m.routes_at_flush));
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
                     routed_at_flush += usize::from(m.routes_at_flush);
@@ -526,6 +542,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         routed_extremes > 1,
         "{routed_extremes} runs whose split local phases routed MIN/MAX state at the flush"
+    );
+    assert!(
+        hot_and_cold > 0,
+        "{hot_and_cold} runs whose split local phases routed at the flush with hot and cold keys"
     );
     assert!(
         read_through > 1,
