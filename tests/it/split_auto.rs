@@ -60,9 +60,14 @@ fn explain(path: &Path, workers: usize, settings: &str) -> String {
 
 /// The final table, sorted.
 fn table(path: &Path, workers: usize, settings: &str) -> Vec<String> {
+    table_of(path, workers, settings, QUERY)
+}
+
+/// The final table of `query`, sorted.
+fn table_of(path: &Path, workers: usize, settings: &str, query: &str) -> Vec<String> {
     let (out, _) = run(&[
         "-e",
-        &script(path, workers, settings, QUERY),
+        &script(path, workers, settings, query),
         "--emit",
         "final",
         "--format",
@@ -214,19 +219,7 @@ fn only_hot_keys_spread_and_the_table_stays_the_same() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no PARTIAL state in {out}"));
     assert!(partial_keys <= 43, "{partial_keys} PARTIAL groups: {out}");
-    let table = |workers: usize, settings: &str| {
-        let (out, _) = run(&[
-            "-e",
-            &sql(workers, settings, query),
-            "--emit",
-            "final",
-            "--format",
-            "csv",
-        ]);
-        let mut rows: Vec<String> = out.lines().skip(1).map(str::to_string).collect();
-        rows.sort();
-        rows
-    };
+    let table = |workers: usize, settings: &str| table_of(&path, workers, settings, query);
     let want = table(1, unsplit);
     assert_eq!(want.len(), 41);
     for workers in [2, 3] {
