@@ -1,6 +1,7 @@
 //! The automatic split-distinct decision (`tally.optimizer.distinct-agg.split.auto`): the skew
 //! of an aggregate's keys, measured on the first rows of its source, and a bucket count from
-//! the parallelism.
+//! the parallelism; and, for any split on several workers, the hot keys it spreads
+//! ([`hot_keys`]), from the same sample.
 //!
 //! Split-distinct pays when one key holds so much of the input that its worker would do at
 //! least twice a fair share (1 / P of the rows): splitting spreads that key's DISTINCT work over
@@ -33,8 +34,11 @@ const SAMPLE_BATCH: usize = 8192;
 const LOAD_TO_SPLIT: f64 = 2.0;
 
 /// A key is hot, and a split spreads its DISTINCT values over the workers, where it holds at
-/// least this share of a fair share (1 / P) of the sample: alone it would then fill half a
-/// worker. A colder key stays on its own worker ([`HotKeys`]).
+/// least this share of a fair share (1 / P) of the sample. A colder key stays on its own worker
+/// ([`HotKeys`]): its few entries a flush would spread cost a PARTIAL row on every worker, and
+/// its worker was never the busiest for it. An eighth rather than a half: q16's four keys of
+/// 12.5 % each at P = 2, left unspread, sat three on one worker, whose DISTINCT table passed a
+/// growth step (BENCHMARKS.md, thirty-third pass).
 pub(super) const HOT_SHARE_OF_FAIR: f64 = 0.125;
 
 /// The decision for one aggregate, and why, in words (for EXPLAIN).
