@@ -14,9 +14,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::nullif;
-use tally_kernels::hash::{bucket_array, hash_columns};
+use arrow::array::ArrayRef;
+use tally_kernels::hash::bucket_array;
 
 use super::fold::SetFilters;
 use super::{AggregatePlan, CalcBatch, HotKeys, fold};
@@ -108,27 +107,10 @@ impl BucketFill {
     /// Sets the bucket columns of the rows of cold keys ([`HotKeys`]) back to NULL, so that
     /// they go with the key alone.
     fn leave_cold_keys(&self, cb: &mut CalcBatch) -> Result<()> {
-        let Some(hot) = &self.hot else {
-            return Ok(());
-        };
-        let bucketed = &cb.keys[self.query_keys..];
-        if self.query_keys == 0 || bucketed.iter().all(|c| c.null_count() == c.len()) {
-            return Ok(());
+        match &self.hot {
+            Some(hot) => hot.leave_cold(self.query_keys, cb),
+            None => Ok(()),
         }
-        let mut hashes = vec![];
-        hash_columns(&cb.keys[..self.query_keys], &mut hashes)
-            .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
-        let cold: BooleanArray = hashes.iter().map(|&h| Some(!hot.is_hot(Some(h)))).collect();
-        if cold.true_count() == 0 {
-            return Ok(());
-        }
-        for column in &mut cb.keys[self.query_keys..] {
-            if column.null_count() < column.len() {
-                *column = nullif(column, &cold)
-                    .map_err(|e| Error::internal(format!("bucket column: {e}")))?;
-            }
-        }
-        Ok(())
     }
 
     fn bucket(&self, values: &ArrayRef) -> Result<ArrayRef> {

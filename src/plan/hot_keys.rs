@@ -8,10 +8,20 @@
 //! when it flushes (`EntryRoutes`, with [`super::BucketFill`] for the rows that go around it),
 //! Tally spreads only the keys named here, found hot in a sample of the source (the SQL
 //! planner's); a cold key's entries and rows all go to the worker of the key alone (its bucket
-//! columns NULL). The choice is made once, before the run, and every row and entry of a key
+//! columns NULL). Where the local phase routes rows by their buckets instead (the workers still
+//! merging the buckets), the source tasks leave a cold key's bucket columns NULL as they
+//! evaluate its rows ([`HotKeys::leave_cold`]), so that every path routes them with the key
+//! alone. The choice is made once, before the run, and every row and entry of a key
 //! follows it, so each (key, value) pair has one worker and the FINAL's sums of the PARTIAL's
 //! counts are exact whichever keys are hot. A key that grows hot after the sample is not
 //! spread: its DISTINCT work stays on one worker, as without split.
+
+use arrow::array::{Array, BooleanArray};
+use arrow::compute::nullif;
+use tally_kernels::hash::hash_columns;
+
+use super::CalcBatch;
+use crate::error::{Error, Result};
 
 /// The hot keys of a split PARTIAL, by the hash of their query keys (`hash_columns` over the
 /// query's key columns, as a local phase's key table hashes them). A cold key whose hash equals
@@ -47,6 +57,35 @@ impl HotKeys {
     #[inline]
     pub fn is_hot(&self, prefix: Option<u64>) -> bool {
         prefix.is_none_or(|h| self.hashes.binary_search(&h).is_ok())
+    }
+
+    /// Sets the bucket columns (the keys after the first `query_keys`) of the rows of `cb`
+    /// whose key is cold back to NULL, so that they go with the key alone.
+    ///
+    /// # Errors
+    /// Key columns that cannot be hashed (a bug: the plan checked them).
+    pub(crate) fn leave_cold(&self, query_keys: usize, cb: &mut CalcBatch) -> Result<()> {
+        let bucketed = &cb.keys[query_keys..];
+        if query_keys == 0 || bucketed.iter().all(|c| c.null_count() == c.len()) {
+            return Ok(());
+        }
+        let mut hashes = vec![];
+        hash_columns(&cb.keys[..query_keys], &mut hashes)
+            .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
+        let cold: BooleanArray = hashes
+            .iter()
+            .map(|&h| Some(!self.is_hot(Some(h))))
+            .collect();
+        if cold.true_count() == 0 {
+            return Ok(());
+        }
+        for column in &mut cb.keys[query_keys..] {
+            if column.null_count() < column.len() {
+                *column = nullif(column, &cold)
+                    .map_err(|e| Error::internal(format!("bucket column: {e}")))?;
+            }
+        }
+        Ok(())
     }
 }
 

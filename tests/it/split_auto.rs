@@ -191,39 +191,52 @@ fn the_decision_keeps_the_results() {
     );
 }
 
-/// A split spreads only its hot keys where its local phases route DISTINCT values at the
-/// flush: with one key holding 60 % of the rows and 40 others 1 % each, forced split at P = 3
-/// names one key hot in EXPLAIN, keeps the cold keys' PARTIAL state on one worker each (at most
-/// 41 + 2 PARTIAL groups, where spreading every key gave 86), and gives the unsplit table at
-/// P = 1, 2 and 3.
+/// A split spreads only its hot keys where its workers merge the buckets: with one key holding
+/// 60 % of the rows and 40 others 1 % each, forced split at P = 3 names one key hot in EXPLAIN,
+/// keeps the cold keys' PARTIAL state on one worker each (at most 41 + 2 PARTIAL groups, where
+/// spreading every key gave 86), and gives the unsplit table at P = 1, 2 and 3: where the local
+/// phases route DISTINCT entries at the flush (`COUNT(DISTINCT u)` alone), and where they route
+/// rows by their buckets (with a `COUNT(*)` beside it).
 #[test]
 fn only_hot_keys_spread_and_the_table_stays_the_same() {
     let dir = scratch("hot-only");
     let path = dir.join("t.csv");
     write_rows(&path, 6000, 60);
-    let query = "SELECT k, COUNT(DISTINCT u) AS users FROM t GROUP BY k;";
     let forced = "SET 'tally.optimizer.distinct-agg.split.auto' = 'false'; \
                   SET 'table.optimizer.distinct-agg.split.enabled' = 'true';";
     let unsplit = "SET 'tally.optimizer.distinct-agg.split.auto' = 'false';";
-    let sql = |workers: usize, settings: &str, q: &str| script(&path, workers, settings, q);
-    let (out, _) = run(&["-e", &sql(3, forced, &format!("EXPLAIN ANALYZE {query}"))]);
-    assert!(
-        out.contains("only hot keys are spread: 1 of the 41 keys"),
-        "{out}"
-    );
-    let partial_keys: usize = out
-        .lines()
-        .find(|l| l.contains("IncrementalGroupAggregate("))
-        .and_then(|l| l.split("state=[").nth(1))
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no PARTIAL state in {out}"));
-    assert!(partial_keys <= 43, "{partial_keys} PARTIAL groups: {out}");
-    let table = |workers: usize, settings: &str| table_of(&path, workers, settings, query);
-    let want = table(1, unsplit);
-    assert_eq!(want.len(), 41);
-    for workers in [2, 3] {
-        assert_eq!(table(workers, forced), want, "split at P = {workers}");
+    for query in [
+        "SELECT k, COUNT(DISTINCT u) AS users FROM t GROUP BY k;",
+        "SELECT k, COUNT(DISTINCT u) AS users, COUNT(*) AS n FROM t GROUP BY k;",
+    ] {
+        let (out, _) = run(&[
+            "-e",
+            &script(&path, 3, forced, &format!("EXPLAIN ANALYZE {query}")),
+        ]);
+        assert!(
+            out.contains("only hot keys are spread: 1 of the 41 keys"),
+            "{out}"
+        );
+        let partial_keys: usize = out
+            .lines()
+            .find(|l| l.contains("IncrementalGroupAggregate("))
+            .and_then(|l| l.split("state=[").nth(1))
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no PARTIAL state in {out}"));
+        assert!(
+            partial_keys <= 43,
+            "{query}: {partial_keys} PARTIAL groups: {out}"
+        );
+        let want = table_of(&path, 1, unsplit, query);
+        assert_eq!(want.len(), 41);
+        for workers in [2, 3] {
+            assert_eq!(
+                table_of(&path, workers, forced, query),
+                want,
+                "{query}: split at P = {workers}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -305,6 +305,27 @@ const QUERIES: &[Query] = &[
                 .collect()
         },
     },
+    Query {
+        // One group set whose COUNT(*) sits beside the DISTINCT call: a split's local phases
+        // route rows by their buckets (they cannot route entries at the flush).
+        name: "distinct beside a count, one set",
+        sql: "SELECT k, COUNT(DISTINCT u) AS d, COUNT(*) AS n FROM t GROUP BY k",
+        upsert: true,
+        distinct: true,
+        reference: |rows| {
+            by_key(rows)
+                .iter()
+                .map(|(k, rs)| {
+                    let users: BTreeSet<i64> = rs.iter().map(|r| r.u).collect();
+                    line(&[
+                        opt(k.clone()),
+                        users.len().to_string(),
+                        rs.len().to_string(),
+                    ])
+                })
+                .collect()
+        },
+    },
 ];
 
 /// One random configuration, as SET statements, and the batch size.
@@ -432,9 +453,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     // Runs whose split PARTIAL's local phases routed its DISTINCT entries when they flushed,
     // and of them those with MIN/MAX calls (sent with the keys alone).
     let (mut routed_at_flush, mut routed_extremes) = (0, 0);
-    // Runs whose split local phases routed at the flush with some keys hot and others not
-    // (`HotKeys`: a cold key's entries and rows go with the key alone).
-    let mut hot_and_cold = 0;
+    // Runs whose split PARTIAL's workers merged the buckets with some keys hot and others not
+    // (`HotKeys`: a cold key's entries and rows go with the key alone), where its local phases
+    // routed at the flush and where they routed rows.
+    let (mut hot_and_cold_at_flush, mut hot_and_cold_by_rows) = (0, 0);
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
     let mut chunked_changelogs = 0;
@@ -499,8 +521,15 @@ fn sql_queries_match_the_reference_under_random_settings() {
                         Some(hot > 0 && hot < all)
                     })
                     .unwrap_or(false);
-                hot_and_cold +=
+                hot_and_cold_at_flush +=
                     usize::from(some_hot && stats.aggregates.iter().any(|m| m.routes_at_flush));
+                hot_and_cold_by_rows += usize::from(
+                    some_hot
+                        && stats
+                            .aggregates
+                            .iter()
+                            .any(|m| m.merges_buckets && !m.routes_at_flush),
+                );
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
                     routed_at_flush += usize::from(m.routes_at_flush);
@@ -544,8 +573,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
         "{routed_extremes} runs whose split local phases routed MIN/MAX state at the flush"
     );
     assert!(
-        hot_and_cold > 0,
-        "{hot_and_cold} runs whose split local phases routed at the flush with hot and cold keys"
+        hot_and_cold_at_flush > 0 && hot_and_cold_by_rows > 0,
+        "{hot_and_cold_at_flush} runs whose split local phases routed at the flush with hot and cold keys, {hot_and_cold_by_rows} routing rows"
     );
     assert!(
         read_through > 1,

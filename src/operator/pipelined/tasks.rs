@@ -1,6 +1,7 @@
 //! The source task of the pipelined runtime, one per split (read, Calc, local phase, and the
 //! end of each epoch), and what it sends the workers.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
 use crate::operator::local::FlushedPart;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
-use crate::plan::{AggregatePlan, BucketFill};
+use crate::plan::{AggregatePlan, BucketFill, HotKeys};
 use crate::runtime::Activity;
 
 /// The source rows a source reads before it sends the workers the epochs those rows ended: one
@@ -108,6 +109,10 @@ pub(super) struct Source<'a> {
     /// Where the local phase routes at the flush: how the rows that go around it get their
     /// bucket columns, which the run leaves unread ([`BucketFill`]).
     pub(super) bucket_fill: Option<BucketFill>,
+    /// Where the workers merge a split's buckets and the rows carry their bucket columns: the
+    /// hot keys, and the query's keys before the bucket columns, so that a cold key's rows get
+    /// NULL buckets as they are evaluated ([`HotKeys::leave_cold`]).
+    pub(super) cold_keys: Option<(Arc<HotKeys>, usize)>,
     pub(super) adaptive: Adaptive,
     pub(super) trigger: Trigger,
     pub(super) clock: &'a dyn crate::clock::Clock,
@@ -429,6 +434,9 @@ impl Source<'_> {
         // A split's set batch: its set, for the Calc and for the bucket columns.
         let set = self.plan.calc.set_of(&batch.data)?;
         let mut cb = self.plan.calc.evaluate_in_set(batch, set.as_deref())?;
+        if let Some((hot, query_keys)) = &self.cold_keys {
+            hot.leave_cold(*query_keys, &mut cb)?;
+        }
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they

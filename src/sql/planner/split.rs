@@ -118,19 +118,15 @@ pub(super) fn build_split(
             String::new()
         }
     ));
-    // Where a local phase routes DISTINCT entries at the flush (`call_sets`), only hot keys
-    // are spread.
-    let hot = hot.filter(|_| split.call_sets.is_some());
-    if let (Some((_, why)), Some(note)) = (&hot, ctx.explain.strategy.get_mut(split_note)) {
-        note.push_str(&format!(
-            " Where the PARTIAL's local phases route each DISTINCT value by its bucket when they flush (insert-only input on several workers), only hot keys are spread: {why}; every other key's values stay on its own worker."
-        ));
-    }
+    let (hot, hot_why) = match hot {
+        Some((keys, why)) => (Some(Arc::new(keys)), Some(why)),
+        None => (None, None),
+    };
     let bucket_keys = BucketKeys {
         columns: split.buckets.len(),
         buckets,
         call_sets: split.call_sets.clone(),
-        hot: hot.map(|(h, _)| Arc::new(h)),
+        hot,
     };
     let built = aggregate_on(
         ctx,
@@ -157,6 +153,19 @@ pub(super) fn build_split(
         note.push_str(" Over insert-only input each PARTIAL MIN/MAX only moves its way, so the FINAL's MIN/MAX take no retraction and keep one value a key (Flink's plan).");
     }
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
+    // Only under the incremental aggregate do the PARTIAL's workers merge its buckets (on the
+    // pipelined runtime, without checkpoints), and only there are hot keys spread alone.
+    let merges = built
+        .stages
+        .last()
+        .is_some_and(|s| s.as_incremental().is_some());
+    if let (true, Some(why), Some(note)) =
+        (merges, hot_why, ctx.explain.strategy.get_mut(split_note))
+    {
+        note.push_str(&format!(
+            " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), only hot keys are spread: {why}; every other key's values stay on its own worker."
+        ));
+    }
     // Calc: back to the original columns (AVG from its parts).
     built.project(
         split.final_agg.schema.as_ref(),
