@@ -288,19 +288,7 @@ impl Pipeline {
     /// The source columns (by index) the pipeline reads (`None`: every column): those its first
     /// stage reads, and through filters that keep the columns, the next stage's too.
     pub fn columns_read(&self) -> Option<BTreeSet<usize>> {
-        let mut filtered = BTreeSet::new();
-        for stage in &self.stages {
-            if let Some(calc) = stage.as_calc()
-                && calc.keeps_columns()
-            {
-                filtered.extend(calc.filter_columns());
-                continue;
-            }
-            let mut read = stage.columns_read()?;
-            read.extend(filtered);
-            return Some(read);
-        }
-        None
+        columns_read_by(&self.stages, None)
     }
 
     /// The source columns (by index) that may be read as dictionaries of their strings: those
@@ -384,4 +372,28 @@ impl Pipeline {
         }
         Ok(out)
     }
+}
+
+/// The source columns (by index) `stages` read (`None`: every column): those the first reads,
+/// and through filters that keep the columns, the next one's too; `after` where every stage is
+/// such a filter (what reads their output: `None`, every column, when unknown).
+pub(crate) fn columns_read_by(
+    stages: &[Box<dyn Stage>],
+    after: Option<BTreeSet<usize>>,
+) -> Option<BTreeSet<usize>> {
+    let mut filtered = BTreeSet::new();
+    for stage in stages {
+        if let Some(calc) = stage.as_calc()
+            && calc.keeps_columns()
+        {
+            filtered.extend(calc.filter_columns());
+            continue;
+        }
+        let mut read = stage.columns_read()?;
+        read.extend(filtered);
+        return Some(read);
+    }
+    let mut read = after?;
+    read.extend(filtered);
+    Some(read)
 }

@@ -332,24 +332,10 @@ impl Job {
     /// The declared columns of the source that the pipeline never reads (nullable ones, not
     /// the time column; at least one column stays read): Parquet leaves them undecoded.
     fn unread_columns(&self) -> Vec<String> {
-        let Some(read) = self.pipeline.columns_read() else {
-            return vec![];
-        };
-        let fields = self.source.schema.fields();
-        let unread: Vec<String> = fields
-            .iter()
-            .enumerate()
-            .filter(|(i, f)| {
-                !read.contains(i)
-                    && f.is_nullable()
-                    && self.source.time_column.as_deref() != Some(f.name().as_str())
-            })
-            .map(|(_, f)| f.name().clone())
-            .collect();
-        if unread.len() == fields.len() {
-            return unread[1..].to_vec();
+        match self.pipeline.columns_read() {
+            Some(read) => self.source.unread_outside(&read),
+            None => vec![],
         }
-        unread
     }
 
     /// The runtime a run would take, in words, as far as it is known before the input is read

@@ -226,6 +226,26 @@ fn open(path: &Path) -> Result<File> {
 }
 
 impl FileTable {
+    /// The declared columns outside `read` (by index) that may go undecoded: nullable ones,
+    /// not the time column, one column at least read ([`FileTable::unread_columns`]).
+    pub fn unread_outside(&self, read: &std::collections::BTreeSet<usize>) -> Vec<String> {
+        let fields = self.schema.fields();
+        let unread: Vec<String> = fields
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                !read.contains(i)
+                    && f.is_nullable()
+                    && self.time_column.as_deref() != Some(f.name().as_str())
+            })
+            .map(|(_, f)| f.name().clone())
+            .collect();
+        if unread.len() == fields.len() {
+            return unread[1..].to_vec();
+        }
+        unread
+    }
+
     /// Opens the file and checks it against the declaration.
     ///
     /// # Errors

@@ -21,7 +21,7 @@ use super::context::{Built, Ctx};
 use crate::config::{SPLIT_AUTO, SPLIT_BUCKET_NUM};
 use crate::error::Result;
 use crate::operator::keyed::hash_keys;
-use crate::pipeline::map_through;
+use crate::pipeline::{columns_read_by, map_through};
 use crate::plan::{AggregatePlan, HotKeys};
 
 /// Source rows the decision reads at least (whole batches of [`SAMPLE_BATCH`] rows: 106,496).
@@ -72,17 +72,23 @@ fn sample(
     if !built.stages.iter().all(|s| s.per_batch()) {
         return Ok(None);
     }
+    // The keys, beside a COUNT(*): the sample needs none of the calls' arguments or FILTERs.
     let input = agg.input.schema();
     let plan = AggregatePlan::try_new_with(
         Arc::new(input.as_arrow().clone()),
         input,
         &agg.group_expr,
-        &agg.aggr_expr,
+        &[crate::aggregates::count_star()],
         built.changelog,
     )?;
+    // Only the columns the stages before the aggregate and its keys read are decoded.
+    let mut table = built.table.clone();
+    if let Some(read) = columns_read_by(&built.stages, Some(plan.calc.columns_read())) {
+        table.unread_columns = table.unread_outside(&read);
+    }
     let mut counts: HashMap<u64, u64> = HashMap::new();
     let (mut rows, mut hashes) = (0usize, vec![]);
-    'read: for batch in built.table.open(SAMPLE_BATCH)? {
+    'read: for batch in table.open(SAMPLE_BATCH)? {
         let batch = batch?;
         rows += batch.num_rows();
         for b in map_through(&built.stages, batch)? {
