@@ -36,9 +36,9 @@ const LOAD_TO_SPLIT: f64 = 2.0;
 /// A key is hot, and a split spreads its DISTINCT values over the workers, where it holds at
 /// least this share of a fair share (1 / P) of the sample. A colder key stays on its own worker
 /// ([`HotKeys`]): its few entries a flush would spread cost a PARTIAL row on every worker, and
-/// its worker was never the busiest for it. An eighth rather than a half: q16's four keys of
-/// 12.5 % each at P = 2, left unspread, sat three on one worker, whose DISTINCT table passed a
-/// growth step (BENCHMARKS.md, thirty-third pass).
+/// its worker was never the busiest for it. An eighth rather than a half: at a half, q16's four
+/// keys of 12.5 % each stayed unspread at P = 2, and its DISTINCT tables took 17 % more bytes
+/// for the same pairs (BENCHMARKS.md, thirty-third pass).
 pub(super) const HOT_SHARE_OF_FAIR: f64 = 0.125;
 
 /// The decision for one aggregate, and why, in words (for EXPLAIN).
