@@ -262,3 +262,28 @@ fn a_forced_split_plans_without_a_readable_sample() {
     assert!(!out.contains("hot keys"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A load just under the bar is shown with four decimals, not rounded onto the bar it misses:
+/// 1,999 of 4,000 rows on one key at P = 4 is 1.999x a fair share, not "2.00x" beside "split
+/// pays from 2x".
+#[test]
+fn a_load_just_under_the_bar_is_not_shown_on_it() {
+    let dir = scratch("under");
+    let path = dir.join("t.csv");
+    let mut csv = String::from("k,u\n");
+    for i in 0..4000 {
+        let k = if i < 1999 {
+            "hot".to_string()
+        } else {
+            format!("k{}", i % 50)
+        };
+        csv.push_str(&format!("{k},{}\n", (i * 7919) % 300));
+    }
+    std::fs::write(&path, csv).unwrap();
+    let plan = explain(&path, 4, "");
+    assert!(
+        plan.contains("would do 1.9990x a fair share at P = 4 (split pays from 2x)"),
+        "{plan}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
