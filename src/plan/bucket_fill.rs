@@ -66,9 +66,16 @@ impl BucketFill {
     /// throughout there, the others staying NULL (all of them on the set of the keys alone);
     /// on a batch of no Expand (one bucket column, every row of its set) that column.
     ///
+    /// Returns the hashes of the query keys where cold keys were looked for
+    /// ([`HotKeys::leave_cold`]).
+    ///
     /// # Errors
     /// A batch of several bucket columns without a set id (a bug); a failing bucket.
-    pub(crate) fn fill(&self, set: Option<&SetFilters>, cb: &mut CalcBatch) -> Result<()> {
+    pub(crate) fn fill(
+        &self,
+        set: Option<&SetFilters>,
+        cb: &mut CalcBatch,
+    ) -> Result<Option<Vec<u64>>> {
         let Some(set) = set else {
             return self.fill_all(cb);
         };
@@ -85,12 +92,13 @@ impl BucketFill {
         self.leave_cold_keys(cb)
     }
 
-    /// Sets the one bucket column of `cb`, rows of no Expand (every row of its set).
+    /// Sets the one bucket column of `cb`, rows of no Expand (every row of its set); returns
+    /// as [`BucketFill::fill`].
     ///
     /// # Errors
     /// Several bucket columns (an Expand's rows, whose set is unknown here: a bug); a failing
     /// bucket.
-    pub(crate) fn fill_all(&self, cb: &mut CalcBatch) -> Result<()> {
+    pub(crate) fn fill_all(&self, cb: &mut CalcBatch) -> Result<Option<Vec<u64>>> {
         match self.columns[..] {
             [Some((arg, _))] => cb.keys[self.query_keys] = self.bucket(&cb.args[arg])?,
             // MIN/MAX calls alone: their rows go with the keys alone.
@@ -105,11 +113,11 @@ impl BucketFill {
     }
 
     /// Sets the bucket columns of the rows of cold keys ([`HotKeys`]) back to NULL, so that
-    /// they go with the key alone.
-    fn leave_cold_keys(&self, cb: &mut CalcBatch) -> Result<()> {
+    /// they go with the key alone; the query keys' hashes where it computed them.
+    fn leave_cold_keys(&self, cb: &mut CalcBatch) -> Result<Option<Vec<u64>>> {
         match &self.hot {
             Some(hot) => hot.leave_cold(self.query_keys, cb),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 

@@ -17,6 +17,7 @@
 //! spread: its DISTINCT work stays on one worker, as without split.
 
 use arrow::array::{Array, BooleanArray};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::nullif;
 use tally_kernels::hash::hash_columns;
 
@@ -60,32 +61,37 @@ impl HotKeys {
     }
 
     /// Sets the bucket columns (the keys after the first `query_keys`) of the rows of `cb`
-    /// whose key is cold back to NULL, so that they go with the key alone.
+    /// whose key is cold back to NULL, so that they go with the key alone. Returns the hashes
+    /// of the query keys where it computed them (rows with some bucket), for the rows' routes
+    /// to go on from ([`tally_kernels::hash::hash_columns_after`]) rather than hash the keys
+    /// again.
     ///
     /// # Errors
     /// Key columns that cannot be hashed (a bug: the plan checked them).
-    pub(crate) fn leave_cold(&self, query_keys: usize, cb: &mut CalcBatch) -> Result<()> {
+    pub(crate) fn leave_cold(
+        &self,
+        query_keys: usize,
+        cb: &mut CalcBatch,
+    ) -> Result<Option<Vec<u64>>> {
         let bucketed = &cb.keys[query_keys..];
         if query_keys == 0 || bucketed.iter().all(|c| c.null_count() == c.len()) {
-            return Ok(());
+            return Ok(None);
         }
         let mut hashes = vec![];
         hash_columns(&cb.keys[..query_keys], &mut hashes)
             .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
-        let cold: BooleanArray = hashes
-            .iter()
-            .map(|&h| Some(!self.is_hot(Some(h))))
-            .collect();
-        if cold.true_count() == 0 {
-            return Ok(());
+        let cold = BooleanBuffer::collect_bool(hashes.len(), |r| !self.is_hot(Some(hashes[r])));
+        if cold.count_set_bits() == 0 {
+            return Ok(Some(hashes));
         }
+        let cold = BooleanArray::new(cold, None);
         for column in &mut cb.keys[query_keys..] {
             if column.null_count() < column.len() {
                 *column = nullif(column, &cold)
                     .map_err(|e| Error::internal(format!("bucket column: {e}")))?;
             }
         }
-        Ok(())
+        Ok(Some(hashes))
     }
 }
 

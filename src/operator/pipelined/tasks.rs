@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
+use tally_kernels::hash::hash_columns_after;
+
 use super::{PreStages, Split};
 
 use crate::changelog::ChangeBatch;
@@ -434,9 +436,12 @@ impl Source<'_> {
         // A split's set batch: its set, for the Calc and for the bucket columns.
         let set = self.plan.calc.set_of(&batch.data)?;
         let mut cb = self.plan.calc.evaluate_in_set(batch, set.as_deref())?;
-        if let Some((hot, query_keys)) = &self.cold_keys {
-            hot.leave_cold(*query_keys, &mut cb)?;
-        }
+        // The query keys' hashes where cold keys were looked for: the rows' hashes go on
+        // from them.
+        let mut prefix = match &self.cold_keys {
+            Some((hot, query_keys)) => hot.leave_cold(*query_keys, &mut cb)?,
+            None => None,
+        };
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they
@@ -450,9 +455,14 @@ impl Source<'_> {
         if !unhashed {
             // Hashed rows go around the local phase: their bucket columns are read.
             if let Some(fill) = &self.bucket_fill {
-                fill.fill(set.as_deref(), &mut cb)?;
+                prefix = fill.fill(set.as_deref(), &mut cb)?;
             }
-            if batch
+            if let Some(prefix) = &prefix {
+                // The bucket columns follow the query keys, whose hashes are known.
+                let query_keys =
+                    cb.keys.len() - self.plan.bucket_keys.as_ref().map_or(0, |b| b.columns);
+                hash_columns_after(prefix, &cb.keys[query_keys..], &mut hashes)?;
+            } else if batch
                 .data
                 .schema()
                 .index_of(crate::plan::SET_ID_COLUMN)
