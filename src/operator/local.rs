@@ -353,16 +353,11 @@ impl LocalGroupAggregate {
         let cb = self.plan.calc.evaluate(rows)?;
         let groups: Vec<u32> = (0..n as u32).collect();
         self.state.apply(&cb, &groups, None, None, n)?;
-        let mut cols: Vec<ArrayRef> = cb.keys.clone();
-        let keys = cols.len();
-        cols.extend(self.state.state(&groups)?);
-        let count1: ArrayRef = Arc::new(Int64Array::from(keys_delta.to_vec()));
-        if let Some(c) = self.count_star_column {
-            cols[keys + c] = Arc::clone(&count1);
-        }
-        cols.push(count1);
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
-            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let batch = self.accumulator_batch(
+            cb.keys.clone(),
+            self.state.state(&groups)?,
+            Arc::new(Int64Array::from(keys_delta.to_vec())),
+        )?;
         // The accumulators start afresh, in the same allocations.
         self.state.clear(n);
         Ok(Some(batch))

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::array::Int64Array;
 use arrow::datatypes::DataType;
 use tally_kernels::group_values::{BucketedKeyHash, NO_ROUTE};
 use tally_kernels::hash::bucket_array;
@@ -314,21 +314,18 @@ impl LocalGroupAggregate {
             .map(|(&g, &w)| if w == home[g as usize] { g } else { empty })
             .collect();
         self.state.grow_plain(n + 1)?;
-        let mut cols: Vec<ArrayRef> = self.groups.keys(&groups)?;
-        for t in &self.plan.key_types[self.state_keys..] {
-            cols.push(arrow::array::new_null_array(t, groups.len()));
-        }
-        cols.extend(self.state.state_placed(&plain, &live, &entry_rows)?);
         let row_counts: Vec<u64> = groups
             .iter()
             .zip(&row_workers)
             .map(|(&g, &w)| counts[w * n + g as usize])
             .collect();
-        cols.push(Arc::new(Int64Array::from_iter_values(
-            row_counts.iter().map(|&c| c as i64),
-        )));
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
-            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let batch = self.accumulator_batch(
+            self.groups.keys(&groups)?,
+            self.state.state_placed(&plain, &live, &entry_rows)?,
+            Arc::new(Int64Array::from_iter_values(
+                row_counts.iter().map(|&c| c as i64),
+            )),
+        )?;
         let flush = Arc::new(Flushed {
             batch,
             hashes: groups.iter().map(|&g| key_hashes[g as usize]).collect(),

@@ -256,24 +256,14 @@ impl LocalGroupAggregate {
             Some(owners) => owners.key_hash(g),
             None => key_hashes[g as usize],
         };
-        let mut cols: Vec<ArrayRef> = match &self.owners {
+        let keys: Vec<ArrayRef> = match &self.owners {
             Some(owners) => owners.key_columns(&order)?,
             None => self.groups.keys(&order)?,
         };
-        for t in &self.plan.key_types[self.state_keys..] {
-            cols.push(arrow::array::new_null_array(t, order.len()));
-        }
-        let keys = cols.len();
-        cols.extend(self.state.state(&order)?);
         let count1: ArrayRef = Arc::new(Int64Array::from_iter_values(
             order.iter().map(|&g| self.count1[g as usize]),
         ));
-        if let Some(c) = self.count_star_column {
-            cols[keys + c] = Arc::clone(&count1);
-        }
-        cols.push(count1);
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), cols)
-            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))?;
+        let batch = self.accumulator_batch(keys, self.state.state(&order)?, count1)?;
         // A small plain key table keeps its keys (their accumulators reset below) while most
         // of them come back in each mini-batch; the others start from group 0 again.
         self.retained = n <= RETAINED_KEYS
@@ -298,6 +288,33 @@ impl LocalGroupAggregate {
         };
         self.forget_folded(n);
         Ok(Some((flushed, bounds)))
+    }
+
+    /// The accumulator batch of the key columns the state keeps (`keys`; the bucket columns it
+    /// does not keep are added NULL), the accumulators' `state` columns and each row's record
+    /// count (`count1`, which a `COUNT(*)` the local phase counts itself reads too).
+    ///
+    /// # Errors
+    /// Columns that do not fit the accumulator schema (a bug).
+    pub(super) fn accumulator_batch(
+        &self,
+        mut keys: Vec<ArrayRef>,
+        state: Vec<ArrayRef>,
+        count1: ArrayRef,
+    ) -> Result<RecordBatch> {
+        let rows = count1.len();
+        for t in &self.plan.key_types[self.state_keys..] {
+            keys.push(arrow::array::new_null_array(t, rows));
+        }
+        let at = keys.len();
+        let mut cols = keys;
+        cols.extend(state);
+        if let Some(c) = self.count_star_column {
+            cols[at + c] = Arc::clone(&count1);
+        }
+        cols.push(count1);
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+            .map_err(|e| Error::internal(format!("accumulator batch: {e}")))
     }
 
     /// Forgets what was folded since the last flush, keeping the allocations (and the keys, if
