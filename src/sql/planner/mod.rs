@@ -310,11 +310,16 @@ fn build_aggregate(
 ) -> Result<Built> {
     let aliases = std::mem::take(&mut ctx.pending);
     let built = build(ctx, &agg.input)?;
-    let (split, buckets, why) = if ctx.config.split_auto {
+    let (split, buckets, why, sample) = if ctx.config.split_auto {
         let d = skew::decide(ctx, agg, &built)?;
-        (d.split, d.buckets, Some(d.reason))
+        (d.split, d.buckets, Some(d.reason), d.sample)
     } else {
-        (ctx.config.split_enabled, ctx.config.split_bucket_num, None)
+        (
+            ctx.config.split_enabled,
+            ctx.config.split_bucket_num,
+            None,
+            None,
+        )
     };
     if split && let Some(plan) = crate::sql::split::plan_split(agg, buckets)? {
         // Hot keys are a choice of routes, never needed for a result: a source that cannot be
@@ -323,7 +328,7 @@ fn build_aggregate(
         let hot = if built.changelog {
             None
         } else {
-            skew::hot_keys(ctx, agg, &built).ok().flatten()
+            skew::hot_keys(ctx, agg, &built, sample).ok().flatten()
         };
         let choice = split::SplitChoice { buckets, why, hot };
         return split::build_split(ctx, agg, built, &aliases, plan, choice);

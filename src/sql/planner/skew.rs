@@ -41,11 +41,19 @@ const LOAD_TO_SPLIT: f64 = 2.0;
 /// for the same pairs (BENCHMARKS.md, thirty-third pass).
 pub(super) const HOT_SHARE_OF_FAIR: f64 = 0.125;
 
-/// The decision for one aggregate, and why, in words (for EXPLAIN).
+/// The decision for one aggregate, and why, in words (for EXPLAIN); with the sample it was
+/// made from, for the hot keys ([`hot_keys`]).
 pub(super) struct SplitDecision {
     pub(super) split: bool,
     pub(super) buckets: u32,
     pub(super) reason: String,
+    pub(super) sample: Option<Sample>,
+}
+
+/// The rows per key hash in the first rows of a source, and the source rows read ([`sample`]).
+pub(super) struct Sample {
+    counts: HashMap<u64, u64>,
+    rows: usize,
 }
 
 fn has_distinct(agg: &datafusion_expr::logical_plan::Aggregate) -> bool {
@@ -65,10 +73,7 @@ fn has_distinct(agg: &datafusion_expr::logical_plan::Aggregate) -> bool {
 ///
 /// # Errors
 /// The source cannot be read, or the stages before the aggregate fail on the sample.
-fn sample(
-    agg: &datafusion_expr::logical_plan::Aggregate,
-    built: &Built,
-) -> Result<Option<(HashMap<u64, u64>, usize)>> {
+fn sample(agg: &datafusion_expr::logical_plan::Aggregate, built: &Built) -> Result<Option<Sample>> {
     if !built.stages.iter().all(|s| s.per_batch()) {
         return Ok(None);
     }
@@ -102,13 +107,13 @@ fn sample(
             break 'read;
         }
     }
-    Ok(Some((counts, rows)))
+    Ok(Some(Sample { counts, rows }))
 }
 
 /// A split PARTIAL's hot keys ([`HotKeys`]) at P workers: the keys that hold at least a
-/// [`HOT_SHARE_OF_FAIR`] of a fair share (1 / P) of the sample of [`sample`], None where no
-/// sample can be taken (every key is then spread, as Flink does). With the keys named, the
-/// reason in words for EXPLAIN.
+/// [`HOT_SHARE_OF_FAIR`] of a fair share (1 / P) of `taken` (the decision's, [`decide`]) or
+/// else of a [`sample`] read here, None where no sample can be taken (every key is then
+/// spread, as Flink does). With the keys named, the reason in words for EXPLAIN.
 ///
 /// # Errors
 /// As [`sample`].
@@ -116,12 +121,17 @@ pub(super) fn hot_keys(
     ctx: &Ctx<'_>,
     agg: &datafusion_expr::logical_plan::Aggregate,
     built: &Built,
+    taken: Option<Sample>,
 ) -> Result<Option<(HotKeys, String)>> {
     let p = ctx.runtime.parallelism();
     if p == 1 || !has_distinct(agg) {
         return Ok(None);
     }
-    let Some((counts, rows)) = sample(agg, built)? else {
+    let taken = match taken {
+        Some(t) => Some(t),
+        None => sample(agg, built)?,
+    };
+    let Some(Sample { counts, rows }) = taken else {
         return Ok(None);
     };
     let total: u64 = counts.values().sum();
@@ -160,6 +170,7 @@ pub(super) fn decide(
         split,
         buckets,
         reason: format!("'{SPLIT_AUTO}' = 'true': {reason}"),
+        sample: None,
     };
     if !has_distinct(agg) {
         return Ok(decision(false, "no DISTINCT call, nothing to split".into()));
@@ -170,7 +181,7 @@ pub(super) fn decide(
             "no split on one worker (a hot key has no other worker to spread to)".into(),
         ));
     }
-    let Some((counts, rows)) = sample(agg, built)? else {
+    let Some(Sample { counts, rows }) = sample(agg, built)? else {
         return Ok(decision(
             false,
             "no split: the aggregate's input is another aggregate's changelog, not the source, so no sample was taken".into(),
@@ -218,9 +229,11 @@ pub(super) fn decide(
     } else {
         format!("split pays from {needed:.0}x")
     };
-    Ok(if load >= needed {
+    let mut d = if load >= needed {
         decision(true, format!("split into {buckets} buckets: {measured}"))
     } else {
         decision(false, format!("no split: {measured} ({from})"))
-    })
+    };
+    d.sample = Some(Sample { counts, rows });
+    Ok(d)
 }
