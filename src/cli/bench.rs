@@ -338,6 +338,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "merges_buckets": m.merges_buckets,
                     "routes_at_flush": m.routes_at_flush,
                     "reads_through": m.reads_through,
+                    "reads_cold_through": m.reads_cold_through,
                     "stages": m.stages.iter().map(|s| json!({
                         "name": s.step.name(),
                         "rows_in": s.rows_in,

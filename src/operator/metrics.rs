@@ -278,6 +278,10 @@ pub struct AggregateMetrics {
     /// Whether a split-distinct FINAL read its PARTIAL through (one PARTIAL worker whose state
     /// merges the buckets: each key's one PARTIAL row is its result), keeping no state.
     pub reads_through: bool,
+    /// Whether a split-distinct FINAL read its cold keys through (several PARTIAL workers
+    /// whose state merges the buckets, only hot keys spread: each other key's one PARTIAL row
+    /// is its result), keeping state for the hot keys alone.
+    pub reads_cold_through: bool,
     /// The local phase (two-phase only).
     pub local: Option<LocalPhaseMetrics>,
     /// Where the time went, per task, when the last run was on the pipelined runtime.
@@ -355,6 +359,12 @@ impl fmt::Display for AggregateMetrics {
             writeln!(
                 f,
                 "  read through: each key's one PARTIAL row is its result (one worker whose state merges the buckets), no state of its own"
+            )?;
+        }
+        if self.reads_cold_through {
+            writeln!(
+                f,
+                "  cold keys read through: each key but the hot ones has one PARTIAL row, its result; state for the hot keys alone"
             )?;
         }
         if self.distinct_pairs > 0 {
@@ -480,6 +490,7 @@ impl ParallelAggregate {
             merges_buckets: self.workers.iter().any(|w| w.agg.merges_buckets()),
             routes_at_flush: self.locals.iter().any(LocalGroupAggregate::routes_at_flush),
             reads_through: false,
+            reads_cold_through: false,
             local: self.two_phase.then(|| self.adaptive.m.clone()),
             runtime: self.runtime_metrics.clone(),
         })

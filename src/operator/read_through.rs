@@ -10,12 +10,18 @@
 //! FINAL emits no update that changes nothing), cut at the PARTIAL's firings instead of the
 //! FINAL's own. [`through_columns`] says whether a FINAL is such a function of its one row, and
 //! [`ReadThrough`] projects each firing; the FINAL then keeps no state of its own.
+//!
+//! On several such workers where only hot keys are spread ([`crate::plan::HotKeys`]), a cold
+//! key's rows, entries and accumulators all go to the worker of the key alone: it too has
+//! exactly one PARTIAL row, on that worker. [`ColdThrough`] cuts each firing into its cold
+//! keys' rows, read through, and its hot keys' rows, which the FINAL folds and merges; the
+//! FINAL keeps state for the hot keys alone.
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::buffer::BooleanBuffer;
-use arrow::compute::{filter, take};
+use arrow::compute::{filter, filter_record_batch, take};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion_physical_expr::expressions::Column;
 use tally_kernels::aggregates::AggregateKind;
@@ -23,7 +29,7 @@ use tally_kernels::aggregates::AggregateKind;
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::error::{Error, Result};
 use crate::operator::mini_batch::changed_rows;
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, HotKeys};
 
 /// How a FINAL reads its one PARTIAL row: for each FINAL output column, the PARTIAL output column
 /// it equals, and whether an update of the PARTIAL can leave them all unchanged.
@@ -140,9 +146,13 @@ impl ReadThrough {
                 data,
             }));
         };
-        let op = firing.op.as_ref().map(|o| filter(o, &keep)).transpose()?;
-        let data = arrow::compute::filter_record_batch(&data, &keep)?;
-        Ok((data.num_rows() > 0).then_some(ChangeBatch { op, data }))
+        kept_rows(
+            &ChangeBatch {
+                op: firing.op.clone(),
+                data,
+            },
+            &keep,
+        )
     }
 
     /// The rows to keep (`None`: all): not the `-U`/`+U` pairs whose projected rows are equal,
@@ -189,6 +199,96 @@ impl ReadThrough {
             keep[n as usize] = kept;
         }
         Ok(Some(BooleanArray::from(keep)))
+    }
+}
+
+/// The rows of `batch` that `keep` selects (row kinds with them); `None` where none are.
+fn kept_rows(batch: &ChangeBatch, keep: &BooleanArray) -> Result<Option<ChangeBatch>> {
+    let op = batch.op.as_ref().map(|o| filter(o, keep)).transpose()?;
+    let data = filter_record_batch(&batch.data, keep)?;
+    Ok((data.num_rows() > 0).then_some(ChangeBatch { op, data }))
+}
+
+/// A FINAL that reads its cold keys through ([`ReadThrough`]) and folds its hot keys' rows: see
+/// the module docs.
+#[derive(Debug, Clone)]
+pub struct ColdThrough {
+    through: ReadThrough,
+    hot: Arc<HotKeys>,
+    /// The PARTIAL's query keys: the first columns of its output, which the hot keys' hashes
+    /// are over.
+    query_keys: usize,
+}
+
+/// One firing of the PARTIAL cut by [`ColdThrough::split`].
+#[derive(Debug, Default)]
+pub struct SplitFiring {
+    /// The cold keys' rows, read through: the FINAL's changes.
+    pub through: Option<ChangeBatch>,
+    /// The hot keys' rows, as the PARTIAL fired them.
+    pub hot: Option<ChangeBatch>,
+}
+
+impl ColdThrough {
+    /// Reads through the keys of a PARTIAL of `query_keys` query keys that `hot` does not name.
+    pub fn new(through: ReadThrough, hot: Arc<HotKeys>, query_keys: usize) -> Self {
+        Self {
+            through,
+            hot,
+            query_keys,
+        }
+    }
+
+    /// The FINAL's output schema (that of the rows read through).
+    pub fn output(&self) -> &SchemaRef {
+        self.through.output()
+    }
+
+    /// Cuts one firing of the PARTIAL (its changelog) by its keys: the cold keys' rows read
+    /// through, the hot keys' rows as they are. A key's `-U`/`+U` pair stays together (both rows
+    /// hold the key).
+    ///
+    /// # Errors
+    /// Key columns that cannot be hashed (a bug: the plan checked them), and as
+    /// [`ReadThrough::read`].
+    pub fn split(&self, firing: &ChangeBatch) -> Result<SplitFiring> {
+        let n = firing.num_rows();
+        if n == 0 {
+            return Ok(SplitFiring::default());
+        }
+        if self.query_keys == 0 {
+            // The one key of an aggregate without keys is hot (see `HotKeys::is_hot`).
+            return Ok(SplitFiring {
+                through: None,
+                hot: Some(firing.clone()),
+            });
+        }
+        let mut hashes = Vec::with_capacity(n);
+        tally_kernels::hash::hash_columns(&firing.data.columns()[..self.query_keys], &mut hashes)
+            .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
+        let hot = BooleanBuffer::collect_bool(n, |r| self.hot.is_hot(Some(hashes[r])));
+        let hot_rows = hot.count_set_bits();
+        if hot_rows == 0 {
+            return Ok(SplitFiring {
+                through: self.through.read(firing)?,
+                hot: None,
+            });
+        }
+        if hot_rows == n {
+            return Ok(SplitFiring {
+                through: None,
+                hot: Some(firing.clone()),
+            });
+        }
+        let cold = BooleanArray::new(!&hot, None);
+        let through = match kept_rows(firing, &cold)? {
+            Some(rows) => self.through.read(&rows)?,
+            None => None,
+        };
+        Ok(SplitFiring {
+            through,
+            hot: kept_rows(firing, &BooleanArray::new(hot, None))?,
+        })
     }
 }
 
@@ -278,5 +378,59 @@ mod tests {
             true,
         );
         assert_eq!(all.read(&same).unwrap().unwrap().num_rows(), 2);
+    }
+
+    /// A firing cut by its keys: the cold keys' rows read through (their pairs kept together,
+    /// an unchanged pair dropped as the projection does), the hot keys' rows as the PARTIAL
+    /// fired them, with their row kinds; a firing of one kind of key is not cut.
+    #[test]
+    fn a_firing_is_cut_into_cold_keys_read_through_and_hot_keys_as_they_are() {
+        use RowKind::*;
+        let mut hashes = vec![];
+        let hot_key: ArrayRef = Arc::new(StringArray::from(vec!["h"]));
+        tally_kernels::hash::hash_columns(&[hot_key], &mut hashes).unwrap();
+        let hot = Arc::new(HotKeys::from_hashes(hashes));
+        let columns = ThroughColumns {
+            columns: vec![0, 2],
+            keys: 1,
+            unread: true,
+        };
+        let cold = ColdThrough::new(ReadThrough::new(columns, output(), true), hot, 1);
+        let f = firing(
+            &[
+                Insert,
+                UpdateBefore,
+                UpdateAfter,
+                UpdateBefore,
+                UpdateAfter,
+                UpdateBefore,
+                UpdateAfter,
+                Delete,
+            ],
+            &["a", "h", "h", "b", "b", "c", "c", "h"],
+            &[1, 2, 3, 4, 5, 6, 6, 7],
+            &[0, 1, 2, 1, 2, 1, 2, 0],
+        );
+        let cut = cold.split(&f).unwrap();
+        assert_eq!(
+            rows(&cut.through.unwrap()),
+            ["+I[a, 1]", "-U[b, 4]", "+U[b, 5]"]
+        );
+        let hot_rows = cut.hot.unwrap();
+        assert_eq!(hot_rows.data.schema(), f.data.schema());
+        let kinds = hot_rows.row_kinds().unwrap();
+        assert_eq!(kinds, [UpdateBefore, UpdateAfter, Delete]);
+        let counts = hot_rows
+            .data
+            .column(2)
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(counts.values().to_vec(), [2, 3, 7]);
+        // All cold: read through whole; all hot: handed on whole.
+        let only_cold = firing(&[Insert], &["a"], &[1], &[0]);
+        let cut = cold.split(&only_cold).unwrap();
+        assert!(cut.hot.is_none() && cut.through.unwrap().num_rows() == 1);
+        let only_hot = firing(&[Insert, Insert], &["h", "h"], &[1, 2], &[0, 0]);
+        let cut = cold.split(&only_hot).unwrap();
+        assert!(cut.through.is_none() && cut.hot.unwrap().num_rows() == 2);
     }
 }

@@ -51,6 +51,15 @@ impl Stage for IncrementalStage {
         if let Some(make) = self.agg.through_factory() {
             return Some(Box::new(move || {
                 let mut fold = make();
+                let f: FiringFold = Box::new(move |firing: ChangeBatch| {
+                    Ok(fold.fold(&firing)?.into_iter().collect())
+                });
+                Ok(f)
+            }));
+        }
+        if let Some(make) = self.agg.cold_factory() {
+            return Some(Box::new(move || {
+                let mut fold = make()?;
                 let f: FiringFold = Box::new(move |firing: ChangeBatch| fold.fold(&firing));
                 Ok(f)
             }));
@@ -59,7 +68,11 @@ impl Stage for IncrementalStage {
         Some(Box::new(move || {
             let mut fold = make()?;
             let f: FiringFold = Box::new(move |firing: ChangeBatch| {
-                Ok(fold.fold(&firing)?.map(ChangeBatch::inserts))
+                Ok(fold
+                    .fold(&firing)?
+                    .map(ChangeBatch::inserts)
+                    .into_iter()
+                    .collect())
             });
             Ok(f)
         }))

@@ -147,14 +147,24 @@ impl Pipeline {
         } else {
             BTreeSet::new()
         };
-        let through = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
+        // On several, where only hot keys are spread, every cold key has one PARTIAL row too:
+        // the FINAL reads those through and folds and merges the hot keys'.
+        let hot = agg
+            .plan()
+            .bucket_keys
+            .as_ref()
+            .and_then(|b| b.hot.as_ref())
+            .filter(|_| agg.merges_buckets() && !one_row);
+        let (through, cold_through) = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
             Some(fin) => {
                 // A worker holding one group per key fires each key once: its delta rows are
                 // the fold's rows as they are.
                 fin.fold_rows_as_keys(agg.plan(), agg.merges_buckets());
-                fin.read_through(agg.plan(), one_row)?
+                let through = fin.read_through(agg.plan(), one_row)?;
+                let cold = fin.read_cold_through(agg.plan(), hot)?;
+                (through, cold)
             }
-            None => false,
+            None => (false, false),
         };
         // Set for this run only: reset below whatever the run's outcome.
         leave_unread(before, &unread);
@@ -165,6 +175,7 @@ impl Pipeline {
         // Where the fold can, the PARTIAL's workers fire delta rows instead of their changelog.
         let deltas = fold.is_some()
             && !through
+            && !cold_through
             && after
                 .first()
                 .and_then(|s| s.as_incremental())

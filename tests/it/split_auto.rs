@@ -194,7 +194,8 @@ fn the_decision_keeps_the_results() {
 /// A split spreads only its hot keys where its workers merge the buckets: with one key holding
 /// 60 % of the rows and 40 others 1 % each, forced split at P = 3 names one key hot in EXPLAIN,
 /// keeps the cold keys' PARTIAL state on one worker each (at most 41 + 2 PARTIAL groups, where
-/// spreading every key gave 86), and gives the unsplit table at P = 1, 2 and 3: where the local
+/// spreading every key gave 86), reads those cold keys through at the FINAL (whose state holds
+/// the hot key alone), and gives the unsplit table at P = 1, 2 and 3: where the local
 /// phases route DISTINCT entries at the flush (`COUNT(DISTINCT u)` alone), and where they route
 /// rows by their buckets (with a `COUNT(*)` beside it).
 #[test]
@@ -228,6 +229,17 @@ fn only_hot_keys_spread_and_the_table_stays_the_same() {
             partial_keys <= 43,
             "{query}: {partial_keys} PARTIAL groups: {out}"
         );
+        // Every cold key has its one PARTIAL row, which the FINAL reads through: it keeps the
+        // hot key alone.
+        let final_keys: usize = out
+            .lines()
+            .find(|l| l.contains("partialFinalType=[FINAL]"))
+            .and_then(|l| l.split("state=[").nth(1))
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no FINAL state in {out}"));
+        assert_eq!(final_keys, 1, "{query}: {out}");
+        assert!(out.contains("reads their changes through"), "{out}");
         let want = table_of(&path, 1, unsplit, query);
         assert_eq!(want.len(), 41);
         for workers in [2, 3] {

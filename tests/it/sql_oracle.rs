@@ -459,6 +459,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
     let (mut hot_and_cold_at_flush, mut hot_and_cold_by_rows) = (0, 0);
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
+    let mut cold_through = 0;
     let mut chunked_changelogs = 0;
     for (s, retractions) in [false, true, true].into_iter().enumerate() {
         let stream = random_stream(&mut rng, 500, retractions);
@@ -537,6 +538,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                         m.routes_at_flush && (q.sql.contains("MIN(") || q.sql.contains("MAX(")),
                     );
                     read_through += usize::from(m.reads_through);
+                    cold_through += usize::from(some_hot && m.reads_cold_through);
                     if let Some(local) = &m.local {
                         bypasses += local.bypass_decisions;
                         if split && stats.runtime.starts_with("pipelined") {
@@ -579,6 +581,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         read_through > 1,
         "{read_through} runs with a split FINAL reading its PARTIAL through"
+    );
+    assert!(
+        cold_through > 0,
+        "{cold_through} runs with a split FINAL reading cold keys through beside hot ones"
     );
     assert!(
         split_bypasses > 0,

@@ -234,10 +234,13 @@ fn apply_and_fire(
     };
     let fired_rows = changes.iter().map(|c| c.num_rows() as u64).sum();
     let changes = match fold {
-        Some(fold) => changes
-            .into_iter()
-            .filter_map(|c| fold(c).transpose())
-            .collect::<Result<Vec<_>>>()?,
+        Some(fold) => {
+            let mut out = Vec::with_capacity(changes.len());
+            for c in changes {
+                out.extend(fold(c)?);
+            }
+            out
+        }
         None => changes,
     };
     Ok(WorkerOutput {

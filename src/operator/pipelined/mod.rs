@@ -144,10 +144,10 @@ pub enum Delivery {
 pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Vec<ChangeBatch>> + Sync);
 
 /// What a keyed task does to the changes of each of its firings before they go to the caller:
-/// the batch that goes instead (none: nothing goes). Split-distinct's incremental FINAL folds
+/// the batches that go instead, in order (none: nothing goes). Split-distinct's incremental FINAL folds
 /// each firing of the PARTIAL into delta rows this way, on the PARTIAL's workers, as Flink's
 /// `IncrementalGroupAggregate` runs in the PARTIAL's tasks.
-pub type FiringFold = Box<dyn FnMut(ChangeBatch) -> Result<Option<ChangeBatch>> + Send>;
+pub type FiringFold = Box<dyn FnMut(ChangeBatch) -> Result<Vec<ChangeBatch>> + Send>;
 
 /// Makes each keyed task its [`FiringFold`].
 pub type PostFiring<'a> = &'a (dyn Fn() -> Result<FiringFold> + Sync);

@@ -155,15 +155,26 @@ pub(super) fn build_split(
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
     // Only under the incremental aggregate do the PARTIAL's workers merge its buckets (on the
     // pipelined runtime, without checkpoints), and only there are hot keys spread alone.
-    let merges = built
-        .stages
-        .last()
-        .is_some_and(|s| s.as_incremental().is_some());
-    if let (true, Some(why), Some(note)) =
-        (merges, hot_why, ctx.explain.strategy.get_mut(split_note))
-    {
+    let n = built.stages.len();
+    let fin = built.stages.last().and_then(|s| s.as_incremental());
+    let cold_through = match (fin, n.checked_sub(2).map(|i| &built.stages[i])) {
+        (Some(fin), Some(partial)) => partial
+            .as_aggregate()
+            .is_some_and(|p| fin.cold_through_fits(p.plan())),
+        _ => false,
+    };
+    if let (true, Some(why), Some(note)) = (
+        fin.is_some(),
+        hot_why,
+        ctx.explain.strategy.get_mut(split_note),
+    ) {
         note.push_str(&format!(
-            " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), only hot keys are spread: {why}; every other key's values stay on its own worker."
+            " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), only hot keys are spread: {why}; every other key's values stay on its own worker.{}",
+            if cold_through {
+                " Each of those keys has one PARTIAL row, whose results are the FINAL's: the FINAL reads their changes through (cut at the PARTIAL's firings) and keeps state for the hot keys alone."
+            } else {
+                ""
+            }
         ));
     }
     // Calc: back to the original columns (AVG from its parts).

@@ -37,12 +37,16 @@ use crate::operator::deltas;
 use crate::operator::exchange::{MIN_SLICE_ROWS, partition, route_snapshots};
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::metrics::{AggregateStep, Metrics, skew_ratio};
-use crate::operator::read_through::{ReadThrough, through_columns};
+use crate::operator::read_through::{ColdThrough, ReadThrough, through_columns};
 use crate::operator::{
     AggregateMetrics, GroupAggregate, LocalGroupAggregate, StageMetrics, WorkerMetrics, hash_keys,
 };
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, HotKeys};
 use crate::runtime::Runtime;
+
+mod folds;
+
+pub use folds::{ColdFold, DeltaFold, ThroughFold};
 
 /// The FINAL aggregate of split-distinct under Flink's incremental aggregate (see the module
 /// docs): delta accumulators per PARTIAL firing, merged by a global phase in one shard per
@@ -60,105 +64,13 @@ pub struct IncrementalAggregate {
     /// Set where every key has one PARTIAL row ([`IncrementalAggregate::read_through`]): the
     /// firings are projected onto the output instead of folded and merged.
     through: Option<ReadThrough>,
+    /// Set where every cold key has one PARTIAL row ([`IncrementalAggregate::read_cold_through`]):
+    /// the cold keys' rows of each firing are projected onto the output, the hot keys' folded
+    /// and merged.
+    cold: Option<ColdThrough>,
     /// Set where each PARTIAL worker holds one group per FINAL key
     /// ([`IncrementalAggregate::fold_rows_as_keys`]).
     rows_are_keys: bool,
-}
-
-/// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
-/// accumulators per FINAL key it touched. Stateless between firings, so any worker of the
-/// PARTIAL can fold its own firings ([`IncrementalAggregate::fold_factory`]), as Flink's
-/// `IncrementalGroupAggregate` does in the PARTIAL's tasks; their counters add up in one place.
-#[derive(Debug)]
-pub struct DeltaFold {
-    deltas: LocalGroupAggregate,
-    /// The PARTIAL's output schema (the FINAL's input), to know its delta rows.
-    partial_output: SchemaRef,
-    /// Whether a firing's delta rows hold each FINAL key once: each is then its key's delta
-    /// accumulator row as it is (`LocalGroupAggregate::deltas_as_groups`), no key interned.
-    rows_are_keys: bool,
-    metrics: Arc<Mutex<StageMetrics>>,
-}
-
-impl DeltaFold {
-    /// One firing's delta accumulator rows (none for an empty firing): the firing is the
-    /// PARTIAL's changes, or its delta rows where its worker emits them
-    /// ([`crate::operator::deltas`]).
-    ///
-    /// # Errors
-    /// A batch of another schema than the PARTIAL's output (or its delta rows').
-    pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<RecordBatch>> {
-        if firing.num_rows() == 0 {
-            return Ok(None);
-        }
-        let start = Instant::now();
-        let deltas = match deltas::split(firing, &self.partial_output) {
-            Some((rows, keys_delta)) if self.rows_are_keys => {
-                self.deltas.deltas_as_groups(&rows, keys_delta.values())?
-            }
-            Some((rows, keys_delta)) => {
-                self.deltas.push_deltas(&rows, keys_delta.values())?;
-                self.deltas.flush()?
-            }
-            None => {
-                self.deltas.push_changes(firing)?;
-                self.deltas.flush()?
-            }
-        };
-        count_firing(
-            &self.metrics,
-            firing,
-            deltas.as_ref().map(|d| d.num_rows()),
-            start,
-        );
-        Ok(deltas)
-    }
-
-    /// The schema of the delta rows.
-    pub fn delta_schema(&self) -> SchemaRef {
-        self.deltas.accumulator_schema()
-    }
-}
-
-/// A worker's projection of its firings where the FINAL reads its PARTIAL through
-/// ([`IncrementalAggregate::through_factory`]), counted with the fold's counters.
-#[derive(Debug, Clone)]
-pub struct ThroughFold {
-    through: ReadThrough,
-    metrics: Arc<Mutex<StageMetrics>>,
-}
-
-impl ThroughFold {
-    /// One firing of the PARTIAL as the FINAL's changes ([`ReadThrough::read`]).
-    ///
-    /// # Errors
-    /// As [`ReadThrough::read`].
-    pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Option<ChangeBatch>> {
-        let start = Instant::now();
-        let out = self.through.read(firing)?;
-        count_firing(
-            &self.metrics,
-            firing,
-            out.as_ref().map(|d| d.num_rows()),
-            start,
-        );
-        Ok(out)
-    }
-}
-
-/// Counts one firing taken since `start` in a fold's counters: its rows, and the rows it made.
-fn count_firing(
-    metrics: &Mutex<StageMetrics>,
-    firing: &ChangeBatch,
-    made: Option<usize>,
-    start: Instant,
-) {
-    let busy = start.elapsed();
-    let mut m = metrics.lock().unwrap_or_else(|e| e.into_inner());
-    m.rows_in += firing.num_rows() as u64;
-    m.rows_out += made.unwrap_or(0) as u64;
-    m.batches += 1;
-    m.busy += busy;
 }
 
 /// One shard of the FINAL's global phase, with the delta rows it merged and the time it took.
@@ -234,6 +146,7 @@ impl IncrementalAggregate {
             key_groups,
             merge: StageMetrics::new(AggregateStep::GlobalGroupAggregate),
             through: None,
+            cold: None,
             rows_are_keys: false,
         })
     }
@@ -247,28 +160,106 @@ impl IncrementalAggregate {
     /// # Errors
     /// Switching after firings have passed.
     pub fn read_through(&mut self, partial: &AggregatePlan, on: bool) -> Result<bool> {
-        let through = if on && self.config().state_ttl.is_zero() {
-            through_columns(partial, &self.plan).map(|columns| {
-                ReadThrough::new(
-                    columns,
-                    Arc::clone(&self.plan.output_schema),
-                    self.config().emit_update_before,
-                )
-            })
-        } else {
-            None
-        };
+        let through = if on { self.through_of(partial) } else { None };
         if through.is_some() == self.through.is_some() {
             return Ok(through.is_some());
         }
+        self.switch_before_firings()?;
+        self.through = through;
+        Ok(self.through.is_some())
+    }
+
+    /// Reads the cold keys through and folds and merges the hot ones
+    /// ([`crate::operator::read_through::ColdThrough`]) where `hot` names the keys spread over
+    /// the PARTIAL `partial`'s workers (each of which merges the buckets: every other key has
+    /// exactly one PARTIAL row, on the worker of the key alone), the FINAL is a function of
+    /// that row, no state TTL is set, and the FINAL's output is told apart from its delta rows
+    /// by schema. Returns whether it does. Once a firing has passed, the mode stays as it is.
+    ///
+    /// # Errors
+    /// Switching after firings have passed.
+    pub fn read_cold_through(
+        &mut self,
+        partial: &AggregatePlan,
+        hot: Option<&Arc<HotKeys>>,
+    ) -> Result<bool> {
+        let cold = match (hot, self.cold_through_of(partial)) {
+            (Some(hot), Some((through, query_keys))) => {
+                Some(ColdThrough::new(through, Arc::clone(hot), query_keys))
+            }
+            _ => None,
+        };
+        if cold.is_some() == self.cold.is_some() {
+            return Ok(cold.is_some());
+        }
+        self.switch_before_firings()?;
+        self.cold = cold;
+        Ok(self.cold.is_some())
+    }
+
+    /// Whether the FINAL can read the cold keys of the PARTIAL `partial` through, where only hot
+    /// keys are spread ([`IncrementalAggregate::read_cold_through`]).
+    pub fn cold_through_fits(&self, partial: &AggregatePlan) -> bool {
+        self.cold_through_of(partial).is_some()
+    }
+
+    /// [`IncrementalAggregate::through_of`] for the cold keys, with the PARTIAL's query keys;
+    /// `None` also where the key has no columns (its one key is hot) or where the FINAL's
+    /// output could not be told from its delta rows by schema.
+    fn cold_through_of(&self, partial: &AggregatePlan) -> Option<(ReadThrough, usize)> {
+        let buckets = partial.bucket_keys.as_ref().map_or(0, |b| b.columns);
+        let query_keys = partial.key_types.len().saturating_sub(buckets);
+        self.through_of(partial)
+            .filter(|t| query_keys > 0 && *t.output() != self.fold.delta_schema())
+            .map(|t| (t, query_keys))
+    }
+
+    /// The projection of `partial`'s one row per key onto the output, where the FINAL is a
+    /// function of it and no state TTL is set (an expired PARTIAL row would restart the key's
+    /// results).
+    fn through_of(&self, partial: &AggregatePlan) -> Option<ReadThrough> {
+        if !self.config().state_ttl.is_zero() {
+            return None;
+        }
+        through_columns(partial, &self.plan).map(|columns| {
+            ReadThrough::new(
+                columns,
+                Arc::clone(&self.plan.output_schema),
+                self.config().emit_update_before,
+            )
+        })
+    }
+
+    /// Fails where firings have passed: how they were taken decides the FINAL's state.
+    fn switch_before_firings(&self) -> Result<()> {
         let seen = self.fold.metrics.lock().map_or(1, |m| m.batches) + self.merge.batches;
         if seen > 0 {
             return Err(Error::internal(
                 "a split-distinct FINAL switched between reading its PARTIAL through and merging after firings passed",
             ));
         }
-        self.through = through;
-        Ok(self.through.is_some())
+        Ok(())
+    }
+
+    /// Whether it reads the cold keys through ([`IncrementalAggregate::read_cold_through`]).
+    pub fn reads_cold_through(&self) -> bool {
+        self.cold.is_some()
+    }
+
+    /// Where it reads the cold keys through, what makes each worker of the PARTIAL its fold of
+    /// its own firings ([`ColdFold`]), whose output [`IncrementalAggregate::push`] takes as it is.
+    ///
+    /// # Errors
+    /// As [`IncrementalAggregate::fold_factory`]'s folds.
+    pub fn cold_factory(&self) -> Option<impl Fn() -> Result<ColdFold> + Send + Sync + 'static> {
+        let cold = self.cold.clone()?;
+        let deltas = self.fold_factory();
+        Some(move || {
+            Ok(ColdFold {
+                cold: cold.clone(),
+                deltas: deltas()?,
+            })
+        })
     }
 
     /// Whether it reads the PARTIAL through ([`IncrementalAggregate::read_through`]).
@@ -372,22 +363,40 @@ impl IncrementalAggregate {
         }
         let delta_schema = self.fold.delta_schema();
         let mut deltas = Vec::with_capacity(firings.len());
+        // Where the cold keys are read through, their changes go first, in firing order; the
+        // merge's of the hot keys follow.
+        let mut out = vec![];
         for firing in firings {
             let folded = firing.op.is_none() && firing.data.schema() == delta_schema;
             if folded {
                 deltas.push(firing.data.clone());
-            } else if let Some(d) = self.fold.fold(firing)? {
-                deltas.push(d);
+                continue;
+            }
+            let Some(cold) = &self.cold else {
+                deltas.extend(self.fold.fold(firing)?);
+                continue;
+            };
+            if firing.data.schema() == *cold.output() {
+                out.push(firing.clone());
+                continue;
+            }
+            for batch in folds::fold_cold(cold, &mut self.fold, firing)? {
+                if batch.data.schema() == delta_schema {
+                    deltas.push(batch.data);
+                } else {
+                    out.push(batch);
+                }
             }
         }
         if deltas.is_empty() {
-            return Ok(vec![]);
+            return Ok(out);
         }
         let start = Instant::now();
         let rows: usize = deltas.iter().map(RecordBatch::num_rows).sum();
         let changes = self.merge_deltas(&deltas, rows, runtime)?;
         self.count_merge(rows, &changes, start.elapsed());
-        Ok(changes)
+        out.extend(changes);
+        Ok(out)
     }
 
     /// Merges `deltas` (`total` rows) in order: with one shard as they are; with several, each
@@ -546,6 +555,7 @@ impl IncrementalAggregate {
             distinct_pairs: sum(|m| m.distinct_pairs),
             distinct_bytes: sum(|m| m.distinct_bytes),
             reads_through: self.through.is_some(),
+            reads_cold_through: self.cold.is_some(),
             workers,
             ..AggregateMetrics::default()
         }
@@ -562,9 +572,9 @@ impl IncrementalAggregate {
     /// # Errors
     /// A mini-batch still pending.
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
-        if self.through.is_some() {
+        if self.through.is_some() || self.cold.is_some() {
             return Err(Error::invalid_input(
-                "cannot snapshot a split-distinct FINAL that read its PARTIAL through (a run on one worker without checkpoints): set the checkpoints before the run",
+                "cannot snapshot a split-distinct FINAL that read its PARTIAL through (a run without checkpoints): set the checkpoints before the run",
             ));
         }
         let mut out = vec![];
