@@ -49,33 +49,13 @@ impl Stage for IncrementalStage {
     /// FINAL reads the PARTIAL through, each worker projects its firings instead.
     fn firing_fold(&self) -> Option<FoldFactory> {
         if let Some(make) = self.agg.through_factory() {
-            return Some(Box::new(move || {
-                let mut fold = make();
-                let f: FiringFold = Box::new(move |firing: ChangeBatch| {
-                    Ok(fold.fold(&firing)?.into_iter().collect())
-                });
-                Ok(f)
-            }));
+            return Some(Box::new(move || Ok(Box::new(make()) as FiringFold)));
         }
         if let Some(make) = self.agg.cold_factory() {
-            return Some(Box::new(move || {
-                let mut fold = make()?;
-                let f: FiringFold = Box::new(move |firing: ChangeBatch| fold.fold(&firing));
-                Ok(f)
-            }));
+            return Some(Box::new(move || Ok(Box::new(make()?) as FiringFold)));
         }
         let make = self.agg.fold_factory();
-        Some(Box::new(move || {
-            let mut fold = make()?;
-            let f: FiringFold = Box::new(move |firing: ChangeBatch| {
-                Ok(fold
-                    .fold(&firing)?
-                    .map(ChangeBatch::inserts)
-                    .into_iter()
-                    .collect())
-            });
-            Ok(f)
-        }))
+        Some(Box::new(move || Ok(Box::new(make()?) as FiringFold)))
     }
 
     fn as_incremental(&self) -> Option<&IncrementalAggregate> {

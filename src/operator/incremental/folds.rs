@@ -9,9 +9,11 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
+use super::coalesce::Coalescer;
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::deltas;
+use crate::operator::pipelined::FoldFirings;
 use crate::operator::read_through::{ColdThrough, ReadThrough, SplitFiring};
 use crate::operator::{LocalGroupAggregate, StageMetrics};
 
@@ -97,32 +99,61 @@ impl ThroughFold {
 }
 
 /// A worker's fold of its firings where the FINAL reads its cold keys through
-/// ([`IncrementalAggregate::cold_factory`](super::IncrementalAggregate::cold_factory)): the cold keys' rows projected onto the FINAL's
-/// output, the hot keys' rows folded into delta rows, both counted with the fold's counters.
+/// ([`IncrementalAggregate::cold_factory`](super::IncrementalAggregate::cold_factory)): the
+/// cold keys' rows projected onto the FINAL's output and merged per key over the FINAL's
+/// mini-batch ([`Coalescer`]), the hot keys' rows folded into delta rows, both counted with the
+/// fold's counters.
 #[derive(Debug)]
 pub struct ColdFold {
     pub(super) cold: ColdThrough,
     pub(super) deltas: DeltaFold,
+    pub(super) held: Coalescer,
 }
 
-impl ColdFold {
-    /// One firing of the PARTIAL as the FINAL's changes of its cold keys (first, if any) and
-    /// the delta rows of its hot keys (then, if any; a batch of inserts of
-    /// [`DeltaFold::delta_schema`]).
-    ///
-    /// # Errors
-    /// As [`ColdThrough::split`] and [`DeltaFold::fold`].
-    pub fn fold(&mut self, firing: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        fold_cold(&self.cold, &mut self.deltas, firing)
+impl FoldFirings for ColdFold {
+    /// One firing of the PARTIAL as the FINAL's merged changes of its cold keys, where the
+    /// mini-batch of them came due (first), and the delta rows of its hot keys (then; a batch
+    /// of inserts of [`DeltaFold::delta_schema`]).
+    fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let (through, folded) = fold_cold(&self.cold, &mut self.deltas, &firing)?;
+        let merged = match through {
+            Some(through) => self.held.push(through)?,
+            None => None,
+        };
+        Ok(merged
+            .into_iter()
+            .chain(folded.map(ChangeBatch::inserts))
+            .collect())
+    }
+
+    fn flush(&mut self) -> Result<Vec<ChangeBatch>> {
+        Ok(self.held.flush()?.into_iter().collect())
     }
 }
 
-/// [`ColdFold::fold`]: `cold` cuts the firing, `deltas` folds its hot keys' rows.
+impl FoldFirings for DeltaFold {
+    fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        Ok(self
+            .fold(&firing)?
+            .map(ChangeBatch::inserts)
+            .into_iter()
+            .collect())
+    }
+}
+
+impl FoldFirings for ThroughFold {
+    fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        Ok(self.fold(&firing)?.into_iter().collect())
+    }
+}
+
+/// One firing cut by `cold`: its cold keys' rows read through, and its hot keys' delta rows
+/// (`deltas` folds them).
 pub(super) fn fold_cold(
     cold: &ColdThrough,
     deltas: &mut DeltaFold,
     firing: &ChangeBatch,
-) -> Result<Vec<ChangeBatch>> {
+) -> Result<(Option<ChangeBatch>, Option<RecordBatch>)> {
     let start = Instant::now();
     let SplitFiring { through, hot } = cold.split(firing)?;
     let cut = start.elapsed();
@@ -142,10 +173,7 @@ pub(super) fn fold_cold(
             m.batches += 1;
         }
     }
-    Ok(through
-        .into_iter()
-        .chain(folded.map(ChangeBatch::inserts))
-        .collect())
+    Ok((through, folded))
 }
 
 /// Counts one firing taken since `start` in a fold's counters: its rows, and the rows it made.

@@ -44,8 +44,10 @@ use crate::operator::{
 use crate::plan::{AggregatePlan, HotKeys};
 use crate::runtime::Runtime;
 
+mod coalesce;
 mod folds;
 
+use coalesce::Coalescer;
 pub use folds::{ColdFold, DeltaFold, ThroughFold};
 
 /// The FINAL aggregate of split-distinct under Flink's incremental aggregate (see the module
@@ -254,17 +256,21 @@ impl IncrementalAggregate {
     pub fn cold_factory(&self) -> Option<impl Fn() -> Result<ColdFold> + Send + Sync + 'static> {
         let cold = self.cold.clone()?;
         let deltas = self.fold_factory();
+        let (keys, size) = (self.plan.calc.keys.len(), self.config().mini_batch_size);
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let emit_update_before = self.config().emit_update_before;
         Some(move || {
             Ok(ColdFold {
+                held: Coalescer::try_new(
+                    Arc::clone(cold.output()),
+                    keys,
+                    size,
+                    emit_update_before,
+                )?,
                 cold: cold.clone(),
                 deltas: deltas()?,
             })
         })
-    }
-
-    /// Whether it reads the PARTIAL through ([`IncrementalAggregate::read_through`]).
-    pub fn reads_through(&self) -> bool {
-        self.through.is_some()
     }
 
     /// Where it reads the PARTIAL through, what makes each worker of the PARTIAL its projection
@@ -380,13 +386,10 @@ impl IncrementalAggregate {
                 out.push(firing.clone());
                 continue;
             }
-            for batch in folds::fold_cold(cold, &mut self.fold, firing)? {
-                if batch.data.schema() == delta_schema {
-                    deltas.push(batch.data);
-                } else {
-                    out.push(batch);
-                }
-            }
+            // A firing not folded on its worker: its cold keys' changes go as they are.
+            let (through, folded) = folds::fold_cold(cold, &mut self.fold, firing)?;
+            out.extend(through);
+            deltas.extend(folded);
         }
         if deltas.is_empty() {
             return Ok(out);

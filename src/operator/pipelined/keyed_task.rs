@@ -237,7 +237,10 @@ fn apply_and_fire(
         Some(fold) => {
             let mut out = Vec::with_capacity(changes.len());
             for c in changes {
-                out.extend(fold(c)?);
+                out.extend(fold.fold_firing(c)?);
+            }
+            if by_latency || bundle.end || state.is_some() {
+                out.extend(fold.flush()?);
             }
             out
         }

@@ -143,11 +143,28 @@ pub enum Delivery {
 /// Expand).
 pub type PreStages<'a> = &'a (dyn Fn(ChangeBatch) -> Result<Vec<ChangeBatch>> + Sync);
 
-/// What a keyed task does to the changes of each of its firings before they go to the caller:
-/// the batches that go instead, in order (none: nothing goes). Split-distinct's incremental FINAL folds
-/// each firing of the PARTIAL into delta rows this way, on the PARTIAL's workers, as Flink's
-/// `IncrementalGroupAggregate` runs in the PARTIAL's tasks.
-pub type FiringFold = Box<dyn FnMut(ChangeBatch) -> Result<Vec<ChangeBatch>> + Send>;
+/// What a keyed task does to the changes of each of its firings before they go to the caller.
+/// Split-distinct's incremental FINAL folds each firing of the PARTIAL into delta rows this way,
+/// on the PARTIAL's workers, as Flink's `IncrementalGroupAggregate` runs in the PARTIAL's tasks.
+pub trait FoldFirings: Send {
+    /// The batches that go instead of one firing's changes, in order (none: nothing goes).
+    ///
+    /// # Errors
+    /// A firing the fold cannot take.
+    fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>>;
+
+    /// What the fold holds back, handed on at the end of an epoch the latency trigger ended,
+    /// before a checkpoint, and at the end of the input (none by default).
+    ///
+    /// # Errors
+    /// As [`FoldFirings::fold_firing`].
+    fn flush(&mut self) -> Result<Vec<ChangeBatch>> {
+        Ok(vec![])
+    }
+}
+
+/// A keyed task's [`FoldFirings`].
+pub type FiringFold = Box<dyn FoldFirings>;
 
 /// Makes each keyed task its [`FiringFold`].
 pub type PostFiring<'a> = &'a (dyn Fn() -> Result<FiringFold> + Sync);
