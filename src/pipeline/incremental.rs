@@ -46,7 +46,8 @@ impl Stage for IncrementalStage {
 
     /// Each worker of the PARTIAL folds its own firings into delta rows (Flink's
     /// `IncrementalGroupAggregate` in the PARTIAL's tasks); the merge stays here. Where the
-    /// FINAL reads the PARTIAL through, each worker projects its firings instead.
+    /// FINAL reads the PARTIAL through, each worker projects its firings instead; where it reads
+    /// the cold keys through, each worker projects those and folds the hot keys' rows.
     fn firing_fold(&self) -> Option<FoldFactory> {
         if let Some(make) = self.agg.through_factory() {
             return Some(Box::new(move || Ok(Box::new(make()) as FiringFold)));

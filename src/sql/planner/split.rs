@@ -171,7 +171,7 @@ pub(super) fn build_split(
         note.push_str(&format!(
             " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), only hot keys are spread: {why}; every other key's values stay on its own worker.{}",
             if cold_through {
-                " Each of those keys has one PARTIAL row, whose results are the FINAL's: the FINAL reads their changes through (cut at the PARTIAL's firings) and keeps state for the hot keys alone."
+                " Each of those keys has one PARTIAL row, whose results are the FINAL's: the FINAL reads their changes through (each PARTIAL worker merging them per key over the FINAL's mini-batch, where that pays) and keeps state for the hot keys alone."
             } else {
                 ""
             }
