@@ -101,7 +101,7 @@ impl ThroughFold {
 /// A worker's fold of its firings where the FINAL reads its cold keys through
 /// ([`IncrementalAggregate::cold_factory`](super::IncrementalAggregate::cold_factory)): the
 /// cold keys' rows projected onto the FINAL's output and merged per key over the FINAL's
-/// mini-batch ([`Coalescer`]), the hot keys' rows folded into delta rows, both counted with the
+/// mini-batch (`coalesce.rs`), the hot keys' rows folded into delta rows, both counted with the
 /// fold's counters.
 #[derive(Debug)]
 pub struct ColdFold {
