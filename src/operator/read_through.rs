@@ -124,35 +124,51 @@ impl ReadThrough {
     /// # Errors
     /// A firing whose row kinds are not codes, or whose columns do not fit the output.
     pub fn read(&self, firing: &ChangeBatch) -> Result<Option<ChangeBatch>> {
-        let n = firing.num_rows();
-        if n == 0 {
-            return Ok(None);
-        }
-        let columns: Vec<ArrayRef> = self
+        Ok(self.read_rows(firing, None)?.map(|(changes, _)| changes))
+    }
+
+    /// [`ReadThrough::read`] of the rows of `firing` that `rows` selects (all where `None`):
+    /// the FINAL's changes, and which of the selected rows they are (all where `None`). Only
+    /// the columns the FINAL reads are cut.
+    fn read_rows(
+        &self,
+        firing: &ChangeBatch,
+        rows: Option<&BooleanArray>,
+    ) -> Result<Option<(ChangeBatch, Option<BooleanArray>)>> {
+        let mut columns: Vec<ArrayRef> = self
             .columns
             .columns
             .iter()
             .map(|&c| Arc::clone(firing.data.column(c)))
             .collect();
-        let keep = match &firing.op {
+        let mut op = firing.op.clone();
+        if let Some(rows) = rows {
+            for column in &mut columns {
+                *column = filter(column, rows)?;
+            }
+            op = op.map(|o| filter(&o, rows)).transpose()?;
+        }
+        if columns.first().is_none_or(|c| c.is_empty()) {
+            return Ok(None);
+        }
+        let keep = match &op {
             None => None,
             Some(op) => self.kept(op, &columns)?,
         };
         let data = RecordBatch::try_new(Arc::clone(&self.output), columns)
             .map_err(|e| Error::internal(format!("a FINAL read through: {e}")))?;
-        let Some(keep) = keep else {
-            return Ok(Some(ChangeBatch {
-                op: firing.op.clone(),
-                data,
-            }));
-        };
-        kept_rows(
-            &ChangeBatch {
-                op: firing.op.clone(),
-                data,
-            },
-            &keep,
-        )
+        let changes = ChangeBatch { op, data };
+        Ok(match keep {
+            None => Some((changes, None)),
+            Some(keep) => kept_rows(&changes, &keep)?.map(|c| (c, Some(keep))),
+        })
+    }
+
+    /// Whether the FINAL's keys are the PARTIAL's first `query_keys` columns, in order: then
+    /// the hashes of those columns of a firing are the hashes of the FINAL's keys.
+    fn keys_are_query_keys(&self, query_keys: usize) -> bool {
+        self.columns.keys == query_keys
+            && (0..query_keys).eq(self.columns.columns[..query_keys].iter().copied())
     }
 
     /// The rows to keep (`None`: all): not the `-U`/`+U` pairs whose projected rows are equal,
@@ -216,27 +232,40 @@ pub struct ColdThrough {
     through: ReadThrough,
     hot: Arc<HotKeys>,
     /// The PARTIAL's query keys: the first columns of its output, which the hot keys' hashes
-    /// are over.
+    /// are over, and the FINAL's keys.
     query_keys: usize,
+}
+
+/// A firing's cold keys' rows read through.
+#[derive(Debug)]
+pub struct ColdChanges {
+    /// The FINAL's changes.
+    pub changes: ChangeBatch,
+    /// Each row's key hash, as [`tally_kernels::hash::hash_columns`] gives it over the FINAL's
+    /// key columns.
+    pub hashes: Vec<u64>,
 }
 
 /// One firing of the PARTIAL cut by [`ColdThrough::split`].
 #[derive(Debug, Default)]
 pub struct SplitFiring {
-    /// The cold keys' rows, read through: the FINAL's changes.
-    pub through: Option<ChangeBatch>,
+    /// The cold keys' rows, read through.
+    pub through: Option<ColdChanges>,
     /// The hot keys' rows, as the PARTIAL fired them.
     pub hot: Option<ChangeBatch>,
 }
 
 impl ColdThrough {
-    /// Reads through the keys of a PARTIAL of `query_keys` query keys that `hot` does not name.
-    pub fn new(through: ReadThrough, hot: Arc<HotKeys>, query_keys: usize) -> Self {
-        Self {
+    /// Reads through the keys of a PARTIAL of `query_keys` query keys that `hot` does not name;
+    /// `None` unless the FINAL's keys are those query keys, in order (split-distinct's FINAL
+    /// groups by the query's keys), and there is one at least (the one key of an aggregate
+    /// without keys is hot: `HotKeys::is_hot`).
+    pub fn try_new(through: ReadThrough, hot: Arc<HotKeys>, query_keys: usize) -> Option<Self> {
+        (query_keys > 0 && through.keys_are_query_keys(query_keys)).then_some(Self {
             through,
             hot,
             query_keys,
-        }
+        })
     }
 
     /// The FINAL's output schema (that of the rows read through).
@@ -244,9 +273,9 @@ impl ColdThrough {
         self.through.output()
     }
 
-    /// Cuts one firing of the PARTIAL (its changelog) by its keys: the cold keys' rows read
-    /// through, the hot keys' rows as they are. A key's `-U`/`+U` pair stays together (both rows
-    /// hold the key).
+    /// Cuts one firing of the PARTIAL (its changelog) by its keys, hashing each row's key once:
+    /// the cold keys' rows read through, with their hashes, the hot keys' rows as they are. A
+    /// key's `-U`/`+U` pair stays together (both rows hold the key).
     ///
     /// # Errors
     /// Key columns that cannot be hashed (a bug: the plan checked them), and as
@@ -256,44 +285,47 @@ impl ColdThrough {
         if n == 0 {
             return Ok(SplitFiring::default());
         }
-        if self.query_keys == 0 {
-            // The one key of an aggregate without keys is hot (see `HotKeys::is_hot`).
-            return Ok(SplitFiring {
-                through: None,
-                hot: Some(firing.clone()),
-            });
-        }
         let mut hashes = Vec::with_capacity(n);
         tally_kernels::hash::hash_columns(&firing.data.columns()[..self.query_keys], &mut hashes)
             .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
         let hot = BooleanBuffer::collect_bool(n, |r| self.hot.is_hot(Some(hashes[r])));
         let hot_rows = hot.count_set_bits();
-        if hot_rows == 0 {
-            return Ok(SplitFiring {
-                through: self.through.read(firing)?,
-                hot: None,
-            });
-        }
         if hot_rows == n {
             return Ok(SplitFiring {
                 through: None,
                 hot: Some(firing.clone()),
             });
         }
-        let cold = BooleanArray::new(!&hot, None);
-        let through = match kept_rows(firing, &cold)? {
-            Some(rows) => self.through.read(&rows)?,
-            None => None,
+        let cold = (hot_rows > 0).then(|| BooleanArray::new(!&hot, None));
+        let through = self
+            .through
+            .read_rows(firing, cold.as_ref())?
+            .map(|(changes, kept)| {
+                // The hashes of the rows read through: of the cold rows, of those kept.
+                let mut hashes = match &cold {
+                    Some(cold) => selected(&hashes, cold),
+                    None => hashes,
+                };
+                if let Some(kept) = &kept {
+                    hashes = selected(&hashes, kept);
+                }
+                ColdChanges { changes, hashes }
+            });
+        let hot = match hot_rows {
+            0 => None,
+            _ => kept_rows(firing, &BooleanArray::new(hot, None))?,
         };
-        Ok(SplitFiring {
-            through,
-            hot: kept_rows(firing, &BooleanArray::new(hot, None))?,
-        })
+        Ok(SplitFiring { through, hot })
     }
 }
 
+/// The values of `values` that `mask` selects, in order.
+fn selected(values: &[u64], mask: &BooleanArray) -> Vec<u64> {
+    mask.values().set_indices().map(|i| values[i]).collect()
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use arrow::array::{Int8Array, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -317,14 +349,16 @@ mod tests {
         ChangeBatch::try_new(Some(Arc::new(Int8Array::from(codes))), data).unwrap()
     }
 
-    fn output() -> SchemaRef {
+    /// The FINAL's output in these tests: a string key and an Int64 result.
+    pub(crate) fn output() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("k", DataType::Utf8, true),
             Field::new("n", DataType::Int64, false),
         ]))
     }
 
-    fn rows(b: &ChangeBatch) -> Vec<String> {
+    /// The rows of `b` (of [`output`]'s columns) as `+I[key, n]`.
+    pub(crate) fn rows(b: &ChangeBatch) -> Vec<String> {
         let kinds = b.row_kinds().unwrap();
         let k = b.data.column(0).as_string::<i32>();
         let n = b
@@ -395,7 +429,7 @@ mod tests {
             keys: 1,
             unread: true,
         };
-        let cold = ColdThrough::new(ReadThrough::new(columns, output(), true), hot, 1);
+        let cold = ColdThrough::try_new(ReadThrough::new(columns, output(), true), hot, 1).unwrap();
         let f = firing(
             &[
                 Insert,
@@ -412,10 +446,15 @@ mod tests {
             &[0, 1, 2, 1, 2, 1, 2, 0],
         );
         let cut = cold.split(&f).unwrap();
-        assert_eq!(
-            rows(&cut.through.unwrap()),
-            ["+I[a, 1]", "-U[b, 4]", "+U[b, 5]"]
-        );
+        let ColdChanges {
+            changes: through,
+            hashes,
+        } = cut.through.unwrap();
+        assert_eq!(rows(&through), ["+I[a, 1]", "-U[b, 4]", "+U[b, 5]"]);
+        // Each row read through carries its key's hash, as the FINAL's key columns hash.
+        let mut want = vec![];
+        tally_kernels::hash::hash_columns(&through.data.columns()[..1], &mut want).unwrap();
+        assert_eq!(hashes, want);
         let hot_rows = cut.hot.unwrap();
         assert_eq!(hot_rows.data.schema(), f.data.schema());
         let kinds = hot_rows.row_kinds().unwrap();
@@ -428,7 +467,7 @@ mod tests {
         // All cold: read through whole; all hot: handed on whole.
         let only_cold = firing(&[Insert], &["a"], &[1], &[0]);
         let cut = cold.split(&only_cold).unwrap();
-        assert!(cut.hot.is_none() && cut.through.unwrap().num_rows() == 1);
+        assert!(cut.hot.is_none() && cut.through.unwrap().changes.num_rows() == 1);
         let only_hot = firing(&[Insert, Insert], &["h", "h"], &[1, 2], &[0, 0]);
         let cut = cold.split(&only_hot).unwrap();
         assert!(cut.through.is_none() && cut.hot.unwrap().num_rows() == 2);

@@ -21,12 +21,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::AsArray;
-use arrow::array::{Array, ArrayRef, Int8Array, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::compute::interleave;
-use arrow::datatypes::{Int8Type, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
-use hashbrown::HashTable;
+use arrow::datatypes::{DataType, Int8Type, SchemaRef};
+use tally_kernels::group_values::{GroupValues, new_group_values};
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::error::{Error, Result};
@@ -46,8 +44,8 @@ const PASS_WINDOWS: usize = 256;
 /// value (after the last) lie, as (batch, row) of the held batches.
 #[derive(Debug, Clone, Copy)]
 struct Net {
-    /// A row holding the key (to compare keys).
-    at: (u32, u32),
+    /// The held batch (firing) that changed the key first.
+    since: u32,
     /// The value before the first change: the old row of a first `-U` or `-D`.
     first: Option<(u32, u32)>,
     /// Whether the key had a value before the first change (its first row was no `+I`; without
@@ -68,18 +66,36 @@ pub(super) struct Coalescer {
     output: SchemaRef,
     /// The key columns: the first of the output.
     keys: usize,
-    converter: RowConverter,
+    /// The held changes' keys, interned in the order they first changed (a local phase's key
+    /// table), forgotten at each flush.
+    table: Box<dyn GroupValues>,
     size: usize,
     emit_update_before: bool,
     held: Vec<ChangeBatch>,
-    /// The held batches' keys, as rows.
-    held_keys: Vec<Rows>,
+    /// Per held batch, each row's key id in `table`.
+    held_ids: Vec<Vec<u32>>,
     /// Changes held, a key and firing counting one.
     records: usize,
     /// Changes taken and handed on since the last decision, counted as `records`.
     measured: (usize, usize),
     /// Changes left to hand on as they come (none: merging).
     passing: usize,
+}
+
+/// The changes `batch` holds, a key's change counting one: its rows less its `-U` rows (each
+/// goes with the `+U` after it).
+fn changes_in(batch: &ChangeBatch) -> Result<usize> {
+    let befores = match &batch.op {
+        Some(op) => op
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| Error::internal("row kinds that are not Int8 codes"))?
+            .values()
+            .iter()
+            .filter(|&&c| c == RowKind::UpdateBefore.code())
+            .count(),
+        None => 0,
+    };
+    Ok(batch.num_rows() - befores)
 }
 
 impl Coalescer {
@@ -93,57 +109,51 @@ impl Coalescer {
         size: usize,
         emit_update_before: bool,
     ) -> Result<Self> {
-        let fields = output.fields()[..keys]
+        let types: Vec<DataType> = output.fields()[..keys]
             .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
+            .map(|f| f.data_type().clone())
             .collect();
-        let converter = RowConverter::new(fields)
-            .map_err(|e| Error::internal(format!("a FINAL's key rows: {e}")))?;
+        let table = new_group_values(&types)
+            .map_err(|e| Error::internal(format!("a FINAL's key table: {e}")))?;
         Ok(Self {
             output,
             keys,
-            converter,
+            table,
             size: size.max(1),
             emit_update_before,
             held: vec![],
-            held_keys: vec![],
+            held_ids: vec![],
             records: 0,
             measured: (0, 0),
             passing: 0,
         })
     }
 
-    /// Takes the changes of one firing read through; hands on the merged changes of all held
-    /// ones once they count the mini-batch size.
+    /// Takes the changes of one firing read through, with the hash of each row's key
+    /// (`hashes`, as [`tally_kernels::hash::hash_columns`] gives them over the key columns);
+    /// hands on the merged changes of all held ones once they count the mini-batch size.
     ///
     /// # Errors
-    /// As [`Coalescer::flush`].
-    pub(super) fn push(&mut self, changes: ChangeBatch) -> Result<Option<ChangeBatch>> {
-        let n = changes.num_rows();
-        if n == 0 {
+    /// As [`Coalescer::flush`], and keys of other types than the output's (a bug).
+    pub(super) fn push(
+        &mut self,
+        changes: ChangeBatch,
+        hashes: &[u64],
+    ) -> Result<Option<ChangeBatch>> {
+        if changes.num_rows() == 0 {
             return Ok(None);
         }
-        let befores = match &changes.op {
-            Some(op) => op
-                .as_primitive_opt::<Int8Type>()
-                .ok_or_else(|| Error::internal("row kinds that are not Int8 codes"))?
-                .values()
-                .iter()
-                .filter(|&&c| c == RowKind::UpdateBefore.code())
-                .count(),
-            None => 0,
-        };
-        let records = n - befores;
+        let records = changes_in(&changes)?;
         if self.passing > 0 {
             self.passing = self.passing.saturating_sub(records);
             return Ok(Some(changes));
         }
-        let keys = self
-            .converter
-            .convert_columns(&changes.data.columns()[..self.keys])
-            .map_err(|e| Error::internal(format!("a FINAL's key rows: {e}")))?;
+        let mut ids = vec![];
+        self.table
+            .intern(&changes.data.columns()[..self.keys], hashes, &mut ids)
+            .map_err(|e| Error::internal(format!("a FINAL's key table: {e}")))?;
         self.held.push(changes);
-        self.held_keys.push(keys);
+        self.held_ids.push(ids);
         self.records += records;
         if self.records >= self.size {
             return self.flush();
@@ -175,65 +185,54 @@ impl Coalescer {
             return Ok(None);
         }
         let held = std::mem::take(&mut self.held);
-        let keys = std::mem::take(&mut self.held_keys);
+        let ids = std::mem::take(&mut self.held_ids);
         let taken = std::mem::take(&mut self.records);
-        let nets = self.nets(&held, &keys)?;
+        let nets = self.nets(&held, &ids)?;
+        self.table.clear();
         let merged = self.merged(&held, &nets)?;
-        let kept = merged.as_ref().map_or(0, |m| {
-            m.row_kinds().map_or(m.num_rows(), |k| {
-                k.iter().filter(|&&k| k != RowKind::UpdateBefore).count()
-            })
-        });
+        let kept = merged.as_ref().map_or(Ok(0), changes_in)?;
         self.measure(taken, kept);
         Ok(merged)
     }
 
-    /// Each key's first and last value over the held batches, in the order the keys first
-    /// changed.
-    fn nets(&self, held: &[ChangeBatch], keys: &[Rows]) -> Result<Vec<Net>> {
-        let state = ahash::RandomState::with_seeds(7, 11, 13, 17);
-        let mut table: HashTable<u32> = HashTable::new();
-        let mut nets: Vec<Net> = vec![];
-        for (b, (batch, rows)) in held.iter().zip(keys).enumerate() {
-            let kinds = batch.row_kinds()?;
-            for (r, kind) in kinds.into_iter().enumerate() {
-                let key = rows.row(r);
-                let hash = state.hash_one(key.as_ref());
-                let at = (b as u32, r as u32);
-                let found = table.find(hash, |&i| {
-                    let (hb, hr) = nets[i as usize].at;
-                    keys[hb as usize].row(hr as usize) == key
-                });
-                let i = match found {
-                    Some(&i) => i as usize,
-                    None => {
-                        let i = nets.len();
+    /// Each key's first and last value over the held batches (`ids`: each row's key id), in
+    /// the order the keys first changed (a key table need not number keys in row order: one
+    /// over dictionaries numbers a batch's values first).
+    fn nets(&self, held: &[ChangeBatch], ids: &[Vec<u32>]) -> Result<Vec<Net>> {
+        let mut nets: Vec<Option<Net>> = vec![None; self.table.len()];
+        let mut order: Vec<u32> = Vec::with_capacity(nets.len());
+        for (b, (batch, ids)) in held.iter().zip(ids).enumerate() {
+            let b = b as u32;
+            for (r, (kind, &id)) in batch.row_kinds()?.into_iter().zip(ids).enumerate() {
+                let at = (b, r as u32);
+                let net = nets
+                    .get_mut(id as usize)
+                    .ok_or_else(|| Error::internal("a key id past the key table"))?
+                    .get_or_insert_with(|| {
+                        order.push(id);
                         let first =
                             matches!(kind, RowKind::UpdateBefore | RowKind::Delete).then_some(at);
-                        nets.push(Net {
-                            at,
+                        Net {
+                            since: b,
                             first,
                             existed: kind != RowKind::Insert,
                             last: first,
                             gone: None,
                             merged: false,
-                        });
-                        table.insert_unique(hash, i as u32, |&j| {
-                            let (hb, hr) = nets[j as usize].at;
-                            state.hash_one(keys[hb as usize].row(hr as usize).as_ref())
-                        });
-                        i
-                    }
-                };
-                nets[i].merged |= nets[i].at.0 != at.0;
+                        }
+                    });
+                net.merged |= net.since != b;
                 match kind {
-                    RowKind::Insert | RowKind::UpdateAfter => nets[i].last = Some(at),
-                    RowKind::Delete => (nets[i].last, nets[i].gone) = (None, Some(at)),
+                    RowKind::Insert | RowKind::UpdateAfter => net.last = Some(at),
+                    RowKind::Delete => (net.last, net.gone) = (None, Some(at)),
                     RowKind::UpdateBefore => {}
                 }
             }
         }
-        Ok(nets)
+        Ok(order
+            .into_iter()
+            .filter_map(|id| nets[id as usize])
+            .collect())
     }
 
     /// The changes from each key's first value to its last.
@@ -311,15 +310,8 @@ impl Coalescer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::read_through::tests::{output, rows};
     use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
-
-    fn output() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("n", DataType::Int64, false),
-        ]))
-    }
 
     fn changes(rows: &[(RowKind, &str, i64)]) -> ChangeBatch {
         let data = RecordBatch::try_new(
@@ -334,17 +326,15 @@ mod tests {
         ChangeBatch::try_new(Some(Arc::new(Int8Array::from(codes))), data).unwrap()
     }
 
+    /// Pushes `changes` with their keys' hashes, as the cut gives them.
+    fn push(held: &mut Coalescer, changes: ChangeBatch) -> Option<ChangeBatch> {
+        let mut hashes = vec![];
+        tally_kernels::hash::hash_columns(&changes.data.columns()[..1], &mut hashes).unwrap();
+        held.push(changes, &hashes).unwrap()
+    }
+
     fn shown(b: Option<ChangeBatch>) -> Vec<String> {
-        let Some(b) = b else { return vec![] };
-        let kinds = b.row_kinds().unwrap();
-        let k = b.data.column(0).as_string::<i32>();
-        let n = b
-            .data
-            .column(1)
-            .as_primitive::<arrow::datatypes::Int64Type>();
-        (0..b.num_rows())
-            .map(|i| format!("{}[{}, {}]", kinds[i].short(), k.value(i), n.value(i)))
-            .collect()
+        b.as_ref().map(rows).unwrap_or_default()
     }
 
     /// Held changes merge per key, in the order the keys first changed, into the change from
@@ -366,7 +356,7 @@ mod tests {
             (UpdateBefore, "e", 7),
             (UpdateAfter, "e", 8),
         ]);
-        assert!(held.push(first).unwrap().is_none());
+        assert!(push(&mut held, first).is_none());
         let second = changes(&[
             (UpdateBefore, "a", 1),
             (UpdateAfter, "a", 5),
@@ -377,7 +367,7 @@ mod tests {
             (UpdateBefore, "e", 8),
             (UpdateAfter, "e", 9),
         ]);
-        assert!(held.push(second).unwrap().is_none());
+        assert!(push(&mut held, second).is_none());
         assert_eq!(
             shown(held.flush().unwrap()),
             ["+I[a, 5]", "-D[d, 4]", "-U[e, 7]", "+U[e, 9]"]
@@ -390,10 +380,10 @@ mod tests {
             (UpdateBefore, "b", 1),
             (UpdateAfter, "b", 2),
         ]);
-        assert!(held.push(two).unwrap().is_none());
+        assert!(push(&mut held, two).is_none());
         let third = changes(&[(Insert, "c", 1)]);
         assert_eq!(
-            shown(held.push(third).unwrap()),
+            shown(push(&mut held, third)),
             ["+I[a, 1]", "-U[b, 1]", "+U[b, 2]", "+I[c, 1]"]
         );
     }
@@ -412,7 +402,7 @@ mod tests {
             (Insert, "c", 1),
             (UpdateAfter, "c", 2),
         ]);
-        assert!(held.push(rows).unwrap().is_none());
+        assert!(push(&mut held, rows).is_none());
         assert_eq!(
             shown(held.flush().unwrap()),
             ["+U[a, 3]", "-D[b, 5]", "+I[c, 2]"]
@@ -430,12 +420,12 @@ mod tests {
         for i in 0..MEASURED_WINDOWS * 2 {
             let key = format!("k{i}");
             let b = changes(&[(Insert, &key, 1)]);
-            handed += other_keys.push(b).unwrap().map_or(0, |b| b.num_rows());
+            handed += push(&mut other_keys, b).map_or(0, |b| b.num_rows());
         }
         // Every change kept: merging stopped; the next change goes on at once.
         assert_eq!(handed, MEASURED_WINDOWS * 2);
         assert_eq!(other_keys.passing, PASS_WINDOWS * 2);
-        let next = other_keys.push(changes(&[(Insert, "x", 1)])).unwrap();
+        let next = push(&mut other_keys, changes(&[(Insert, "x", 1)]));
         assert_eq!(shown(next), ["+I[x, 1]"]);
         let mut same_keys = Coalescer::try_new(output(), 1, 2, true).unwrap();
         for i in 0..MEASURED_WINDOWS * 4 {
@@ -443,7 +433,7 @@ mod tests {
                 (UpdateBefore, "a", i as i64),
                 (UpdateAfter, "a", i as i64 + 1),
             ]);
-            same_keys.push(b).unwrap();
+            push(&mut same_keys, b);
         }
         assert_eq!(same_keys.passing, 0);
     }

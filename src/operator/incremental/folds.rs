@@ -14,7 +14,7 @@ use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::deltas;
 use crate::operator::pipelined::FoldFirings;
-use crate::operator::read_through::{ColdThrough, ReadThrough, SplitFiring};
+use crate::operator::read_through::{ColdChanges, ColdThrough, ReadThrough, SplitFiring};
 use crate::operator::{LocalGroupAggregate, StageMetrics};
 
 /// The fold of the PARTIAL's firings into delta rows: each firing becomes one row of delta
@@ -117,7 +117,7 @@ impl FoldFirings for ColdFold {
     fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let (through, folded) = fold_cold(&self.cold, &mut self.deltas, &firing)?;
         let merged = match through {
-            Some(through) => self.held.push(through)?,
+            Some(cold) => self.held.push(cold.changes, &cold.hashes)?,
             None => None,
         };
         Ok(merged
@@ -147,13 +147,13 @@ impl FoldFirings for ThroughFold {
     }
 }
 
-/// One firing cut by `cold`: its cold keys' rows read through, and its hot keys' delta rows
-/// (`deltas` folds them).
+/// One firing cut by `cold`: its cold keys' rows read through (with their keys' hashes), and
+/// its hot keys' delta rows (`deltas` folds them).
 pub(super) fn fold_cold(
     cold: &ColdThrough,
     deltas: &mut DeltaFold,
     firing: &ChangeBatch,
-) -> Result<(Option<ChangeBatch>, Option<RecordBatch>)> {
+) -> Result<(Option<ColdChanges>, Option<RecordBatch>)> {
     let start = Instant::now();
     let SplitFiring { through, hot } = cold.split(firing)?;
     let cut = start.elapsed();
@@ -167,7 +167,7 @@ pub(super) fn fold_cold(
     {
         let mut m = deltas.metrics.lock().unwrap_or_else(|e| e.into_inner());
         m.rows_in += cold_rows as u64;
-        m.rows_out += through.as_ref().map_or(0, ChangeBatch::num_rows) as u64;
+        m.rows_out += through.as_ref().map_or(0, |c| c.changes.num_rows()) as u64;
         m.busy += cut;
         if hot.is_none() {
             m.batches += 1;

@@ -20,6 +20,12 @@
 //! tasks keyed by the FINAL's keys: each delta row goes to the shard of its key's key group,
 //! the shards merge what a push holds side by side on the runtime's workers, and each fires on
 //! its own count of delta rows. A key's changes keep their order; the FINAL is no serial step.
+//!
+//! Where a key has exactly one PARTIAL row, its results are the FINAL's, and the FINAL reads
+//! them through instead ([`crate::operator::read_through`]): every key on one worker, or on
+//! several, where only hot keys are spread, every cold key (`reading.rs`, `folds.rs`), the
+//! workers then merging their cold keys' changes over the FINAL's mini-batch
+//! (`coalesce.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -213,7 +219,7 @@ impl IncrementalAggregate {
             }
             // A firing not folded on its worker: its cold keys' changes go as they are.
             let (through, folded) = folds::fold_cold(cold, &mut self.fold, firing)?;
-            out.extend(through);
+            out.extend(through.map(|cold| cold.changes));
             deltas.extend(folded);
         }
         if deltas.is_empty() {

@@ -39,8 +39,9 @@ impl IncrementalAggregate {
     /// ([`crate::operator::read_through::ColdThrough`]) where `hot` names the keys spread over
     /// the PARTIAL `partial`'s workers (each of which merges the buckets: every other key has
     /// exactly one PARTIAL row, on the worker of the key alone), the FINAL is a function of
-    /// that row, no state TTL is set, and the FINAL's output is told apart from its delta rows
-    /// by schema. Returns whether it does. Once a firing has passed, the mode stays as it is.
+    /// that row over the same keys, no state TTL is set, and the FINAL's output is told apart
+    /// from its delta rows by schema. Returns whether it does. Once a firing has passed, the
+    /// mode stays as it is.
     ///
     /// # Errors
     /// Switching after firings have passed.
@@ -49,12 +50,7 @@ impl IncrementalAggregate {
         partial: &AggregatePlan,
         hot: Option<&Arc<HotKeys>>,
     ) -> Result<bool> {
-        let cold = match (hot, self.cold_through_of(partial)) {
-            (Some(hot), Some((through, query_keys))) => {
-                Some(ColdThrough::new(through, Arc::clone(hot), query_keys))
-            }
-            _ => None,
-        };
+        let cold = hot.and_then(|hot| self.cold_through_of(partial, Arc::clone(hot)));
         if cold.is_some() == self.cold.is_some() {
             return Ok(cold.is_some());
         }
@@ -63,21 +59,22 @@ impl IncrementalAggregate {
         Ok(self.cold.is_some())
     }
 
-    /// Whether the FINAL can read the cold keys of the PARTIAL `partial` through, where only hot
-    /// keys are spread ([`IncrementalAggregate::read_cold_through`]).
+    /// Whether the FINAL can read the cold keys of the PARTIAL `partial` through, whichever
+    /// keys are hot ([`IncrementalAggregate::read_cold_through`]).
     pub fn cold_through_fits(&self, partial: &AggregatePlan) -> bool {
-        self.cold_through_of(partial).is_some()
+        self.cold_through_of(partial, Arc::new(HotKeys::from_hashes([])))
+            .is_some()
     }
 
-    /// [`IncrementalAggregate::through_of`] for the cold keys, with the PARTIAL's query keys;
-    /// `None` also where the key has no columns (its one key is hot) or where the FINAL's
-    /// output could not be told from its delta rows by schema.
-    fn cold_through_of(&self, partial: &AggregatePlan) -> Option<(ReadThrough, usize)> {
+    /// [`IncrementalAggregate::through_of`] for the keys `hot` does not name
+    /// ([`ColdThrough::try_new`]); `None` also where the FINAL's output could not be told from
+    /// its delta rows by schema.
+    fn cold_through_of(&self, partial: &AggregatePlan, hot: Arc<HotKeys>) -> Option<ColdThrough> {
         let buckets = partial.bucket_keys.as_ref().map_or(0, |b| b.columns);
         let query_keys = partial.key_types.len().saturating_sub(buckets);
         self.through_of(partial)
-            .filter(|t| query_keys > 0 && *t.output() != self.fold.delta_schema())
-            .map(|t| (t, query_keys))
+            .filter(|t| *t.output() != self.fold.delta_schema())
+            .and_then(|t| ColdThrough::try_new(t, hot, query_keys))
     }
 
     /// The projection of `partial`'s one row per key onto the output, where the FINAL is a
