@@ -203,6 +203,28 @@ fn buckets_of<T: KeyNative>(values: &[T], buckets: u64) -> Vec<i32> {
     bucket_hashes(values.iter().map(|v| v.key_hash(&rs)), buckets)
 }
 
+/// The bucket of each of `values` (none NULL), as [`bucket_array`] gives it for an array of
+/// them, without the array: for values held in another form (a DISTINCT table's entries, kept
+/// as bits).
+///
+/// # Errors
+/// When `buckets` is 0.
+pub fn bucket_natives<T: KeyNative>(
+    values: impl Iterator<Item = T>,
+    buckets: u32,
+) -> Result<Vec<i32>, ArrowError> {
+    if buckets == 0 {
+        return Err(ArrowError::InvalidArgumentError(
+            "the number of buckets must be positive".to_string(),
+        ));
+    }
+    let rs = random_state();
+    Ok(bucket_hashes(
+        values.map(|v| v.key_hash(&rs)),
+        u64::from(buckets),
+    ))
+}
+
 /// The bucket of each hash in `0..buckets`: its high bits spread by a multiply, then the
 /// remainder.
 #[inline(always)]

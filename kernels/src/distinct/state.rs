@@ -14,6 +14,7 @@ use super::lines::for_each_pair;
 use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
 use crate::accumulator::entry_lists;
+use crate::hash::{bucket_array, bucket_natives};
 use crate::id_counts::count_ids;
 
 impl DistinctAccumulator {
@@ -81,8 +82,14 @@ impl DistinctAccumulator {
     /// When the values cannot be built.
     pub fn live_entries(&self) -> Result<LiveEntries, ArrowError> {
         let (groups, bits, counters) = self.entries_where(Some);
+        let values = match &self.values {
+            // Built only when asked for ([`LiveEntries::values`]): a flush routes entries of
+            // 32- and 64-bit integers by their bits alone.
+            Values::Bits => EntryValues::Bits(self.arg_type.clone()),
+            Values::Interned { .. } => EntryValues::Built(self.values_of(&bits)?),
+        };
         Ok(LiveEntries {
-            values: self.values_of(&bits)?,
+            values,
             groups,
             bits,
             counters,
@@ -346,10 +353,47 @@ impl DistinctAccumulator {
 pub struct LiveEntries {
     /// Each entry's group.
     pub groups: Vec<u32>,
-    /// Each entry's value: one array of the argument's type.
-    pub values: ArrayRef,
+    values: EntryValues,
     bits: Vec<u64>,
     counters: Vec<i64>,
+}
+
+/// The values of [`LiveEntries`]: their bits alone (values of this type), or an array built.
+#[derive(Debug)]
+enum EntryValues {
+    Bits(DataType),
+    Built(ArrayRef),
+}
+
+impl LiveEntries {
+    /// Each entry's value: one array of the argument's type.
+    ///
+    /// # Errors
+    /// When the array cannot be built.
+    pub fn values(&self) -> Result<ArrayRef, ArrowError> {
+        match &self.values {
+            EntryValues::Bits(dt) => from_bits(&self.bits, dt),
+            EntryValues::Built(values) => Ok(Arc::clone(values)),
+        }
+    }
+
+    /// Each entry's split-distinct bucket of `buckets`, as [`bucket_array`] gives it for
+    /// [`LiveEntries::values`]: 32- and 64-bit integers are bucketed from their bits, without
+    /// the array.
+    ///
+    /// # Errors
+    /// When `buckets` is 0, or the values cannot be hashed.
+    pub fn buckets(&self, buckets: u32) -> Result<Vec<i32>, ArrowError> {
+        match &self.values {
+            EntryValues::Bits(DataType::Int64) => {
+                bucket_natives(self.bits.iter().map(|&b| b as i64), buckets)
+            }
+            EntryValues::Bits(DataType::Int32) => {
+                bucket_natives(self.bits.iter().map(|&b| b as i32), buckets)
+            }
+            _ => Ok(bucket_array(&self.values()?, buckets)?.values().to_vec()),
+        }
+    }
 }
 
 /// Entries to place by row: each one's value bits, [`DistinctAccumulator::counter_of`] and row.

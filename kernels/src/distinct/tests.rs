@@ -465,7 +465,7 @@ fn entries_placed_in_rows_are_the_groups_entries() {
             .unwrap();
 
         let entries = acc.live_entries().unwrap();
-        let (entry_groups, entry_values) = (&entries.groups, &entries.values);
+        let (entry_groups, entry_values) = (&entries.groups, &entries.values().unwrap());
         assert_eq!(entry_groups.len(), entry_values.len());
         // Two rows per group, chosen by the value's parity.
         let parity = |i: usize| match arg {
@@ -600,5 +600,42 @@ fn entries_are_placed_alike_in_one_a_few_or_many_rows() {
                 assert!(few.iter().skip(1).step_by(2).all(Vec::is_empty));
             }
         }
+    }
+}
+
+/// The buckets of a table's entries, read from their bits where the values are 32- or 64-bit
+/// integers, are the buckets of the values themselves, negative values included; for other
+/// types they are read from the values.
+#[test]
+fn entry_buckets_are_the_buckets_of_their_values() {
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(
+            (0..400i64).map(|v| (v - 200) * 7_919 + (v << 40)),
+        )),
+        Arc::new(arrow_array::Int32Array::from_iter_values(
+            (0..400i32).map(|v| (v - 200) * 104_729),
+        )),
+        Arc::new(arrow_array::StringArray::from_iter_values(
+            (0..400).map(|v| format!("v{v}")),
+        )),
+    ];
+    for values in arrays {
+        let mut acc =
+            DistinctAccumulator::try_new(values.data_type(), &[AggregateKind::Count], false)
+                .unwrap();
+        acc.for_local_phase();
+        let gids: Vec<u32> = (0..values.len() as u32).map(|i| i % 3).collect();
+        acc.apply(&values, &gids, &[None], 3, 1).unwrap();
+        let entries = acc.live_entries().unwrap();
+        for buckets in [1u32, 16, 1024, 1000] {
+            let expected = crate::hash::bucket_array(&entries.values().unwrap(), buckets).unwrap();
+            assert_eq!(
+                entries.buckets(buckets).unwrap(),
+                expected.values().to_vec(),
+                "{} values, {buckets} buckets",
+                values.data_type()
+            );
+        }
+        assert!(entries.buckets(0).is_err());
     }
 }

@@ -26,7 +26,6 @@ use std::time::Instant;
 use arrow::array::Int64Array;
 use arrow::datatypes::DataType;
 use tally_kernels::group_values::{BucketedKeyHash, NO_ROUTE};
-use tally_kernels::hash::bucket_array;
 use tally_kernels::id_counts::count_ids;
 
 use super::LocalGroupAggregate;
@@ -247,16 +246,8 @@ impl LocalGroupAggregate {
             let mut at: Vec<u32> = Vec::with_capacity(groups.len());
             match routes.slot_sets[slot] {
                 Some(j) => {
-                    let b = bucket_array(&e.values, routes.buckets)?;
-                    routes.place(
-                        groups,
-                        b.values(),
-                        j,
-                        &prefixes,
-                        (&home, &cold),
-                        kg,
-                        &mut at,
-                    );
+                    let b = e.buckets(routes.buckets)?;
+                    routes.place(groups, &b, j, &prefixes, (&home, &cold), kg, &mut at);
                 }
                 None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
             }

@@ -52,7 +52,7 @@ pub(super) struct SplitDecision {
 
 /// The rows per key hash in the first rows of a source, and the source rows read ([`sample`]).
 pub(super) struct Sample {
-    counts: HashMap<u64, u64>,
+    counts: HashMap<u64, u64, ahash::RandomState>,
     rows: usize,
 }
 
@@ -91,7 +91,9 @@ fn sample(agg: &datafusion_expr::logical_plan::Aggregate, built: &Built) -> Resu
     if let Some(read) = columns_read_by(&built.stages, Some(plan.calc.columns_read())) {
         table.unread_columns = table.unread_outside(&read);
     }
-    let mut counts: HashMap<u64, u64> = HashMap::new();
+    // The keys are hashes already: ahash rather than std's SipHash, which took a third of
+    // the sample's instructions (15 of 41 M over q15's 106,496 rows).
+    let mut counts: HashMap<u64, u64, ahash::RandomState> = HashMap::default();
     let (mut rows, mut hashes) = (0usize, vec![]);
     'read: for batch in table.open(SAMPLE_BATCH)? {
         let batch = batch?;
