@@ -243,20 +243,24 @@ impl Coalescer {
             .iter()
             .filter(|n| n.merged && n.first.is_some() && n.last.is_some())
             .collect();
-        let pick = |at: &mut dyn Iterator<Item = (u32, u32)>| -> Result<Vec<ArrayRef>> {
+        // The rows at `at` of the held batches' columns `cols`.
+        let pick = |at: &mut dyn Iterator<Item = (u32, u32)>,
+                    cols: std::ops::Range<usize>|
+         -> Result<Vec<ArrayRef>> {
             let at: Vec<(usize, usize)> = at.map(|(b, r)| (b as usize, r as usize)).collect();
-            (0..self.output.fields().len())
-                .map(|c| {
-                    let columns: Vec<&dyn Array> =
-                        held.iter().map(|h| h.data.column(c).as_ref()).collect();
-                    Ok(interleave(&columns, &at)?)
-                })
-                .collect()
+            cols.map(|c| {
+                let columns: Vec<&dyn Array> =
+                    held.iter().map(|h| h.data.column(c).as_ref()).collect();
+                Ok(interleave(&columns, &at)?)
+            })
+            .collect()
         };
         let changed = {
-            let olds = pick(&mut both.iter().filter_map(|n| n.first))?;
-            let news = pick(&mut both.iter().filter_map(|n| n.last))?;
-            changed_rows(&olds[self.keys..], &news[self.keys..])?
+            // A key's old and new rows share its keys: only the other columns are compared.
+            let values = self.keys..self.output.fields().len();
+            let olds = pick(&mut both.iter().filter_map(|n| n.first), values.clone())?;
+            let news = pick(&mut both.iter().filter_map(|n| n.last), values)?;
+            changed_rows(&olds, &news)?
         };
         let mut rows: Vec<(u32, u32)> = vec![];
         let mut kinds: Vec<i8> = vec![];
@@ -299,7 +303,7 @@ impl Coalescer {
         if rows.is_empty() {
             return Ok(None);
         }
-        let columns = pick(&mut rows.into_iter())?;
+        let columns = pick(&mut rows.into_iter(), 0..self.output.fields().len())?;
         let data = RecordBatch::try_new(Arc::clone(&self.output), columns)
             .map_err(|e| Error::internal(format!("a FINAL's merged changes: {e}")))?;
         let op: ArrayRef = Arc::new(Int8Array::from(kinds));
