@@ -186,8 +186,14 @@ pub fn bucket_array(
     let values = match array.data_type() {
         // The common arguments hashed and bucketed in one pass (the value under a NULL is
         // bucketed too: it is never read).
-        DataType::Int64 => buckets_of(array.as_primitive::<Int64Type>().values(), n),
-        DataType::Int32 => buckets_of(array.as_primitive::<Int32Type>().values(), n),
+        DataType::Int64 => bucket_natives(
+            array.as_primitive::<Int64Type>().values().iter().copied(),
+            buckets,
+        )?,
+        DataType::Int32 => bucket_natives(
+            array.as_primitive::<Int32Type>().values().iter().copied(),
+            buckets,
+        )?,
         _ => {
             let mut hashes = Vec::new();
             hash_columns(std::slice::from_ref(array), &mut hashes)?;
@@ -195,12 +201,6 @@ pub fn bucket_array(
         }
     };
     Ok(PrimitiveArray::new(values.into(), array.logical_nulls()))
-}
-
-/// The buckets of primitive `values` (see [`bucket_array`]), each hashed as a key.
-fn buckets_of<T: KeyNative>(values: &[T], buckets: u64) -> Vec<i32> {
-    let rs = random_state();
-    bucket_hashes(values.iter().map(|v| v.key_hash(&rs)), buckets)
 }
 
 /// The bucket of each of `values` (none NULL), as [`bucket_array`] gives it for an array of
