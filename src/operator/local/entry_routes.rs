@@ -112,12 +112,12 @@ impl EntryRoutes {
         }
     }
 
-    /// Appends to `at` the place (`w * n + g`: worker `w`, key `g` of the `n` whose hashes are
-    /// `prefixes`, None without key columns) of each entry of bucket column `j` (of key
-    /// `groups[i]`, its value's bucket `buckets[i]`). A cold key's entries (`cold[g]`, where
-    /// `cold` is not empty) go to its `home` worker. A hot key with enough entries is routed
-    /// by its block of routes, found once; each bucket's route is computed the first time it
-    /// comes. Other keys' entries are routed by their hashes.
+    /// Appends to `at` the place ([`Places::of`]: key `g` of the `n` whose hashes are
+    /// `prefixes`, None without key columns, on worker `w`) of each entry of bucket column `j`
+    /// (of key `groups[i]`, its value's bucket `buckets[i]`). A cold key's entries go to its
+    /// home worker. A hot key with enough entries is routed by its block of routes, found once;
+    /// each bucket's route is computed the first time it comes. Other keys' entries are routed
+    /// by their hashes.
     #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
@@ -125,13 +125,13 @@ impl EntryRoutes {
         buckets: &[i32],
         j: usize,
         prefixes: &[Option<u64>],
-        (home, cold): (&[usize], &[bool]),
+        places: &Places,
         kg: &KeyGroups,
         at: &mut Vec<u32>,
     ) {
         let n = prefixes.len();
         let prefix = |g: u32| prefixes[g as usize];
-        let is_cold = |g: usize| cold.get(g).copied().unwrap_or(false);
+        let is_cold = |g: usize| !places.spread[g];
         let mut per_key = vec![0u32; n];
         if n == 1 {
             per_key[0] = groups.len() as u32;
@@ -148,17 +148,19 @@ impl EntryRoutes {
         }
         self.make_room(per_key.iter().filter(|&&e| e >= BLOCK_MIN_ENTRIES).count());
         if n == 1 && per_key[0] >= BLOCK_MIN_ENTRIES {
-            // One key (a hot one): its block's routes, by bucket, are the places.
+            // One key (a hot one): its block's routes, by bucket, give the places.
             let start = self.block(prefix(0), j);
             let block = &mut self.routes[start..start + self.buckets as usize];
             let (key_hash, prefix) = (&self.key_hash, prefix(0));
+            // The key is spread (a cold key's entries take no block): its places by worker.
+            let base = places.base[0];
             at.extend(buckets.iter().map(|&b| {
                 // A bucket is in `0..buckets`: a DISTINCT value is never NULL.
                 let r = &mut block[b as usize];
                 if *r == NO_ROUTE {
                     *r = kg.worker_of_hash(key_hash.hash(prefix, Some((j, b)))) as u16;
                 }
-                u32::from(*r)
+                base + u32::from(*r)
             }));
             return;
         }
@@ -166,7 +168,7 @@ impl EntryRoutes {
         for (&g, &b) in groups.iter().zip(buckets) {
             let gi = g as usize;
             let w = if is_cold(gi) {
-                home[gi]
+                places.home[gi]
             } else if per_key[gi] < BLOCK_MIN_ENTRIES {
                 kg.worker_of_hash(self.key_hash.hash(prefix(g), Some((j, b))))
             } else {
@@ -179,7 +181,7 @@ impl EntryRoutes {
                 }
                 usize::from(*r)
             };
-            at.push((w * n + gi) as u32);
+            at.push(places.of(gi, w));
         }
     }
 
@@ -194,6 +196,75 @@ impl EntryRoutes {
         self.routes.resize(start + width, NO_ROUTE);
         self.blocks.insert((prefix, j), start);
         start
+    }
+}
+
+/// The places of a flush's rows and DISTINCT entries, numbered key by key: a cold key has one,
+/// on its home worker (where its entries, its rows that made none and its plain state go); any
+/// other key one per worker, where its entries' buckets route them. Only the places that get
+/// something become output rows, so a flush costs in its keys and entries, not in its keys
+/// times the workers.
+struct Places {
+    /// Each key's first place.
+    base: Vec<u32>,
+    /// Each key's home worker.
+    home: Vec<usize>,
+    /// Whether a key's entries go by their buckets (it is not cold).
+    spread: Vec<bool>,
+    /// The places in all.
+    len: usize,
+}
+
+impl Places {
+    /// The places of keys whose home workers are `home`, those that `cold` marks (where it is
+    /// not empty) cold, over `workers` workers.
+    ///
+    /// # Errors
+    /// More places than `u32` numbers.
+    fn new(home: Vec<usize>, cold: &[bool], workers: usize) -> Result<Self> {
+        let spread: Vec<bool> = (0..home.len())
+            .map(|g| !cold.get(g).copied().unwrap_or(false))
+            .collect();
+        let mut base = Vec::with_capacity(home.len());
+        let mut len = 0usize;
+        for &s in &spread {
+            base.push(u32::try_from(len).map_err(|_| {
+                Error::internal("a flush of more (key, worker) places than u32 holds")
+            })?);
+            len += if s { workers } else { 1 };
+        }
+        if u32::try_from(len).is_err() {
+            return Err(Error::internal(
+                "a flush of more (key, worker) places than u32 holds",
+            ));
+        }
+        Ok(Self {
+            base,
+            home,
+            spread,
+            len,
+        })
+    }
+
+    /// The place of key `g` on worker `w` (a cold key's only place, whatever `w`).
+    fn of(&self, g: usize, w: usize) -> u32 {
+        self.base[g] + if self.spread[g] { w as u32 } else { 0 }
+    }
+
+    /// The place of key `g` on its home worker.
+    fn home_of(&self, g: usize) -> u32 {
+        self.of(g, self.home[g])
+    }
+
+    /// Key `g`'s places, each with its worker.
+    fn of_key(&self, g: usize, workers: usize) -> impl Iterator<Item = (usize, u32)> {
+        let (first, count) = if self.spread[g] {
+            (0, workers)
+        } else {
+            (self.home[g], 1)
+        };
+        let base = self.base[g];
+        (0..count).map(move |i| (first + i, base + i as u32))
     }
 }
 
@@ -226,20 +297,14 @@ impl LocalGroupAggregate {
             Some(hot) => prefixes.iter().map(|&p| !hot.is_hot(p)).collect(),
             None => vec![],
         };
-        // Each DISTINCT entry's (worker, key) place, `w * n + g` (the output rows run worker by
-        // worker, then key by key), and the entries of each place.
+        let places = Places::new(home, &cold, p)?;
+        // Each DISTINCT entry's place ([`Places`]), and the entries of each place.
         let live = self.state.live_entries()?;
-        let places_n = n * p;
-        if u32::try_from(places_n).is_err() {
-            return Err(Error::internal(
-                "a flush of more (key, worker) places than u32 holds",
-            ));
-        }
-        let mut entries = vec![0u64; places_n];
-        let mut places: Vec<Option<Vec<u32>>> = Vec::with_capacity(live.len());
+        let mut entries = vec![0u64; places.len];
+        let mut at_places: Vec<Option<Vec<u32>>> = Vec::with_capacity(live.len());
         for (slot, entries_of) in live.iter().enumerate() {
             let Some(e) = entries_of else {
-                places.push(None);
+                at_places.push(None);
                 continue;
             };
             let groups = &e.groups;
@@ -247,24 +312,24 @@ impl LocalGroupAggregate {
             match routes.slot_sets[slot] {
                 Some(j) => {
                     let b = e.buckets(routes.buckets)?;
-                    routes.place(groups, &b, j, &prefixes, (&home, &cold), kg, &mut at);
+                    routes.place(groups, &b, j, &prefixes, &places, kg, &mut at);
                 }
-                None => at.extend(groups.iter().map(|&g| (home[g as usize] * n) as u32 + g)),
+                None => at.extend(groups.iter().map(|&g| places.home_of(g as usize))),
             }
             count_ids(&at, &mut entries);
-            places.push(Some(at));
+            at_places.push(Some(at));
         }
         // Rows per place: its entries, and at the key's home the rows that made none.
         let mut counts = entries;
         for g in 0..n {
-            let made: u64 = (0..p).map(|w| counts[w * n + g]).sum();
-            counts[home[g] * n + g] += rows[g].saturating_sub(made);
+            let made: u64 = places.of_key(g, p).map(|(_, at)| counts[at as usize]).sum();
+            counts[places.home_of(g) as usize] += rows[g].saturating_sub(made);
         }
         // A plain slot's state travels in the key's row at its home, which the rows of a set
         // without DISTINCT calls give it (`BucketKeys::call_sets`); a key without one there
         // would lose that state.
         let plain_slots = live.iter().any(Option::is_none);
-        if plain_slots && (0..n).any(|g| rows[g] > 0 && counts[home[g] * n + g] == 0) {
+        if plain_slots && (0..n).any(|g| rows[g] > 0 && counts[places.home_of(g) as usize] == 0) {
             return Err(Error::internal(
                 "a flush by entry routes found no row for a key's plain state",
             ));
@@ -274,25 +339,35 @@ impl LocalGroupAggregate {
         // worker when the local phase steps aside (the adaptive local phase).
         let all: u64 = rows.iter().sum();
         let hot_share = counts.iter().copied().max().unwrap_or(0) as f64 / all.max(1) as f64;
-        // The places that get anything are the output rows, in place order.
-        let mut row_of = vec![u32::MAX; places_n];
-        let (mut groups, mut row_workers, mut bounds) = (vec![], vec![], vec![0]);
-        for w in 0..p {
-            for g in 0..n {
-                if counts[w * n + g] > 0 {
-                    row_of[w * n + g] = groups.len() as u32;
-                    groups.push(g as u32);
-                    row_workers.push(w);
+        // The places that get anything are the output rows, worker by worker, then key by key.
+        let mut by_worker: Vec<Vec<(u32, u32)>> = vec![vec![]; p];
+        for g in 0..n {
+            for (w, at) in places.of_key(g, p) {
+                if counts[at as usize] > 0 {
+                    by_worker[w].push((g as u32, at));
                 }
+            }
+        }
+        let mut row_of = vec![u32::MAX; places.len];
+        let (mut groups, mut row_workers, mut row_places, mut bounds) =
+            (vec![], vec![], vec![], vec![0]);
+        for (w, rows_of) in by_worker.into_iter().enumerate() {
+            for (g, at) in rows_of {
+                row_of[at as usize] = groups.len() as u32;
+                groups.push(g);
+                row_workers.push(w);
+                row_places.push(at);
             }
             bounds.push(groups.len());
         }
         let routing = start.elapsed();
-        // Each entry's row: its place's, the place itself where every place is a row.
-        let entry_rows: Vec<Option<Vec<u32>>> = if groups.len() == places_n {
-            places
+        // Each entry's row: its place's, the place itself where places and rows are numbered
+        // alike (one key, spread, every worker getting a row).
+        let same = row_of.iter().enumerate().all(|(i, &r)| r as usize == i);
+        let entry_rows: Vec<Option<Vec<u32>>> = if same {
+            at_places
         } else {
-            places
+            at_places
                 .into_iter()
                 .map(|at| Some(at?.iter().map(|&a| row_of[a as usize]).collect()))
                 .collect()
@@ -302,14 +377,16 @@ impl LocalGroupAggregate {
         let plain: Vec<u32> = groups
             .iter()
             .zip(&row_workers)
-            .map(|(&g, &w)| if w == home[g as usize] { g } else { empty })
+            .map(|(&g, &w)| {
+                if w == places.home[g as usize] {
+                    g
+                } else {
+                    empty
+                }
+            })
             .collect();
         self.state.grow_plain(n + 1)?;
-        let row_counts: Vec<u64> = groups
-            .iter()
-            .zip(&row_workers)
-            .map(|(&g, &w)| counts[w * n + g as usize])
-            .collect();
+        let row_counts: Vec<u64> = row_places.iter().map(|&at| counts[at as usize]).collect();
         let batch = self.accumulator_batch(
             self.groups.keys(&groups)?,
             self.state.state_placed(&plain, &live, &entry_rows)?,
@@ -336,5 +413,43 @@ impl LocalGroupAggregate {
             routing,
             entries: entries_out,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cold key has one place, on its home worker, whatever worker is asked; any other key one
+    /// per worker; the places are numbered key by key without gaps.
+    #[test]
+    fn cold_keys_have_one_place_and_the_others_one_per_worker() {
+        let places = Places::new(vec![2, 0, 1], &[false, true, false], 3).unwrap();
+        assert_eq!(places.len, 3 + 1 + 3);
+        assert_eq!(
+            (0..3).map(|w| places.of(0, w)).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            (0..3).map(|w| places.of(1, w)).collect::<Vec<_>>(),
+            [3, 3, 3]
+        );
+        assert_eq!(
+            (0..3).map(|w| places.of(2, w)).collect::<Vec<_>>(),
+            [4, 5, 6]
+        );
+        assert_eq!(
+            (0..3).map(|g| places.home_of(g)).collect::<Vec<_>>(),
+            [2, 3, 5]
+        );
+        assert_eq!(places.of_key(1, 3).collect::<Vec<_>>(), [(0, 3)]);
+        assert_eq!(
+            places.of_key(2, 3).collect::<Vec<_>>(),
+            [(0, 4), (1, 5), (2, 6)]
+        );
+        // Without cold keys (every key spread), each key has a place per worker.
+        let all = Places::new(vec![1, 1], &[], 2).unwrap();
+        assert_eq!(all.len, 4);
+        assert_eq!(all.home_of(1), 3);
     }
 }
