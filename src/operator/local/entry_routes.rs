@@ -211,6 +211,8 @@ struct Places {
     home: Vec<usize>,
     /// Whether a key's entries go by their buckets (it is not cold).
     spread: Vec<bool>,
+    /// The workers: a spread key's places.
+    workers: usize,
     /// The places in all.
     len: usize,
 }
@@ -228,9 +230,8 @@ impl Places {
         let mut base = Vec::with_capacity(home.len());
         let mut len = 0usize;
         for &s in &spread {
-            base.push(u32::try_from(len).map_err(|_| {
-                Error::internal("a flush of more (key, worker) places than u32 holds")
-            })?);
+            // Each base is below `len`, checked once at the end.
+            base.push(len as u32);
             len += if s { workers } else { 1 };
         }
         if u32::try_from(len).is_err() {
@@ -242,6 +243,7 @@ impl Places {
             base,
             home,
             spread,
+            workers,
             len,
         })
     }
@@ -257,9 +259,9 @@ impl Places {
     }
 
     /// Key `g`'s places, each with its worker.
-    fn of_key(&self, g: usize, workers: usize) -> impl Iterator<Item = (usize, u32)> {
+    fn of_key(&self, g: usize) -> impl Iterator<Item = (usize, u32)> {
         let (first, count) = if self.spread[g] {
-            (0, workers)
+            (0, self.workers)
         } else {
             (self.home[g], 1)
         };
@@ -322,7 +324,7 @@ impl LocalGroupAggregate {
         // Rows per place: its entries, and at the key's home the rows that made none.
         let mut counts = entries;
         for g in 0..n {
-            let made: u64 = places.of_key(g, p).map(|(_, at)| counts[at as usize]).sum();
+            let made: u64 = places.of_key(g).map(|(_, at)| counts[at as usize]).sum();
             counts[places.home_of(g) as usize] += rows[g].saturating_sub(made);
         }
         // A plain slot's state travels in the key's row at its home, which the rows of a set
@@ -342,7 +344,7 @@ impl LocalGroupAggregate {
         // The places that get anything are the output rows, worker by worker, then key by key.
         let mut by_worker: Vec<Vec<(u32, u32)>> = vec![vec![]; p];
         for g in 0..n {
-            for (w, at) in places.of_key(g, p) {
+            for (w, at) in places.of_key(g) {
                 if counts[at as usize] > 0 {
                     by_worker[w].push((g as u32, at));
                 }
@@ -442,9 +444,9 @@ mod tests {
             (0..3).map(|g| places.home_of(g)).collect::<Vec<_>>(),
             [2, 3, 5]
         );
-        assert_eq!(places.of_key(1, 3).collect::<Vec<_>>(), [(0, 3)]);
+        assert_eq!(places.of_key(1).collect::<Vec<_>>(), [(0, 3)]);
         assert_eq!(
-            places.of_key(2, 3).collect::<Vec<_>>(),
+            places.of_key(2).collect::<Vec<_>>(),
             [(0, 4), (1, 5), (2, 6)]
         );
         // Without cold keys (every key spread), each key has a place per worker.
