@@ -127,6 +127,17 @@ pub(crate) fn accumulator_schema(plan: &AggregatePlan, accs: &Accumulators) -> S
     Arc::new(Schema::new(fields))
 }
 
+/// Each row's key hash of a firing, as [`hash_columns`] gives it over the firing's first `keys`
+/// columns (the keys the firing worker's state is keyed by): what the state hashed when it
+/// interned them, handed on so that a fold of the firing does not hash them again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyHashes {
+    /// The key columns hashed: the firing's first.
+    pub keys: usize,
+    /// One hash per row of the firing.
+    pub hashes: Vec<u64>,
+}
+
 /// The keyed state of one operator (see the module docs). A deleted or expired group keeps its
 /// id, with reset accumulators, until the table is rebuilt without it ([`KeyedState::rebuilt`]).
 #[derive(Debug)]
@@ -288,6 +299,23 @@ impl KeyedState {
             cols.push(arrow::array::new_null_array(t, ids.len()));
         }
         Ok(cols)
+    }
+
+    /// The key hashes of groups `ids` (a firing's rows), over the keys the state holds.
+    ///
+    /// # Errors
+    /// An id out of range.
+    pub(crate) fn key_hashes(&self, ids: &[u32]) -> Result<KeyHashes> {
+        let all = self.groups.hashes();
+        let hashes = ids
+            .iter()
+            .map(|&g| all.get(g as usize).copied())
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| Error::internal("a fired group past the key table"))?;
+        Ok(KeyHashes {
+            keys: self.state_keys,
+            hashes,
+        })
     }
 
     /// Groups in the table, dead ones included.

@@ -23,6 +23,7 @@ use arrow::compute::{concat, interleave, or};
 use crate::changelog::{ChangeBatch, RowKind, op_array};
 use crate::error::{Error, Result};
 use crate::operator::GroupAggregate;
+use crate::operator::keyed::KeyHashes;
 use crate::plan::CalcBatch;
 
 /// When a mini-batch ends: after `size` rows, or when the clock crosses a multiple of the
@@ -442,6 +443,18 @@ impl GroupAggregate {
             }
         }
         Ok(())
+    }
+
+    /// The key hashes of the rows the next [`GroupAggregate::emit`] emits as its changelog
+    /// batch, in order; `None` where it emits none, or delta rows instead.
+    ///
+    /// # Errors
+    /// A pending group past the key table (a bug).
+    pub(super) fn pending_key_hashes(&self) -> Result<Option<KeyHashes>> {
+        if self.deltas.is_some() || self.pending.kinds.is_empty() {
+            return Ok(None);
+        }
+        self.keyed.key_hashes(&self.pending.groups).map(Some)
     }
 
     /// Emits the transitions collected since the last call as one changelog batch, then

@@ -42,7 +42,7 @@ pub mod snapshot;
 pub use builder::GroupAggregateBuilder;
 pub use group_aggregate::GroupAggregate;
 pub use incremental::IncrementalAggregate;
-pub use keyed::hash_keys;
+pub use keyed::{KeyHashes, hash_keys};
 pub use local::LocalGroupAggregate;
 pub use metrics::{
     AggregateMetrics, LocalPhaseMetrics, Metrics, RuntimeMetrics, StageMetrics, TaskMetrics,

@@ -28,6 +28,7 @@ use tally_kernels::aggregates::AggregateKind;
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::error::{Error, Result};
+use crate::operator::keyed::KeyHashes;
 use crate::operator::mini_batch::changed_rows;
 use crate::plan::{AggregatePlan, HotKeys};
 
@@ -281,13 +282,36 @@ impl ColdThrough {
     /// Key columns that cannot be hashed (a bug: the plan checked them), and as
     /// [`ReadThrough::read`].
     pub fn split(&self, firing: &ChangeBatch) -> Result<SplitFiring> {
+        self.split_hashed(firing, None)
+    }
+
+    /// [`ColdThrough::split`], taking each row's key hash from `known` where it holds the
+    /// hashes of the firing's query keys (as the PARTIAL's worker hashed them when it interned
+    /// the keys) instead of hashing the keys again.
+    ///
+    /// # Errors
+    /// As [`ColdThrough::split`].
+    pub fn split_hashed(
+        &self,
+        firing: &ChangeBatch,
+        known: Option<KeyHashes>,
+    ) -> Result<SplitFiring> {
         let n = firing.num_rows();
         if n == 0 {
             return Ok(SplitFiring::default());
         }
-        let mut hashes = Vec::with_capacity(n);
-        tally_kernels::hash::hash_columns(&firing.data.columns()[..self.query_keys], &mut hashes)
-            .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
+        let hashes = match known {
+            Some(k) if k.keys == self.query_keys && k.hashes.len() == n => k.hashes,
+            _ => {
+                let mut hashes = Vec::with_capacity(n);
+                tally_kernels::hash::hash_columns(
+                    &firing.data.columns()[..self.query_keys],
+                    &mut hashes,
+                )
+                .map_err(|e| Error::internal(format!("key hashes: {e}")))?;
+                hashes
+            }
+        };
         let hot = BooleanBuffer::collect_bool(n, |r| self.hot.is_hot(Some(hashes[r])));
         let hot_rows = hot.count_set_bits();
         if hot_rows == n {
@@ -471,5 +495,43 @@ pub(crate) mod tests {
         let only_hot = firing(&[Insert, Insert], &["h", "h"], &[1, 2], &[0, 0]);
         let cut = cold.split(&only_hot).unwrap();
         assert!(cut.through.is_none() && cut.hot.unwrap().num_rows() == 2);
+        // Key hashes handed on with a firing decide the cut in place of its keys' own: here
+        // they call every row's key the hot one's. Hashes over other keys, or of another
+        // number of rows, are left unread.
+        let hot_hash = KeyHashes {
+            keys: 1,
+            hashes: vec![hashes_of(&["h"])[0]; 3],
+        };
+        let f = firing(
+            &[Insert, Insert, Insert],
+            &["a", "b", "h"],
+            &[1, 2, 3],
+            &[0, 0, 0],
+        );
+        let cut = cold.split_hashed(&f, Some(hot_hash.clone())).unwrap();
+        assert!(cut.through.is_none() && cut.hot.unwrap().num_rows() == 3);
+        for unread in [
+            KeyHashes {
+                keys: 2,
+                ..hot_hash.clone()
+            },
+            KeyHashes {
+                keys: 1,
+                hashes: hot_hash.hashes[..2].to_vec(),
+            },
+        ] {
+            let cut = cold.split_hashed(&f, Some(unread)).unwrap();
+            let through = cut.through.unwrap();
+            assert_eq!(through.hashes, hashes_of(&["a", "b"]));
+            assert_eq!(cut.hot.unwrap().num_rows(), 1);
+        }
+    }
+
+    /// The hashes of string keys, as a firing's one key column hashes.
+    fn hashes_of(keys: &[&str]) -> Vec<u64> {
+        let column: ArrayRef = Arc::new(StringArray::from(keys.to_vec()));
+        let mut hashes = vec![];
+        tally_kernels::hash::hash_columns(&[column], &mut hashes).unwrap();
+        hashes
     }
 }

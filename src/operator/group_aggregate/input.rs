@@ -7,6 +7,7 @@ use super::{Firing, GroupAggregate, Input};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::exchange::Routed;
+use crate::operator::keyed::KeyHashes;
 use crate::operator::local::FlushedPart;
 use crate::plan::CalcBatch;
 
@@ -190,13 +191,35 @@ impl GroupAggregate {
     /// As [`GroupAggregate::push_changes`].
     pub fn finish(&mut self) -> Result<Vec<ChangeBatch>> {
         let mut out = vec![];
+        self.fire_now()?;
+        self.emit(&mut out)?;
+        Ok(out)
+    }
+
+    /// [`GroupAggregate::finish`], and with its changelog batch each row's key hash, as the
+    /// state hashed the key when it interned it (`None` where it fires delta rows or nothing):
+    /// a fold of the firing then does not hash the keys again.
+    ///
+    /// # Errors
+    /// As [`GroupAggregate::finish`].
+    pub(crate) fn finish_hashed(&mut self) -> Result<(Vec<ChangeBatch>, Option<KeyHashes>)> {
+        self.fire_now()?;
+        // Taken before the emission, whose compaction may renumber the groups.
+        let hashes = self.pending_key_hashes()?;
+        let mut out = vec![];
+        self.emit(&mut out)?;
+        // The emission makes one batch of the pending rows, one row each.
+        let hashes = hashes.filter(|h| matches!(&out[..], [b] if b.num_rows() == h.hashes.len()));
+        Ok((out, hashes))
+    }
+
+    /// Fires the pending mini-batch now, whatever its trigger.
+    fn fire_now(&mut self) -> Result<()> {
         self.set_now();
         if let Firing::Own(trigger) = &mut self.firing {
             trigger.reset();
         }
-        self.fire()?;
-        self.emit(&mut out)?;
-        Ok(out)
+        self.fire()
     }
 
     /// Takes rows routed to this worker, in order. With mini-batch on they join the pending
@@ -341,5 +364,75 @@ impl GroupAggregate {
             }
         }
         self.maybe_compact()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_expr::col;
+
+    use crate::aggregates::count_star;
+    use crate::{Config, GroupAggregate};
+
+    /// A firing's key hashes, handed on with it, are its rows' hashes over their key columns,
+    /// in order: a firing of new keys, then one of updates (each `-U`/`+U` pair one key's)
+    /// and a new key, NULL keys among them.
+    #[test]
+    fn a_firing_hands_on_its_key_hashes() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let config = Config::from_pairs([
+            ("table.exec.mini-batch.enabled", "true"),
+            ("table.exec.mini-batch.allow-latency", "1 h"),
+            ("table.exec.mini-batch.size", "1000"),
+        ])
+        .unwrap();
+        let mut agg = GroupAggregate::builder(Arc::clone(&schema))
+            .group_by([col("k"), col("n")])
+            .aggregate([count_star()])
+            .config(config)
+            .build()
+            .unwrap();
+        let batch = |k: Vec<Option<&str>>, n: Vec<Option<i64>>| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(StringArray::from(k)),
+                    Arc::new(Int64Array::from(n)),
+                ],
+            )
+            .unwrap()
+        };
+        let firings = [
+            batch(
+                vec![Some("a"), Some("b"), None, Some("a")],
+                vec![Some(1), Some(2), Some(3), None],
+            ),
+            batch(
+                vec![Some("b"), Some("c"), Some("a"), Some("b")],
+                vec![Some(2), Some(9), None, Some(2)],
+            ),
+        ];
+        for b in &firings {
+            agg.push(b).unwrap();
+            let (fired, hashes) = agg.finish_hashed().unwrap();
+            let [out] = &fired[..] else {
+                panic!("{} batches fired", fired.len());
+            };
+            let hashes = hashes.unwrap();
+            assert_eq!(hashes.keys, 2);
+            let mut want = vec![];
+            tally_kernels::hash::hash_columns(&out.data.columns()[..2], &mut want).unwrap();
+            assert_eq!(hashes.hashes, want);
+        }
+        // Nothing pending: nothing fired, no hashes.
+        let (fired, hashes) = agg.finish_hashed().unwrap();
+        assert!(fired.is_empty() && hashes.is_none());
     }
 }

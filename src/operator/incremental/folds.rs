@@ -13,6 +13,7 @@ use super::coalesce::Coalescer;
 use crate::changelog::ChangeBatch;
 use crate::error::Result;
 use crate::operator::deltas;
+use crate::operator::keyed::KeyHashes;
 use crate::operator::pipelined::FoldFirings;
 use crate::operator::read_through::{ColdChanges, ColdThrough, ReadThrough, SplitFiring};
 use crate::operator::{LocalGroupAggregate, StageMetrics};
@@ -115,7 +116,35 @@ impl FoldFirings for ColdFold {
     /// mini-batch of them came due (first), and the delta rows of its hot keys (then; a batch
     /// of inserts of [`DeltaFold::delta_schema`]).
     fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let (through, folded) = fold_cold(&self.cold, &mut self.deltas, &firing)?;
+        self.fold_cold_firing(firing, None)
+    }
+
+    fn takes_key_hashes(&self) -> bool {
+        true
+    }
+
+    fn fold_hashed_firing(
+        &mut self,
+        firing: ChangeBatch,
+        hashes: KeyHashes,
+    ) -> Result<Vec<ChangeBatch>> {
+        self.fold_cold_firing(firing, Some(hashes))
+    }
+
+    fn flush(&mut self) -> Result<Vec<ChangeBatch>> {
+        Ok(self.held.flush()?.into_iter().collect())
+    }
+}
+
+impl ColdFold {
+    /// [`FoldFirings::fold_firing`], with the firing's key hashes where its worker handed them
+    /// on.
+    fn fold_cold_firing(
+        &mut self,
+        firing: ChangeBatch,
+        hashes: Option<KeyHashes>,
+    ) -> Result<Vec<ChangeBatch>> {
+        let (through, folded) = fold_cold(&self.cold, &mut self.deltas, &firing, hashes)?;
         let merged = match through {
             Some(cold) => self.held.push(cold.changes, &cold.hashes)?,
             None => None,
@@ -124,10 +153,6 @@ impl FoldFirings for ColdFold {
             .into_iter()
             .chain(folded.map(ChangeBatch::inserts))
             .collect())
-    }
-
-    fn flush(&mut self) -> Result<Vec<ChangeBatch>> {
-        Ok(self.held.flush()?.into_iter().collect())
     }
 }
 
@@ -148,14 +173,16 @@ impl FoldFirings for ThroughFold {
 }
 
 /// One firing cut by `cold`: its cold keys' rows read through (with their keys' hashes), and
-/// its hot keys' delta rows (`deltas` folds them).
+/// its hot keys' delta rows (`deltas` folds them); `hashes`, where known, are the firing's key
+/// hashes ([`ColdThrough::split_hashed`]).
 pub(super) fn fold_cold(
     cold: &ColdThrough,
     deltas: &mut DeltaFold,
     firing: &ChangeBatch,
+    hashes: Option<KeyHashes>,
 ) -> Result<(Option<ColdChanges>, Option<RecordBatch>)> {
     let start = Instant::now();
-    let SplitFiring { through, hot } = cold.split(firing)?;
+    let SplitFiring { through, hot } = cold.split_hashed(firing, hashes)?;
     let cut = start.elapsed();
     // The hot keys' rows are a firing of the delta fold, which counts them; the cold keys' rows
     // and the cut are counted here.

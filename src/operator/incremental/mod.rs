@@ -218,7 +218,7 @@ impl IncrementalAggregate {
                 continue;
             }
             // A firing not folded on its worker: its cold keys' changes go as they are.
-            let (through, folded) = folds::fold_cold(cold, &mut self.fold, firing)?;
+            let (through, folded) = folds::fold_cold(cold, &mut self.fold, firing, None)?;
             out.extend(through.map(|cold| cold.changes));
             deltas.extend(folded);
         }

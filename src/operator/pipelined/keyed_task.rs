@@ -219,8 +219,17 @@ fn apply_and_fire(
         worker.agg.merge_routed(&accumulators)?;
     }
     bundle.taken += n_rows + n_acc;
+    // The firing's key hashes, where the fold reads them.
+    let mut hashed = None;
     if bundle.fires(by_latency, checkpoint.is_some()) {
-        changes.extend(worker.agg.finish()?);
+        if fold.as_ref().is_some_and(|f| f.takes_key_hashes()) {
+            // Hashes come with a firing of one batch, which ends the changes.
+            let (fired, hashes) = worker.agg.finish_hashed()?;
+            hashed = hashes;
+            changes.extend(fired);
+        } else {
+            changes.extend(worker.agg.finish()?);
+        }
         bundle.taken = 0;
         task.epochs += 1;
     }
@@ -236,8 +245,12 @@ fn apply_and_fire(
     let changes = match fold {
         Some(fold) => {
             let mut out = Vec::with_capacity(changes.len());
-            for c in changes {
-                out.extend(fold.fold_firing(c)?);
+            let last = changes.len().saturating_sub(1);
+            for (i, c) in changes.into_iter().enumerate() {
+                match hashed.take_if(|_| i == last) {
+                    Some(hashes) => out.extend(fold.fold_hashed_firing(c, hashes)?),
+                    None => out.extend(fold.fold_firing(c)?),
+                }
             }
             if by_latency || bundle.end || state.is_some() {
                 out.extend(fold.flush()?);

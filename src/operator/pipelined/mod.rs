@@ -66,6 +66,7 @@ use arrow::array::RecordBatch;
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::ParallelAggregate;
+use crate::operator::keyed::KeyHashes;
 use crate::operator::metrics::{LocalPhaseMetrics, RuntimeMetrics, TaskMetrics, TaskRole};
 use crate::operator::mini_batch::Trigger;
 use crate::plan::BucketFill;
@@ -152,6 +153,27 @@ pub trait FoldFirings: Send {
     /// # Errors
     /// A firing the fold cannot take.
     fn fold_firing(&mut self, firing: ChangeBatch) -> Result<Vec<ChangeBatch>>;
+
+    /// Whether the fold reads its firings' key hashes ([`FoldFirings::fold_hashed_firing`]): its
+    /// keyed task then hands them on (false by default).
+    fn takes_key_hashes(&self) -> bool {
+        false
+    }
+
+    /// [`FoldFirings::fold_firing`] given each row's key hash, as the firing worker's state
+    /// hashed it (over the firing's first `hashes.keys` columns). By default the hashes are
+    /// left unread.
+    ///
+    /// # Errors
+    /// As [`FoldFirings::fold_firing`].
+    fn fold_hashed_firing(
+        &mut self,
+        firing: ChangeBatch,
+        hashes: KeyHashes,
+    ) -> Result<Vec<ChangeBatch>> {
+        let _ = hashes;
+        self.fold_firing(firing)
+    }
 
     /// What the fold holds back, handed on at the end of an epoch the latency trigger ended,
     /// before a checkpoint, and at the end of the input (none by default).
