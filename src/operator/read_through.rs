@@ -444,10 +444,7 @@ pub(crate) mod tests {
     #[test]
     fn a_firing_is_cut_into_cold_keys_read_through_and_hot_keys_as_they_are() {
         use RowKind::*;
-        let mut hashes = vec![];
-        let hot_key: ArrayRef = Arc::new(StringArray::from(vec!["h"]));
-        tally_kernels::hash::hash_columns(&[hot_key], &mut hashes).unwrap();
-        let hot = Arc::new(HotKeys::from_hashes(hashes));
+        let hot = Arc::new(HotKeys::from_hashes(hashes_of(&["h"])));
         let columns = ThroughColumns {
             columns: vec![0, 2],
             keys: 1,

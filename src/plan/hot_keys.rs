@@ -30,8 +30,8 @@ use crate::error::{Error, Result};
 /// function of its hash is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HotKeys {
-    /// Sorted, without repeats.
-    hashes: Vec<u64>,
+    /// How many hashes are hot.
+    len: usize,
     /// The hashes other than 0 in an open-addressed table of a power of two slots, at most a
     /// quarter full (0: an empty slot), where a lookup takes a load or two: where the sources
     /// leave cold keys' buckets NULL, every row's key is looked up.
@@ -57,7 +57,7 @@ impl HotKeys {
         }
         let zero = hashes.first() == Some(&0);
         Self {
-            hashes,
+            len: hashes.len(),
             slots,
             zero,
         }
@@ -65,12 +65,12 @@ impl HotKeys {
 
     /// How many keys are hot.
     pub fn len(&self) -> usize {
-        self.hashes.len()
+        self.len
     }
 
     /// Whether no key is hot (every key stays with its worker).
     pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
+        self.len == 0
     }
 
     /// Whether the key whose query keys hash to `prefix` is hot; without key columns (`None`)
