@@ -268,6 +268,22 @@ impl GroupAggregate {
         self.keyed.merge_buckets(on)
     }
 
+    /// Takes `plan` (the same query, with other hot keys: [`AggregatePlan::with_hot_keys`])
+    /// in place of its own, before it holds state.
+    ///
+    /// # Errors
+    /// An operator that holds state ([`GroupAggregate::holds_state`]).
+    pub(crate) fn replace_plan(&mut self, plan: Arc<AggregatePlan>) -> Result<()> {
+        if self.holds_state() {
+            return Err(Error::internal(
+                "an aggregate changed its plan while holding state",
+            ));
+        }
+        self.keyed.replace_plan(Arc::clone(&plan))?;
+        self.plan = plan;
+        Ok(())
+    }
+
     /// Whether it holds groups or a pending mini-batch.
     pub(crate) fn holds_state(&self) -> bool {
         self.keyed.len() > 0 || self.has_pending()

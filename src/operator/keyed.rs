@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::local::FlushedPart;
 use crate::operator::local_ids::KnownIds;
-use crate::plan::AggregatePlan;
+use crate::plan::{AggregatePlan, HOT_KEYS_METADATA, HotKeys};
 
 /// A snapshot's `$last_write_ms` for a group written without a TTL.
 pub(crate) const UNSTAMPED: i64 = i64::MIN;
@@ -195,7 +195,9 @@ impl KeyedState {
     /// every bucket it owns, instead of one group per (key, bucket): the FINAL adds up the
     /// workers' partial results as it adds up the buckets', since the buckets a worker owns are
     /// whole. Such state cannot be cut by key group (a snapshot refuses it:
-    /// `GroupAggregate::snapshot`), so a run that takes checkpoints keeps every key.
+    /// `GroupAggregate::snapshot`), so a run that takes checkpoints keys its state by every
+    /// key: one group per (key, bucket) for a hot key, one per key for a cold one, whose
+    /// buckets are NULL (`AggregatePlan::leave_cold`).
     ///
     /// # Errors
     /// State already held (a bug: the caller checks); a key type that cannot be a key.
@@ -391,7 +393,32 @@ impl KeyedState {
         let mut fields: Vec<Field> = acc.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new("$last_write_ms", DataType::Int64, false));
         fields.push(Field::new("$input_rows", DataType::UInt64, false));
-        Arc::new(Schema::new(fields))
+        // A split PARTIAL's state holds a cold key under NULL buckets: its snapshot says which
+        // keys were hot, for the restoring run to route their rows the same way.
+        let metadata = match &self.plan.bucket_keys {
+            Some(b) => [(
+                HOT_KEYS_METADATA.to_string(),
+                HotKeys::describe(b.hot.as_deref()),
+            )]
+            .into(),
+            None => Default::default(),
+        };
+        Arc::new(Schema::new_with_metadata(fields, metadata))
+    }
+
+    /// Takes `plan` (the same query, with other hot keys: [`AggregatePlan::with_hot_keys`])
+    /// in place of its own, before any group is held.
+    ///
+    /// # Errors
+    /// Groups held (a bug: the caller checks).
+    pub(crate) fn replace_plan(&mut self, plan: Arc<AggregatePlan>) -> Result<()> {
+        if !self.groups.is_empty() {
+            return Err(Error::internal(
+                "keyed state changed its plan while holding groups",
+            ));
+        }
+        self.plan = plan;
+        Ok(())
     }
 
     /// The snapshot rows of groups `ids` (all live), of `schema` ([`KeyedState::snapshot_schema`]).

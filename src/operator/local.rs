@@ -198,6 +198,21 @@ impl LocalGroupAggregate {
         Ok(())
     }
 
+    /// Takes `plan` (the same query, with other hot keys: [`AggregatePlan::with_hot_keys`])
+    /// in place of its own, between flushes.
+    ///
+    /// # Errors
+    /// Rows folded since the last flush (a bug: the caller checks).
+    pub(crate) fn replace_plan(&mut self, plan: Arc<AggregatePlan>) -> Result<()> {
+        if self.keys() > 0 {
+            return Err(Error::internal(
+                "a local phase changed its plan with rows folded",
+            ));
+        }
+        self.plan = plan;
+        Ok(())
+    }
+
     /// Whether it folds a split PARTIAL's rows by the query's keys, whatever their buckets
     /// ([`LocalGroupAggregate::merge_buckets`]).
     pub(crate) fn merges_buckets(&self) -> bool {
@@ -249,7 +264,7 @@ impl LocalGroupAggregate {
         if n == 0 {
             return Ok(());
         }
-        let cb = self.plan.calc.evaluate(changes)?;
+        let cb = self.plan.evaluate(changes)?;
         self.intern(&cb)?;
         self.fold_interned(&cb, 1)
     }
@@ -303,7 +318,7 @@ impl LocalGroupAggregate {
         if n == 0 {
             return Ok(());
         }
-        let cb = self.plan.calc.evaluate(rows)?;
+        let cb = self.plan.evaluate(rows)?;
         self.intern(&cb)?;
         let total = self.len();
         self.count1.resize(total, 0);
@@ -350,7 +365,7 @@ impl LocalGroupAggregate {
         if n == 0 {
             return Ok(None);
         }
-        let cb = self.plan.calc.evaluate(rows)?;
+        let cb = self.plan.evaluate(rows)?;
         let groups: Vec<u32> = (0..n as u32).collect();
         self.state.apply(&cb, &groups, None, None, n)?;
         let batch = self.accumulator_batch(

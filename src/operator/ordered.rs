@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use tally_kernels::hash::hash_columns_after;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -139,10 +140,20 @@ impl ParallelAggregate {
                 let mut out = Vec::with_capacity(slices.len());
                 for s in slices {
                     let start = Instant::now();
-                    let cb = plan.calc.evaluate(&s)?;
+                    let mut cb = plan.calc.evaluate(&s)?;
+                    // A split's cold keys go with the key alone; the query keys' hashes, where
+                    // that looked them up, go on to the bucket columns.
+                    let prefix = plan.leave_cold(&mut cb)?;
                     rows += cb.num_rows as u64;
                     let mut hashes = vec![];
-                    hash_keys(&cb.keys, cb.num_rows, &mut hashes)?;
+                    match &prefix {
+                        Some(prefix) => {
+                            let buckets = plan.bucket_keys.as_ref().map_or(0, |b| b.columns);
+                            let query_keys = cb.keys.len() - buckets;
+                            hash_columns_after(prefix, &cb.keys[query_keys..], &mut hashes)?;
+                        }
+                        None => hash_keys(&cb.keys, cb.num_rows, &mut hashes)?,
+                    }
                     let routing = Instant::now();
                     calc_busy += routing - start;
                     let hashed = Hashed {

@@ -3,6 +3,8 @@
 //! times, input rows) and imported into an operator without state; compaction is the same export
 //! and import into fresh tables, so that the memory of deleted and expired groups is returned.
 
+use std::sync::Arc;
+
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 
@@ -10,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::operator::exchange::route_snapshots;
 use crate::operator::keyed::hash_keys;
 use crate::operator::{GroupAggregate, ParallelAggregate};
+use crate::plan::{AggregatePlan, HOT_KEYS_METADATA, HotKeys};
 
 /// The fewest dead (deleted or expired) groups that make a compaction due; it also needs at
 /// least as many dead groups as live ones, so its cost is amortized over the deletions that
@@ -70,6 +73,14 @@ impl GroupAggregate {
     /// An operator with state, a batch of another schema (another query), or a key present
     /// twice.
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        if self.holds_state() {
+            return Err(Error::invalid_input(
+                "restore needs an operator without state",
+            ));
+        }
+        if let Some(hot) = recorded_hot_keys(&self.plan, batches)? {
+            self.replace_plan(Arc::new(self.plan.with_hot_keys(hot)))?;
+        }
         let k = self.plan.key_types.len();
         let mut parts = Vec::with_capacity(batches.len());
         for b in batches {
@@ -140,6 +151,33 @@ impl crate::checkpoint::Checkpointed for GroupAggregate {
     }
 }
 
+/// The hot keys a split PARTIAL's snapshot `batches` were keyed under, where they are not
+/// those `plan` names (Some(None): every key spread, as in a snapshot that records none, of an
+/// earlier Tally); None where they are the same, for a plan without buckets, and for a
+/// snapshot without groups, which any run may restore.
+///
+/// # Errors
+/// Hot keys recorded in another form (a corrupt snapshot).
+fn recorded_hot_keys(
+    plan: &AggregatePlan,
+    batches: &[RecordBatch],
+) -> Result<Option<Option<HotKeys>>> {
+    let Some(first) = batches.iter().find(|b| b.num_rows() > 0) else {
+        return Ok(None);
+    };
+    if plan.bucket_keys.is_none() {
+        return Ok(None);
+    }
+    let recorded = match first.schema().metadata().get(HOT_KEYS_METADATA) {
+        Some(text) => HotKeys::parse(text)?,
+        None => None,
+    };
+    if recorded.as_ref() == plan.hot_keys().map(|h| h.as_ref()) {
+        return Ok(None);
+    }
+    Ok(Some(recorded))
+}
+
 /// Checks that a snapshot batch was made for this operator's query.
 fn check_snapshot_schema(expected: &SchemaRef, batch: &RecordBatch) -> Result<()> {
     let got = batch.schema();
@@ -202,6 +240,23 @@ impl ParallelAggregate {
     /// # Errors
     /// As [`GroupAggregate::restore_snapshot`].
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
+        if self.workers.iter().any(|w| w.agg.holds_state())
+            || self.locals.iter().any(|l| l.keys() > 0)
+        {
+            return Err(Error::invalid_input(
+                "restore needs an operator without state",
+            ));
+        }
+        if let Some(hot) = recorded_hot_keys(&self.plan, batches)? {
+            let plan = Arc::new(self.plan.with_hot_keys(hot));
+            for w in &mut self.workers {
+                w.agg.replace_plan(Arc::clone(&plan))?;
+            }
+            for l in &mut self.locals {
+                l.replace_plan(Arc::clone(&plan))?;
+            }
+            self.plan = plan;
+        }
         // Each key is hashed once: the hash routes the group and interns it in its worker.
         let parts = route_snapshots(batches, self.plan.key_types.len(), &self.key_groups)?;
         let tasks: Vec<_> = self.workers.iter_mut().zip(parts).collect();
@@ -221,5 +276,113 @@ impl crate::checkpoint::Checkpointed for ParallelAggregate {
     }
     fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         ParallelAggregate::restore_snapshot(self, batches)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow::array::{Array, ArrayRef, BooleanArray, Int32Array, Int64Array};
+    use tally_kernels::hash::hash_columns;
+
+    use super::*;
+    use crate::changelog::ChangeBatch;
+    use crate::config::Config;
+    use crate::plan::split_fixture;
+
+    fn key_hash(k: i64) -> u64 {
+        let mut h = vec![];
+        hash_columns(&[Arc::new(Int64Array::from(vec![k])) as ArrayRef], &mut h).unwrap();
+        h[0]
+    }
+
+    /// The split fixture's PARTIAL over 4 buckets, naming `hot`.
+    fn partial(hot: Option<HotKeys>) -> GroupAggregate {
+        let plan = split_fixture::plan(4, false).with_hot_keys(hot);
+        let clock = Arc::new(crate::clock::SystemClock);
+        GroupAggregate::try_new(Arc::new(plan), Config::default(), clock).unwrap()
+    }
+
+    /// Rows of `u`'s set: keys 1, 1, 2, 2 with values 10 to 13 in buckets 2, 3, 0, 1.
+    fn rows() -> RecordBatch {
+        let k: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 2]));
+        let u: ArrayRef = Arc::new(Int64Array::from(vec![10, 11, 12, 13]));
+        let v: ArrayRef = Arc::new(Int64Array::from(vec![None::<i64>; 4]));
+        let f: ArrayRef = Arc::new(BooleanArray::from(vec![true; 4]));
+        let b4: ArrayRef = Arc::new(Int32Array::from(vec![2, 3, 0, 1]));
+        let b5: ArrayRef = Arc::new(Int32Array::from(vec![None::<i32>; 4]));
+        split_fixture::set_batch([&k, &u, &v, &f, &b4, &b5], 2)
+    }
+
+    fn snapshot_of(hot: Option<HotKeys>) -> Vec<RecordBatch> {
+        let mut agg = partial(hot);
+        agg.push(&rows()).unwrap();
+        agg.finish().unwrap();
+        agg.snapshot().unwrap()
+    }
+
+    fn with_metadata(
+        batches: &[RecordBatch],
+        metadata: HashMap<String, String>,
+    ) -> Vec<RecordBatch> {
+        batches
+            .iter()
+            .map(|b| {
+                let schema =
+                    Schema::new_with_metadata(b.schema().fields().clone(), metadata.clone());
+                RecordBatch::try_new(Arc::new(schema), b.columns().to_vec()).unwrap()
+            })
+            .collect()
+    }
+
+    /// A split PARTIAL's snapshot records its hot keys; an aggregate restoring it takes them in
+    /// place of its own (other hot keys, or none), so that a cold key's later rows meet its
+    /// restored group under NULL buckets. A snapshot recording none, or nothing (an earlier
+    /// Tally's), spread every key and is restored so; hot keys recorded in another form are a
+    /// one-line error.
+    #[test]
+    fn a_split_partial_restores_under_the_hot_keys_its_snapshot_records() {
+        let hot = HotKeys::from_hashes([key_hash(1)]);
+        let taken = snapshot_of(Some(hot.clone()));
+        // Key 1 hot: a group per bucket; key 2 cold: one group, its buckets NULL.
+        assert_eq!(taken.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+        assert_eq!(
+            taken[0].schema().metadata()[HOT_KEYS_METADATA],
+            HotKeys::describe(Some(&hot))
+        );
+        for own in [None, Some(HotKeys::from_hashes([key_hash(2)]))] {
+            let mut restored = partial(own);
+            restored.restore_snapshot(&taken).unwrap();
+            assert_eq!(restored.plan.hot_keys().map(|h| h.as_ref()), Some(&hot));
+            let cb = restored
+                .plan
+                .evaluate(&ChangeBatch::inserts(rows()))
+                .unwrap();
+            let cold: Vec<bool> = (0..4).map(|r| cb.keys[1].is_null(r)).collect();
+            assert_eq!(cold, [false, false, true, true]);
+            restored.push(&rows()).unwrap();
+            restored.finish().unwrap();
+            // The same values again: no group is added.
+            let again = restored.snapshot().unwrap();
+            assert_eq!(again.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+        }
+        let spread = snapshot_of(None);
+        assert_eq!(spread.iter().map(RecordBatch::num_rows).sum::<usize>(), 4);
+        assert_eq!(spread[0].schema().metadata()[HOT_KEYS_METADATA], "none");
+        for recorded in [spread.clone(), with_metadata(&spread, HashMap::new())] {
+            let mut restored = partial(Some(hot.clone()));
+            restored.restore_snapshot(&recorded).unwrap();
+            assert!(restored.plan.hot_keys().is_none());
+        }
+        let bad = with_metadata(
+            &taken,
+            [(HOT_KEYS_METADATA.to_string(), "zz".to_string())].into(),
+        );
+        let e = partial(None)
+            .restore_snapshot(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(HOT_KEYS_METADATA) && !e.contains('\n'), "{e}");
     }
 }

@@ -135,7 +135,8 @@ impl Pipeline {
         // A PARTIAL whose firings an incremental FINAL folds keys its workers' state by the
         // query's keys alone, the buckets only routing rows (one group per key and worker, not
         // per bucket), unless the run takes checkpoints, which cut state by key group, or the
-        // state was restored from one.
+        // state was restored from one: then a hot key has a group per bucket, and a cold one,
+        // whose buckets every runtime leaves NULL, one per key (`AggregatePlan::leave_cold`).
         agg.merge_buckets(incremental && checkpoint_every.is_none())?;
         // On one such worker every key has one PARTIAL row, which the FINAL reads through,
         // and the buckets route nowhere: nothing reads them, and the Calc leaves them NULL. On

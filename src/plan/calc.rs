@@ -37,6 +37,22 @@ pub struct Calc {
     pub(super) sets: SetMemo,
 }
 
+impl Clone for Calc {
+    /// The same expressions, with a memo of group sets of its own (a cache, refilled as sets
+    /// are seen).
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            args: self.args.clone(),
+            arg_names: self.arg_names.clone(),
+            filters: self.filters.clone(),
+            filter_names: self.filter_names.clone(),
+            arg_filters: self.arg_filters.clone(),
+            sets: SetMemo::default(),
+        }
+    }
+}
+
 /// A batch after [`Calc`]: every column the aggregation needs.
 #[derive(Debug, Clone)]
 pub struct CalcBatch {

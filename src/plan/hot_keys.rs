@@ -4,24 +4,30 @@
 //! Split-distinct spreads a key's DISTINCT work over the workers by its values' buckets, and
 //! pays for it with a PARTIAL group per (key, worker) and their rows through the FINAL. For a
 //! key that holds a small share of the input that is all cost: its worker was not overloaded.
-//! Flink splits every key. Where a local phase routes each DISTINCT entry by its value's bucket
-//! when it flushes (`EntryRoutes`, with [`super::BucketFill`] for the rows that go around it),
-//! Tally spreads only the keys named here, found hot in a sample of the source (the SQL
-//! planner's); a cold key's entries and rows all go to the worker of the key alone (its bucket
-//! columns NULL). Where the local phase routes rows by their buckets instead (the workers still
-//! merging the buckets), the source tasks leave a cold key's bucket columns NULL as they
-//! evaluate its rows ([`HotKeys::leave_cold`]), so that every path routes them with the key
-//! alone. The choice is made once, before the run, and every row and entry of a key
-//! follows it, so each (key, value) pair has one worker and the FINAL's sums of the PARTIAL's
-//! counts are exact whichever keys are hot. A key that grows hot after the sample is not
-//! spread: its DISTINCT work stays on one worker, as without split.
+//! Flink splits every key. Tally spreads only the keys named here, found hot in a sample of
+//! the source (the SQL planner's); a cold key's entries and rows all go to the worker of the
+//! key alone, and its PARTIAL state is one group (its bucket columns NULL). Where a local phase
+//! routes each DISTINCT entry by its value's bucket when it flushes (`EntryRoutes`, with
+//! [`super::BucketFill`] for the rows that go around it), the flush routes a cold key's
+//! entries with the key alone. Wherever else the plan's rows are evaluated (a local phase
+//! routing rows by their buckets, workers keeping every bucket's group apart because the run
+//! takes checkpoints, the ordered runtime), a cold key's bucket columns are set back to NULL
+//! as its rows are evaluated ([`AggregatePlan::evaluate`], `HotKeys::leave_cold`). The choice
+//! is made once, before the run, and every row and entry of a key follows it, so each (key,
+//! value) pair has one group and one worker and the FINAL's sums of the PARTIAL's counts are
+//! exact whichever keys are hot; a snapshot records the choice ([`HOT_KEYS_METADATA`]) and a
+//! restore takes it. A key that grows hot after the sample is not spread: its DISTINCT work
+//! stays on one worker, as without split.
+
+use std::sync::Arc;
 
 use arrow::array::{Array, BooleanArray};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::nullif;
 use tally_kernels::hash::hash_columns;
 
-use super::CalcBatch;
+use super::{AggregatePlan, BucketKeys, CalcBatch};
+use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 
 /// The hot keys of a split PARTIAL, by the hash of their query keys (`hash_columns` over the
@@ -94,6 +100,53 @@ impl HotKeys {
         }
     }
 
+    /// The hot hashes, ascending.
+    pub fn hashes(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self.slots.iter().copied().filter(|&h| h != 0).collect();
+        if self.zero {
+            out.push(0);
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// The hot keys as a snapshot records them ([`HOT_KEYS_METADATA`]): `none` where every key
+    /// is spread (no hot keys named), else the hot hashes in hexadecimal, comma-separated
+    /// (empty where no key is hot).
+    pub fn describe(hot: Option<&HotKeys>) -> String {
+        match hot {
+            None => "none".into(),
+            Some(h) => h
+                .hashes()
+                .iter()
+                .map(|h| format!("{h:x}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    /// Reads what [`HotKeys::describe`] wrote: None for `none` (every key spread).
+    ///
+    /// # Errors
+    /// Text that is not a list of hexadecimal hashes (a corrupt snapshot).
+    pub fn parse(text: &str) -> Result<Option<HotKeys>> {
+        if text == "none" {
+            return Ok(None);
+        }
+        let hashes = text
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| u64::from_str_radix(h, 16))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| {
+                Error::invalid_input(format!(
+                    "snapshot: bad hot keys '{HOT_KEYS_METADATA}': '{}'",
+                    text.chars().take(40).collect::<String>()
+                ))
+            })?;
+        Ok(Some(HotKeys::from_hashes(hashes)))
+    }
+
     /// Sets the bucket columns (the keys after the first `query_keys`) of the rows of `cb`
     /// whose key is cold back to NULL, so that they go with the key alone. Returns the hashes
     /// of the query keys where it computed them (rows with some bucket), for the rows' routes
@@ -129,6 +182,59 @@ impl HotKeys {
     }
 }
 
+/// The schema metadata key under which a split PARTIAL's snapshot records its hot keys
+/// ([`HotKeys::describe`]): its state holds a cold key under NULL buckets, so a run restoring
+/// it must route that key's rows the same way ([`crate::plan::AggregatePlan::with_hot_keys`]).
+/// A split PARTIAL's snapshot without it (of an earlier Tally) spread every key.
+pub const HOT_KEYS_METADATA: &str = "tally.split.hot_keys";
+
+impl AggregatePlan {
+    /// [`Calc::evaluate`](super::Calc::evaluate) of `changes`, with a split PARTIAL's cold
+    /// keys' bucket columns set back to NULL where the plan names hot keys
+    /// (`HotKeys::leave_cold`): how every runtime evaluates the rows of an aggregate.
+    ///
+    /// # Errors
+    /// As [`Calc::evaluate`](super::Calc::evaluate).
+    pub fn evaluate(&self, changes: &ChangeBatch) -> Result<CalcBatch> {
+        let mut cb = self.calc.evaluate(changes)?;
+        self.leave_cold(&mut cb)?;
+        Ok(cb)
+    }
+
+    /// The hot keys of a split PARTIAL ([`BucketKeys::hot`]), if it names them.
+    pub fn hot_keys(&self) -> Option<&Arc<HotKeys>> {
+        self.bucket_keys.as_ref().and_then(|b| b.hot.as_ref())
+    }
+
+    /// Where the plan names hot keys, sets the bucket columns of the rows of `cb` whose key is
+    /// cold back to NULL ([`HotKeys::leave_cold`]), in every runtime and whatever the
+    /// workers' state keys by, so that each (key, value) pair has one group and one worker.
+    /// Returns the query keys' hashes where it computed them.
+    ///
+    /// # Errors
+    /// As [`HotKeys::leave_cold`].
+    pub(crate) fn leave_cold(&self, cb: &mut CalcBatch) -> Result<Option<Vec<u64>>> {
+        match &self.bucket_keys {
+            Some(BucketKeys {
+                hot: Some(hot),
+                columns,
+                ..
+            }) => hot.leave_cold(self.key_types.len().saturating_sub(*columns), cb),
+            _ => Ok(None),
+        }
+    }
+
+    /// This plan with other hot keys (None: every key spread): for an aggregate restoring a
+    /// snapshot whose state was keyed under them ([`HOT_KEYS_METADATA`]).
+    pub fn with_hot_keys(&self, hot: Option<HotKeys>) -> AggregatePlan {
+        let mut plan = self.clone();
+        if let Some(b) = &mut plan.bucket_keys {
+            b.hot = hot.map(Arc::new);
+        }
+        plan
+    }
+}
+
 /// The first slot of hash `h` in a table of `len` slots (a power of two): its top bits after
 /// a multiplication, so that hashes alike in some bits still spread.
 #[inline]
@@ -151,6 +257,34 @@ mod tests {
         assert!(hot.is_hot(None));
         let none = HotKeys::from_hashes([]);
         assert!(none.is_empty() && !none.is_hot(Some(7)) && none.is_hot(None));
+    }
+
+    /// What a snapshot records reads back as the same hot keys: none named (every key
+    /// spread), none hot, and hashes with 0 and the largest among them; other text is an error
+    /// on one line.
+    #[test]
+    fn hot_keys_read_back_as_a_snapshot_records_them() {
+        assert_eq!(HotKeys::describe(None), "none");
+        assert_eq!(HotKeys::parse("none").unwrap(), None);
+        for hashes in [vec![], vec![0, 1, u64::MAX], vec![0x9e37_79b9, 42, 7]] {
+            let hot = HotKeys::from_hashes(hashes.iter().copied());
+            let text = HotKeys::describe(Some(&hot));
+            assert_eq!(HotKeys::parse(&text).unwrap(), Some(hot.clone()), "{text}");
+            let mut sorted = hashes.clone();
+            sorted.sort_unstable();
+            assert_eq!(hot.hashes(), sorted);
+        }
+        assert_eq!(
+            HotKeys::describe(Some(&HotKeys::from_hashes([255, 16]))),
+            "10,ff"
+        );
+        for bad in ["zz", "1,,x", "10000000000000000", "-1"] {
+            let e = HotKeys::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(HOT_KEYS_METADATA) && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
     }
 
     /// Through its table, a hash is hot exactly where it was named: for hashes next to hot

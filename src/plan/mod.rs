@@ -33,7 +33,7 @@ pub(crate) use bucket_fill::BucketFill;
 pub use calc::{Calc, CalcBatch};
 pub use columns::{ColumnUses, columns_read, dictionary_capable, same_or_dictionary_of};
 pub(crate) use fold::SET_ID_COLUMN;
-pub use hot_keys::HotKeys;
+pub use hot_keys::{HOT_KEYS_METADATA, HotKeys};
 
 /// One aggregate call of the query, resolved.
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub struct AggregateCall {
 /// Input arrives as [`ChangeBatch`]es: the rows (of [`AggregatePlan::input_schema`]) and, for a
 /// changelog, their row kinds beside them. Library callers may hand over record batches with the
 /// row kinds in a column instead ([`AggregatePlan::to_changes`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AggregatePlan {
     /// The schema of the input rows (without a changelog column).
     pub input_schema: SchemaRef,

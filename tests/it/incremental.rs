@@ -300,7 +300,7 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
                 "{ctx}: {} groups for {shops} shops",
                 partial.keys_in_state
             );
-            // With checkpoints: (shop, set, bucket) groups, the same table.
+            // With checkpoints: (shop, set, bucket) groups for a spread shop, the same table.
             let dir = scratch(&format!("merge-{workers}-{}", changelog.is_empty()));
             let mut q = plan_script(&script(true)).unwrap();
             q.job()
@@ -315,9 +315,13 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
                 "{ctx}: with checkpoints"
             );
             // The local phases folded a shop's rows bound for one worker into one row, not one
-            // per (set, bucket).
+            // per (set, bucket): fewer rows than with checkpoints, which spread every shop over
+            // a changelog (no hot keys sampled) and the hot ones on one worker (where merging
+            // leaves one row per shop). On several workers over insert-only input only the hot
+            // shops' DISTINCT work is spread, and a row per (shop, worker) may outnumber it.
+            let merged_folds_more = workers == 1 || !changelog.is_empty();
             assert!(
-                merged_exchange < exchanged(partial),
+                !merged_folds_more || merged_exchange < exchanged(partial),
                 "{ctx}: {merged_exchange} accumulator rows exchanged, {} with checkpoints",
                 exchanged(partial)
             );

@@ -215,7 +215,7 @@ fn only_hot_keys_spread_and_the_table_stays_the_same() {
             &script(&path, 3, forced, &format!("EXPLAIN ANALYZE {query}")),
         ]);
         assert!(
-            out.contains("only hot keys are spread: 1 of the 41 keys"),
+            out.contains("Only hot keys are spread: 1 of the 41 keys"),
             "{out}"
         );
         let partial_keys: usize = out

@@ -457,6 +457,9 @@ fn sql_queries_match_the_reference_under_random_settings() {
     // (`HotKeys`: a cold key's entries and rows go with the key alone), where its local phases
     // routed at the flush and where they routed rows.
     let (mut hot_and_cold_at_flush, mut hot_and_cold_by_rows) = (0, 0);
+    // Runs whose split PARTIAL kept every key's groups apart (the ordered runtime, say) with
+    // some keys hot and others not: a cold key's rows still go with the key alone.
+    let mut hot_and_cold_unmerged = 0;
     // Runs whose split FINAL read its PARTIAL through (one worker merging the buckets).
     let mut read_through = 0;
     let mut cold_through = 0;
@@ -513,7 +516,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
                 let split = desc.contains("split.enabled=true");
                 let explain = query.explain(&[]);
                 let some_hot = explain
-                    .split("only hot keys are spread: ")
+                    .split("Only hot keys are spread: ")
                     .nth(1)
                     .and_then(|s| {
                         let mut words = s.split(' ');
@@ -531,6 +534,8 @@ fn sql_queries_match_the_reference_under_random_settings() {
                             .iter()
                             .any(|m| m.merges_buckets && !m.routes_at_flush),
                 );
+                hot_and_cold_unmerged +=
+                    usize::from(some_hot && !stats.aggregates.iter().any(|m| m.merges_buckets));
                 for m in &stats.aggregates {
                     merged_buckets += usize::from(m.merges_buckets);
                     routed_at_flush += usize::from(m.routes_at_flush);
@@ -577,6 +582,10 @@ fn sql_queries_match_the_reference_under_random_settings() {
     assert!(
         hot_and_cold_at_flush > 0 && hot_and_cold_by_rows > 0,
         "{hot_and_cold_at_flush} runs whose split local phases routed at the flush with hot and cold keys, {hot_and_cold_by_rows} routing rows"
+    );
+    assert!(
+        hot_and_cold_unmerged > 0,
+        "{hot_and_cold_unmerged} runs whose split PARTIAL kept its buckets apart with hot and cold keys"
     );
     assert!(
         read_through > 1,

@@ -38,7 +38,7 @@ impl GroupAggregate {
         // Calc first: a batch that fails to evaluate changes nothing, and fires nothing whose
         // changes the error would lose.
         let cb = if n > 0 {
-            Some(self.plan.calc.evaluate(changes)?)
+            Some(self.plan.evaluate(changes)?)
         } else {
             None
         };

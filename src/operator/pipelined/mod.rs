@@ -314,16 +314,6 @@ impl ParallelAggregate {
         } else {
             None
         };
-        // Where the workers merge a split's buckets and rows carry their bucket columns, the
-        // sources leave a cold key's NULL, so that every row of it goes with the key alone
-        // (`HotKeys`; where the local phases route at the flush, `bucket_fill` does it).
-        let cold_keys = match &plan.bucket_keys {
-            Some(b) if bucket_fill.is_none() && p > 1 && self.merges_buckets() => b
-                .hot
-                .clone()
-                .map(|hot| (hot, plan.calc.keys.len().saturating_sub(b.columns))),
-            _ => None,
-        };
         let mut locals = self.locals.iter_mut();
         let workers = &mut self.workers;
         let key_groups = &self.key_groups;
@@ -337,7 +327,6 @@ impl ParallelAggregate {
                     plan,
                     local,
                     bucket_fill: bucket_fill.clone(),
-                    cold_keys: cold_keys.clone(),
                     adaptive: adaptive.clone(),
                     trigger: Trigger::new(size, latency),
                     clock,

@@ -1,7 +1,6 @@
 //! The source task of the pipelined runtime, one per split (read, Calc, local phase, and the
 //! end of each epoch), and what it sends the workers.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
@@ -20,7 +19,7 @@ use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
 use crate::operator::local::FlushedPart;
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
-use crate::plan::{AggregatePlan, BucketFill, HotKeys};
+use crate::plan::{AggregatePlan, BucketFill};
 use crate::runtime::Activity;
 
 /// The source rows a source reads before it sends the workers the epochs those rows ended: one
@@ -111,10 +110,6 @@ pub(super) struct Source<'a> {
     /// Where the local phase routes at the flush: how the rows that go around it get their
     /// bucket columns, which the run leaves unread ([`BucketFill`]).
     pub(super) bucket_fill: Option<BucketFill>,
-    /// Where the workers merge a split's buckets and the rows carry their bucket columns: the
-    /// hot keys, and the query's keys before the bucket columns, so that a cold key's rows get
-    /// NULL buckets as they are evaluated ([`HotKeys::leave_cold`]).
-    pub(super) cold_keys: Option<(Arc<HotKeys>, usize)>,
     pub(super) adaptive: Adaptive,
     pub(super) trigger: Trigger,
     pub(super) clock: &'a dyn crate::clock::Clock,
@@ -377,7 +372,8 @@ impl Source<'_> {
             self.plan.check_input(b)?;
         }
         let start = Instant::now();
-        let cb = self.plan.calc.evaluate_sets(batches)?;
+        let mut cb = self.plan.calc.evaluate_sets(batches)?;
+        self.plan.leave_cold(&mut cb)?;
         self.report.calc_busy += start.elapsed();
         Ok(Hashed {
             cb,
@@ -438,10 +434,7 @@ impl Source<'_> {
         let mut cb = self.plan.calc.evaluate_in_set(batch, set.as_deref())?;
         // The query keys' hashes where cold keys were looked for: the rows' hashes go on
         // from them.
-        let mut prefix = match &self.cold_keys {
-            Some((hot, query_keys)) => hot.leave_cold(*query_keys, &mut cb)?,
-            None => None,
-        };
+        let mut prefix = self.plan.leave_cold(&mut cb)?;
         let n = cb.num_rows;
         let mut hashes = vec![];
         // A local phase whose key table hashes the keys it keeps takes the rows unhashed (they

@@ -115,7 +115,9 @@ fn sample(agg: &datafusion_expr::logical_plan::Aggregate, built: &Built) -> Resu
 /// A split PARTIAL's hot keys ([`HotKeys`]) at P workers: the keys that hold at least a
 /// [`HOT_SHARE_OF_FAIR`] of a fair share (1 / P) of `taken` (the decision's, [`decide`]) or
 /// else of a [`sample`] read here, None where no sample can be taken (every key is then
-/// spread, as Flink does). With the keys named, the reason in words for EXPLAIN.
+/// spread, as Flink does). With the keys named, the reason in words for EXPLAIN. One worker
+/// takes them too: its state merges the buckets unless the run takes checkpoints (or runs on
+/// the ordered runtime), where a cold key then keeps one group instead of one per bucket.
 ///
 /// # Errors
 /// As [`sample`].
@@ -126,7 +128,7 @@ pub(super) fn hot_keys(
     taken: Option<Sample>,
 ) -> Result<Option<(HotKeys, String)>> {
     let p = ctx.runtime.parallelism();
-    if p == 1 || !has_distinct(agg) {
+    if !has_distinct(agg) {
         return Ok(None);
     }
     let taken = match taken {

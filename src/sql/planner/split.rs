@@ -153,8 +153,9 @@ pub(super) fn build_split(
         note.push_str(" Over insert-only input each PARTIAL MIN/MAX only moves its way, so the FINAL's MIN/MAX take no retraction and keep one value a key (Flink's plan).");
     }
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
-    // Only under the incremental aggregate do the PARTIAL's workers merge its buckets (on the
-    // pipelined runtime, without checkpoints), and only there are hot keys spread alone.
+    // Hot keys are spread alone in every runtime; only under the incremental aggregate do the
+    // PARTIAL's workers merge its buckets (on the pipelined runtime, without checkpoints), and
+    // only there may the FINAL read the cold keys' rows through.
     let n = built.stages.len();
     let fin = built.stages.last().and_then(|s| s.as_incremental());
     let cold_through = match (fin, n.checked_sub(2).map(|i| &built.stages[i])) {
@@ -163,15 +164,11 @@ pub(super) fn build_split(
             .is_some_and(|p| fin.cold_through_fits(p.plan())),
         _ => false,
     };
-    if let (true, Some(why), Some(note)) = (
-        fin.is_some(),
-        hot_why,
-        ctx.explain.strategy.get_mut(split_note),
-    ) {
+    if let (Some(why), Some(note)) = (hot_why, ctx.explain.strategy.get_mut(split_note)) {
         note.push_str(&format!(
-            " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), only hot keys are spread: {why}; every other key's values stay on its own worker.{}",
+            " Only hot keys are spread: {why}; every other key's values stay on its own worker, its buckets NULL (a checkpoint records the hot keys, and a run resumed from it keeps them).{}",
             if cold_through {
-                " Each of those keys has one PARTIAL row, whose results are the FINAL's: the FINAL reads their changes through (each PARTIAL worker merging them per key over the FINAL's mini-batch, where that pays) and keeps state for the hot keys alone."
+                " Where the PARTIAL's workers merge its buckets (the pipelined runtime, without checkpoints), each cold key has one PARTIAL row, whose results are the FINAL's: the FINAL reads their changes through (each PARTIAL worker merging them per key over the FINAL's mini-batch, where that pays) and keeps state for the hot keys alone."
             } else {
                 ""
             }

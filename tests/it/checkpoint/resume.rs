@@ -292,3 +292,106 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
     q.job().restore(&dir).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A split-distinct run that takes checkpoints spreads only its hot keys: the checkpoint holds
+/// one PARTIAL group per cold key (its buckets NULL) and names the hot keys, where spreading
+/// every key gave a group per bucket. Restored on another parallelism, whose own sample names
+/// other hot keys, or on the ordered runtime, it routes each key as the checkpoint's run did:
+/// every resumption gives the unsplit run's table (routed otherwise, a user counted before the
+/// checkpoint under one group and after it under another would count twice).
+#[test]
+fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them() {
+    let base = script("data/orders.sql", "");
+    let ddl = &base[..base.find("EXPLAIN").unwrap()];
+    let query = "SELECT shop, COUNT(DISTINCT user_id) AS buyers, COUNT(*) AS orders, \
+                 MAX(amount) AS biggest FROM orders GROUP BY shop;";
+    let split = "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+                 SET 'table.optimizer.distinct-agg.split.bucket-num' = '16';";
+    let workers = |p: usize| format!("SET 'table.exec.resource.default-parallelism' = '{p}';");
+    let mut unsplit = plan_script(&format!("{ddl}{}{query}", workers(1))).unwrap();
+    let expected = table(&run_lines(&mut unsplit, 8192));
+    let shops = expected.len();
+    assert!(shops > 20, "{expected:?}");
+    // The pipelined runtime checkpoints at the end of a round of chunks (one here), the
+    // ordered one after the batch that crosses the interval.
+    let mut hot_keys = std::collections::BTreeSet::new();
+    for (taken, runtime) in [(3, "true"), (2, "false"), (1, "true")] {
+        let dir = scratch(&format!("hot-{taken}"));
+        let store = CheckpointDir::new(&dir).retain(1000);
+        let settings = format!(
+            "{split}{} SET 'tally.exec.pipelined' = '{runtime}';",
+            workers(taken)
+        );
+        let mut q = plan_script(&format!("{ddl}{settings}{query}")).unwrap();
+        q.job().checkpoint_every(store.clone(), 30_000).unwrap();
+        let full = run_lines(&mut q, 4096);
+        assert_eq!(
+            table(&full),
+            expected,
+            "taken with {settings}: the whole run"
+        );
+        let checkpoints = store.list().unwrap();
+        assert!(
+            checkpoints.len() > usize::from(runtime == "false"),
+            "{checkpoints:?}"
+        );
+        for (id, folder) in checkpoints {
+            let chk = CheckpointDir::read(&folder).unwrap();
+            let (_, schema, batches) = chk
+                .entries
+                .iter()
+                .find(|e| e.1.metadata().contains_key(tally::plan::HOT_KEYS_METADATA))
+                .expect("the PARTIAL's state names its hot keys");
+            let hot = &schema.metadata()[tally::plan::HOT_KEYS_METADATA];
+            let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            // After the shop, the bucket columns (a DISTINCT argument's and the other calls').
+            let buckets = schema
+                .fields()
+                .iter()
+                .skip(1)
+                .take_while(|f| f.name().starts_with("$f"))
+                .count();
+            assert!(buckets >= 1, "{schema:?}");
+            let cold: usize = batches
+                .iter()
+                .map(|b| {
+                    (0..b.num_rows())
+                        .filter(|&r| (1..=buckets).all(|c| b.column(c).is_null(r)))
+                        .count()
+                })
+                .sum();
+            // Groups with some bucket: a spread key's DISTINCT work. The shop with half the
+            // orders is hot, and a few more where P is larger: only their DISTINCT work is
+            // spread; every shop keeps one group of its own (the calls without DISTINCT, and a
+            // cold shop's all), where spreading every shop held some 30 per shop.
+            let spread = groups - cold;
+            let named = hot.split(',').count();
+            assert!((1..=8).contains(&named), "{hot}");
+            assert!(cold <= shops, "{cold} of {shops}");
+            assert!(
+                spread > 0 && spread <= 16 * buckets * named,
+                "{spread} spread, {named} hot"
+            );
+            hot_keys.insert(hot.clone());
+            for resumed in [
+                workers(1 + id as usize % 3),
+                format!("{} SET 'tally.exec.pipelined' = 'false';", workers(2)),
+            ] {
+                let mut q = plan_script(&format!("{ddl}{split}{resumed}{query}")).unwrap();
+                let chk = q.job().restore(&folder).unwrap();
+                let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
+                let mut lines = full[..delivered].to_vec();
+                lines.extend(run_lines(&mut q, 4096));
+                assert_eq!(
+                    table(&lines),
+                    expected,
+                    "taken with {settings}, resumed from checkpoint {id} with {resumed}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // The parallelisms named different hot keys (P = 3 one more than P = 1 and 2): the
+    // resumptions across them restored keys routed otherwise than their own samples would.
+    assert!(hot_keys.len() >= 2, "{hot_keys:?}");
+}
