@@ -282,6 +282,11 @@ pub struct AggregateMetrics {
     /// whose state merges the buckets, only hot keys spread: each other key's one PARTIAL row
     /// is its result), keeping state for the hot keys alone.
     pub reads_cold_through: bool,
+    /// Where a split-distinct PARTIAL names hot keys ([`crate::plan::HotKeys`], from the SQL
+    /// planner's sample or the checkpoint restored), how many: only their DISTINCT work was
+    /// spread by bucket, every other key staying with its worker in one group. None where every
+    /// key is spread (as Flink's split does) and for any other aggregate.
+    pub spread_keys: Option<usize>,
     /// The local phase (two-phase only).
     pub local: Option<LocalPhaseMetrics>,
     /// Where the time went, per task, when the last run was on the pipelined runtime.
@@ -343,6 +348,12 @@ impl fmt::Display for AggregateMetrics {
             self.compactions,
             self.dropped_retractions
         )?;
+        if let Some(n) = self.spread_keys {
+            writeln!(
+                f,
+                "  split spreads the DISTINCT work of {n} hot keys by bucket; every other key stays with its worker, in one group"
+            )?;
+        }
         if self.merges_buckets {
             writeln!(
                 f,
@@ -491,6 +502,7 @@ impl ParallelAggregate {
             routes_at_flush: self.locals.iter().any(LocalGroupAggregate::routes_at_flush),
             reads_through: false,
             reads_cold_through: false,
+            spread_keys: self.plan.hot_keys().map(|h| h.len()),
             local: self.two_phase.then(|| self.adaptive.m.clone()),
             runtime: self.runtime_metrics.clone(),
         })

@@ -390,6 +390,7 @@ impl IncrementalAggregate {
             distinct_bytes: sum(|m| m.distinct_bytes),
             reads_through: self.through.is_some(),
             reads_cold_through: self.cold.is_some(),
+            spread_keys: None,
             workers,
             ..AggregateMetrics::default()
         }

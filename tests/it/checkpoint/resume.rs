@@ -324,7 +324,9 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
         );
         let mut q = plan_script(&format!("{ddl}{settings}{query}")).unwrap();
         q.job().checkpoint_every(store.clone(), 30_000).unwrap();
-        let full = run_lines(&mut q, 4096);
+        std::env::set_current_dir(root()).unwrap();
+        let (full, stats) = crate::common::run_query(&mut q, 4096);
+        let spread_keys = stats.aggregates[0].spread_keys;
         assert_eq!(
             table(&full),
             expected,
@@ -372,6 +374,11 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
                 spread > 0 && spread <= 16 * buckets * named,
                 "{spread} spread, {named} hot"
             );
+            assert_eq!(
+                spread_keys,
+                Some(named),
+                "the run's metrics count its hot keys"
+            );
             hot_keys.insert(hot.clone());
             for resumed in [
                 workers(1 + id as usize % 3),
@@ -381,7 +388,10 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
                 let chk = q.job().restore(&folder).unwrap();
                 let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
                 let mut lines = full[..delivered].to_vec();
-                lines.extend(run_lines(&mut q, 4096));
+                let (rest, stats) = crate::common::run_query(&mut q, 4096);
+                // It spread the checkpoint's hot keys, not its own sample's.
+                assert_eq!(stats.aggregates[0].spread_keys, Some(named), "{resumed}");
+                lines.extend(rest);
                 assert_eq!(
                     table(&lines),
                     expected,
