@@ -530,9 +530,8 @@ mod tests {
         use parquet::file::metadata::PageIndexPolicy;
         use parquet::file::properties::WriterProperties;
 
-        let dir = std::env::temp_dir().join(format!("tally-chunks-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("pages.parquet");
+        let path =
+            std::env::temp_dir().join(format!("tally-chunks-{}.parquet", std::process::id()));
         // `v` in plain pages (a dictionary of its 4,000 values would outweigh them), `s` in a
         // dictionary page and pages of its keys.
         let props = WriterProperties::builder().set_column_dictionary_enabled("v".into(), false);

@@ -282,16 +282,17 @@ mod tests {
     /// kept once all have read.
     #[test]
     fn splits_of_a_row_group_share_its_dictionary_pages() {
-        let dir = std::env::temp_dir().join(format!("tally-dicts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         for index in [true, false] {
-            let path = dir.join(format!("dicts-{index}.parquet"));
+            let path = std::env::temp_dir().join(format!(
+                "tally-dicts-{}-{index}.parquet",
+                std::process::id()
+            ));
             let props = WriterProperties::builder().set_offset_index_disabled(!index);
             let schema = write_pages(&path, 3000, |i| (i % 11 != 0).then_some(i % 97), props);
             let table = FileTable {
                 name: "t".into(),
                 schema,
-                path,
+                path: path.clone(),
                 format: Format::Parquet,
                 changelog_column: None,
                 time_column: None,
@@ -362,6 +363,7 @@ mod tests {
                 }
                 assert_eq!(shared.counts(), (0, 4), "index {index}, at once");
             }
+            std::fs::remove_file(&path).ok();
         }
     }
 }

@@ -27,9 +27,7 @@ fn csv_is_split_by_lines_and_quotes_keep_one_split() {
     let path = temp("split.csv");
     write_csv(&path, &rows);
     for workers in [2, 3, 4] {
-        let splits = table(path.clone(), Format::Csv)
-            .open_splits(256, workers)
-            .unwrap();
+        let splits = table(&path, Format::Csv).open_splits(256, workers).unwrap();
         assert_eq!(splits.len(), workers);
         let read: usize = splits
             .into_iter()
@@ -44,12 +42,10 @@ fn csv_is_split_by_lines_and_quotes_keep_one_split() {
     let rest = lines[1][lines[1].find(',').unwrap()..].to_string();
     lines[1] = format!("\"hot\"{rest}");
     std::fs::write(&quoted, lines.join("\n") + "\n").unwrap();
-    let splits = table(quoted.clone(), Format::Csv)
-        .open_splits(256, 3)
-        .unwrap();
+    let splits = table(&quoted, Format::Csv).open_splits(256, 3).unwrap();
     assert_eq!(splits.len(), 1);
     let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
-    let stats = job(table(quoted, Format::Csv), &settings(3))
+    let stats = job(table(&quoted, Format::Csv), &settings(3))
         .run(64, &mut sink, |_, _| {})
         .unwrap();
     assert_eq!(
@@ -73,7 +69,7 @@ fn a_parse_error_in_a_split_names_its_line_in_the_file() {
     let mut messages = vec![];
     for workers in [1, 3] {
         let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
-        let err = job(table(path.clone(), Format::Csv), &settings(workers))
+        let err = job(table(&path, Format::Csv), &settings(workers))
             .run(64, &mut sink, |_, _| {})
             .unwrap_err()
             .to_string();

@@ -5,7 +5,7 @@
 //! read as plain strings.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -24,6 +24,7 @@ use tally::source::{FileTable, Format};
 use tally::{Config, GroupAggregate, ParallelAggregate};
 
 use crate::common::{Materialized, format_changes, runtime_config};
+use crate::scratch::Scratch;
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -80,17 +81,15 @@ fn write_parquet(path: &Path, rows: &[Row], row_group: usize, props: WriterPrope
     w.close().unwrap();
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-dictionary-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn temp(name: &str) -> Scratch {
+    Scratch::file(&format!("dictionary-{name}"))
 }
 
-fn table(path: PathBuf) -> FileTable {
+fn table(path: &Path) -> FileTable {
     FileTable {
         name: "orders".into(),
         schema: schema(),
-        path,
+        path: path.to_path_buf(),
         format: Format::Parquet,
         changelog_column: None,
         time_column: None,
@@ -233,7 +232,7 @@ fn keys_and_comparisons_read_dictionaries_and_match_the_reference() {
                 vec![0, 1],
                 "{what}"
             );
-            let mut t = table(path.clone());
+            let mut t = table(&path);
             t.dictionary_columns = vec!["shop".into(), "status".into()];
             assert_eq!(
                 types_read(&t),
@@ -241,7 +240,7 @@ fn keys_and_comparisons_read_dictionaries_and_match_the_reference() {
                 "{what}"
             );
             let batch = [3, 64, 4096][rng.random_range(0..3)];
-            let got = final_rows(Job::new(table(path.clone()), p, None), batch);
+            let got = final_rows(Job::new(table(&path), p, None), batch);
             assert_eq!(got, reference(&rows, filter), "{what}");
         }
     }
@@ -272,15 +271,11 @@ fn other_uses_and_undictionaried_files_read_plain_strings() {
         .build();
     write_parquet(&fallback, &rows, 700, small);
     for path in [plain, fallback] {
-        let mut t = table(path.clone());
+        let mut t = table(&path);
         t.dictionary_columns = vec!["shop".into()];
         assert_eq!(types_read(&t)[0], DataType::Utf8, "{}", path.display());
         let got = final_rows(
-            Job::new(
-                table(path.clone()),
-                pipeline(config(), 2, true, col("shop")),
-                None,
-            ),
+            Job::new(table(&path), pipeline(config(), 2, true, col("shop")), None),
             128,
         );
         assert_eq!(got, reference(&rows, true), "{}", path.display());
@@ -303,14 +298,14 @@ fn a_read_batch_stops_at_a_dictionary_page() {
         let batches = t.open(30_000).unwrap();
         batches.map(|b| b.unwrap().data.num_rows()).collect()
     };
-    let mut t = table(path.clone());
+    let mut t = table(&path);
     assert_eq!(sizes(&t), vec![30_000, 10_000]);
     t.dictionary_columns = vec!["shop".into(), "status".into()];
     assert_eq!(sizes(&t), vec![10_000; 4]);
     for workers in [1, 2] {
         let config = runtime_config(workers, true, 400, true);
         let p = pipeline(config, workers, true, col("shop"));
-        let got = final_rows(Job::new(table(path.clone()), p, None), 30_000);
+        let got = final_rows(Job::new(table(&path), p, None), 30_000);
         assert_eq!(got, reference(&rows, true), "P={workers}");
     }
 }
@@ -467,7 +462,7 @@ fn dictionaries_pass_through_a_projection_to_the_aggregate() {
                 want,
                 "{what}"
             );
-            let got = final_rows(Job::new(table(path.clone()), p, None), 256);
+            let got = final_rows(Job::new(table(&path), p, None), 256);
             assert_eq!(got, reference(&rows, filter), "{what}");
         }
     }

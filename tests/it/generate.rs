@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::scratch::Scratch;
 use arrow::array::AsArray;
 use arrow::datatypes::Int8Type;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -17,10 +18,8 @@ fn tally_gen(args: &[&str]) -> (i32, String) {
     )
 }
 
-fn dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("tally-gen-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::dir(&format!("gen-{name}"))
 }
 
 fn parquet_rows(path: &Path) -> Vec<arrow::array::RecordBatch> {

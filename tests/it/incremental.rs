@@ -4,12 +4,13 @@
 //! changes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::tally_run;
 
 #[path = "../flink_programs/incremental_group_aggregate.rs"]
 mod programs;
+use crate::scratch::Scratch;
 use programs::{AFTER, BEFORE, COMPLEX, COMPLEX_CHANGES, SIMPLE, SIMPLE_CHANGES};
 
 /// The programs' options: mini-batch of one row, a 10 s latency, split-distinct on; one worker.
@@ -19,11 +20,8 @@ const SETTINGS: &str = "SET 'table.exec.mini-batch.enabled' = 'true'; \
                         SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
                         SET 'table.exec.resource.default-parallelism' = '1';";
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-it-{}-inc-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::dir(&format!("inc-{name}"))
 }
 
 fn script(dir: &Path, settings: &str, query: &str) -> String {
@@ -304,7 +302,10 @@ fn a_split_partial_keys_its_state_by_the_query_keys() {
             let dir = scratch(&format!("merge-{workers}-{}", changelog.is_empty()));
             let mut q = plan_script(&script(true)).unwrap();
             q.job()
-                .checkpoint_every(tally::checkpoint::CheckpointDir::new(&dir), 20_000)
+                .checkpoint_every(
+                    tally::checkpoint::CheckpointDir::new(dir.to_path_buf()),
+                    20_000,
+                )
                 .unwrap();
             let (lines, stats) = crate::common::run_query(&mut q, 4096);
             assert_eq!(table(&lines), table(&unsplit), "{ctx}: with checkpoints");

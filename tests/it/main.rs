@@ -17,6 +17,7 @@ mod oracle;
 mod pipelined;
 mod pipelined_changelog;
 mod run;
+mod scratch;
 #[cfg(feature = "cli")]
 mod split_auto;
 #[cfg(feature = "cli")]

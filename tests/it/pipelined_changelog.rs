@@ -7,7 +7,7 @@
 //! (the record batches that hold each chunk, found from their headers).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int8Array, RecordBatch};
@@ -145,15 +145,15 @@ fn write_changelog_arrow(path: &Path, stream: &[(bool, Row)], rng: &mut StdRng) 
     w.finish().unwrap();
 }
 
-fn table(path: PathBuf) -> FileTable {
+fn table(path: &Path) -> FileTable {
     table_of(path, Format::Parquet)
 }
 
-fn table_of(path: PathBuf, format: Format) -> FileTable {
+fn table_of(path: &Path, format: Format) -> FileTable {
     FileTable {
         name: "t".into(),
         schema: schema(),
-        path,
+        path: path.to_path_buf(),
         format,
         changelog_column: Some("op".into()),
         time_column: None,
@@ -198,7 +198,7 @@ fn run_chunks(
     chunk: usize,
     batch: usize,
 ) -> Vec<String> {
-    let splits = table_of(path.to_path_buf(), format)
+    let splits = table_of(path, format)
         .open_chunked_splits(batch, agg.parallelism(), chunk, 0)
         .unwrap();
     let splits: Vec<tally::operator::pipelined::Split> = splits
@@ -275,7 +275,7 @@ fn a_changelog_in_splits_of_any_order_is_refused() {
     let path = temp("changelog-any.parquet");
     write_changelog(&path, &stream(&mut rng, 300), 100);
     let mut agg = aggregate(config(2, true, 10, true));
-    let splits: Vec<tally::operator::pipelined::Split> = table(path)
+    let splits: Vec<tally::operator::pipelined::Split> = table(&path)
         .open_splits(64, 2)
         .unwrap()
         .into_iter()
@@ -297,7 +297,7 @@ fn changelog_job(path: &Path, workers: usize, pipelined: bool) -> Job {
     };
     let agg = aggregate(config(workers, true, 5000, pipelined));
     Job::new(
-        table_of(path.to_path_buf(), format),
+        table_of(path, format),
         Pipeline::new(
             vec![Box::new(AggregateStage::new(agg)) as Box<dyn Stage>],
             Runtime::new(workers).unwrap(),
@@ -372,7 +372,7 @@ fn resume_at_any_parallelism(stream: &[(bool, Row)], path: &Path, short: &Path, 
     let expected = reference(&live(stream));
     let dir = temp(&format!("checkpoints-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
-    let store = tally::checkpoint::CheckpointDir::new(&dir).retain(10);
+    let store = tally::checkpoint::CheckpointDir::new(dir.to_path_buf()).retain(10);
     let mut first = changelog_job(path, 2, true);
     first.checkpoint_every(store.clone(), 70_000).unwrap();
     let (stats, full) = run_job(&mut first);
@@ -465,7 +465,7 @@ fn checkpoints_before_a_failure(
     slow: bool,
 ) -> (Vec<u64>, usize) {
     let mut agg = aggregate(config(workers, true, 10, true));
-    let mut splits = table(path.to_path_buf())
+    let mut splits = table(path)
         .open_chunked_splits(batch, 2, chunk, 0)
         .unwrap()
         .into_iter();

@@ -1,15 +1,13 @@
 //! `tally.optimizer.distinct-agg.split.auto`: split-distinct decided from the skew of the keys on
 //! a sample of the source, with its reason in EXPLAIN, and the same results either way.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::tally_run;
+use crate::scratch::Scratch;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-it-{}-auto-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::dir(&format!("auto-{name}"))
 }
 
 /// `rows` rows `k,u` where key `hot` takes `hot_percent` of them (the rest spread over 50 keys)

@@ -5,9 +5,8 @@
 //! off, the automatic decision, one and two phases, and one and three workers: the final table is
 //! Flink's in every case.
 
-use std::path::PathBuf;
-
 use crate::common::tally_run;
+use crate::scratch::Scratch;
 
 /// `T(a BIGINT, b INT, c STRING)`; an empty `c` is NULL.
 const T: &str = "a,b,c\n1,1,Hello 0\n1,2,Hello 1\n2,3,Hello 1\n3,5,Hello 1\n2,3,Hello 2\n\
@@ -100,10 +99,9 @@ const SPLITS: &[&str] = &[
     "SET 'tally.optimizer.distinct-agg.split.auto' = 'true';",
 ];
 
-fn table_file() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-it-{}-split-flink", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.csv");
+/// `T` as a CSV file, removed when dropped.
+fn table_file() -> Scratch {
+    let path = Scratch::file("split-flink-t.csv");
     std::fs::write(&path, T).unwrap();
     path
 }

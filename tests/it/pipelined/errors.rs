@@ -28,7 +28,7 @@ fn an_error_in_one_split_ends_the_run_with_it() {
             filter: false,
         };
         let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
-        let err = job(table(path.clone(), Format::Parquet), &s)
+        let err = job(table(&path, Format::Parquet), &s)
             .run(s.batch, &mut sink, |_, _| {})
             .unwrap_err();
         assert!(
@@ -62,7 +62,7 @@ fn a_failing_sink_stops_the_run() {
         }
         Ok(())
     };
-    let err = job(table(path, Format::Parquet), &s)
+    let err = job(table(&path, Format::Parquet), &s)
         .run(s.batch, &mut sink, |_, _| {})
         .unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");

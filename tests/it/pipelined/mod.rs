@@ -9,7 +9,7 @@ mod reading;
 mod results;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -28,6 +28,7 @@ use tally::source::{FileTable, Format};
 use tally::{Config, GroupAggregate};
 
 use crate::common::{Materialized, format_changes};
+use crate::scratch::Scratch;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Row {
@@ -232,11 +233,11 @@ fn grouped_job(table: FileTable, s: &Settings, keys: Vec<Expr>, aggs: Vec<Expr>)
     )
 }
 
-pub(crate) fn table(path: PathBuf, format: Format) -> FileTable {
+pub(crate) fn table(path: &Path, format: Format) -> FileTable {
     FileTable {
         name: "t".into(),
         schema: schema(),
-        path,
+        path: path.to_path_buf(),
         format,
         changelog_column: None,
         time_column: None,
@@ -262,8 +263,6 @@ pub(crate) fn final_rows(lines: &[String]) -> Vec<String> {
     m.rows()
 }
 
-pub(crate) fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-pipelined-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+pub(crate) fn temp(name: &str) -> Scratch {
+    Scratch::file(&format!("pipelined-{name}"))
 }

@@ -46,7 +46,7 @@ fn parquet_is_split_across_every_worker() {
             props
         };
         write_parquet_with(&path, &rows, row_group, props);
-        let splits = table(path, Format::Parquet)
+        let splits = table(&path, Format::Parquet)
             .open_splits(256, workers)
             .unwrap();
         assert_eq!(splits.len(), workers, "{row_group} rows per group");
@@ -131,7 +131,7 @@ fn columns_nothing_reads_are_not_decoded() {
     ] {
         let table = FileTable {
             schema: Arc::clone(&declared),
-            ..table(path.clone(), Format::Parquet)
+            ..table(&path, Format::Parquet)
         };
         let config = Config::from_pairs([
             ("table.exec.resource.default-parallelism", "2"),

@@ -62,7 +62,7 @@ fn every_split_and_strategy_matches_the_reference() {
                     filter: rng.random_bool(0.5),
                 };
                 let what = format!("seed {seed}, {} {s:?}", path.display());
-                let (stats, lines) = run(table(path.clone(), format), &s);
+                let (stats, lines) = run(table(&path, format), &s);
                 assert!(
                     stats.runtime.starts_with("pipelined"),
                     "{what}: {}",
@@ -92,14 +92,14 @@ fn every_split_and_strategy_matches_the_reference() {
                     .sum();
                 assert_eq!(read, n as u64, "{what}");
                 // The same changelog on every run.
-                let (_, again) = run(table(path.clone(), format), &s);
+                let (_, again) = run(table(&path, format), &s);
                 assert_eq!(again, lines, "{what}: a second run");
                 // The ordered runtime: another changelog, the same final table.
                 let ordered = Settings {
                     pipelined: false,
                     ..s.clone()
                 };
-                let (stats, lines) = run(table(path.clone(), format), &ordered);
+                let (stats, lines) = run(table(&path, format), &ordered);
                 assert!(stats.runtime.starts_with("ordered"), "{what}");
                 let serial = stats
                     .serial_fraction
@@ -162,7 +162,7 @@ fn two_keys_match_the_reference_while_the_local_phase_steps_aside() {
                 Ok(())
             };
             let stats = grouped_job(
-                table(path.clone(), Format::Parquet),
+                table(&path, Format::Parquet),
                 &s,
                 vec![col("k"), col("g")],
                 aggs,
@@ -212,7 +212,7 @@ fn a_global_phase_fires_after_a_mini_batch_of_accumulator_rows() {
         batch: 1000,
         filter: false,
     };
-    let (stats, lines) = run(table(path, Format::Parquet), &s);
+    let (stats, lines) = run(table(&path, Format::Parquet), &s);
     assert_eq!(stats.rows_out, 4 + 3 * 8, "changes: {}", lines.len());
     assert_eq!(lines.iter().filter(|l| l.starts_with("-U")).count(), 3 * 4);
     assert_eq!(final_rows(&lines), reference(&rows));

@@ -10,16 +10,15 @@ mod results;
 mod split_distinct;
 mod update_before;
 
+use crate::scratch::Scratch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tally");
 
-/// A scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-it-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when dropped.
+fn scratch(name: &str) -> Scratch {
+    Scratch::dir(name)
 }
 
 /// Runs `tally sql -e SCRIPT ARGS…` from the repository root; returns (exit code, stdout, stderr).

@@ -461,6 +461,16 @@ public final class FlinkTests {
             Map<String, Integer> got = upserted(out);
             check(got.equals(expected), "restored at P = " + p + " from " + chk.getName() + ":\n tally " + got + "\n flink " + expected);
         }
+        deleteRecursively(dir.toPath());
+    }
+
+    /** Removes a test's scratch directory and everything under it. */
+    static void deleteRecursively(java.nio.file.Path root) throws java.io.IOException {
+        try (java.util.stream.Stream<java.nio.file.Path> paths = java.nio.file.Files.walk(root)) {
+            for (java.nio.file.Path p : (Iterable<java.nio.file.Path>) paths.sorted(java.util.Comparator.reverseOrder())::iterator) {
+                java.nio.file.Files.delete(p);
+            }
+        }
     }
 
     /** A Table in, Tally's changelog back into a Table, and Flink SQL over it. */
