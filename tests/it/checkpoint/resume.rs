@@ -365,7 +365,7 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
             // Groups with some bucket: a spread key's DISTINCT work. The shop with half the
             // orders is hot, and a few more where P is larger: only their DISTINCT work is
             // spread; every shop keeps one group of its own (the calls without DISTINCT, and a
-            // cold shop's all), where spreading every shop held some 30 per shop.
+            // cold shop's all).
             let spread = groups - cold;
             let named = hot.split(',').count();
             assert!((1..=8).contains(&named), "{hot}");
