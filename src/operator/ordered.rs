@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use tally_kernels::hash::hash_columns_after;
 
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
@@ -147,11 +146,7 @@ impl ParallelAggregate {
                     rows += cb.num_rows as u64;
                     let mut hashes = vec![];
                     match &prefix {
-                        Some(prefix) => {
-                            let buckets = plan.bucket_keys.as_ref().map_or(0, |b| b.columns);
-                            let query_keys = cb.keys.len() - buckets;
-                            hash_columns_after(prefix, &cb.keys[query_keys..], &mut hashes)?;
-                        }
+                        Some(prefix) => plan.hash_after_query_keys(prefix, &cb, &mut hashes)?,
                         None => hash_keys(&cb.keys, cb.num_rows, &mut hashes)?,
                     }
                     let routing = Instant::now();

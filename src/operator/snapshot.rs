@@ -73,11 +73,7 @@ impl GroupAggregate {
     /// An operator with state, a batch of another schema (another query), or a key present
     /// twice.
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        if self.holds_state() {
-            return Err(Error::invalid_input(
-                "restore needs an operator without state",
-            ));
-        }
+        refuse_held_state(self.holds_state())?;
         if let Some(hot) = recorded_hot_keys(&self.plan, batches)? {
             self.replace_plan(Arc::new(self.plan.with_hot_keys(hot)))?;
         }
@@ -96,11 +92,7 @@ impl GroupAggregate {
     /// [`GroupAggregate::restore_snapshot`] of batches whose key hashes are known (the parallel
     /// restore routes by them).
     pub(crate) fn restore_hashed(&mut self, parts: &[(RecordBatch, Vec<u64>)]) -> Result<()> {
-        if self.keyed.len() > 0 || self.has_pending() {
-            return Err(Error::invalid_input(
-                "restore needs an operator without state",
-            ));
-        }
+        refuse_held_state(self.holds_state())?;
         let schema = self.snapshot_schema();
         let mut gids = std::mem::take(&mut self.gids);
         let result = (|| -> Result<()> {
@@ -149,6 +141,16 @@ impl crate::checkpoint::Checkpointed for GroupAggregate {
     fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
         GroupAggregate::restore_snapshot(self, batches)
     }
+}
+
+/// Refuses a restore into an operator that `held` state.
+fn refuse_held_state(held: bool) -> Result<()> {
+    if held {
+        return Err(Error::invalid_input(
+            "restore needs an operator without state",
+        ));
+    }
+    Ok(())
 }
 
 /// The hot keys a split PARTIAL's snapshot `batches` were keyed under, where they are not
@@ -240,13 +242,10 @@ impl ParallelAggregate {
     /// # Errors
     /// As [`GroupAggregate::restore_snapshot`].
     pub fn restore_snapshot(&mut self, batches: &[RecordBatch]) -> Result<()> {
-        if self.workers.iter().any(|w| w.agg.holds_state())
-            || self.locals.iter().any(|l| l.keys() > 0)
-        {
-            return Err(Error::invalid_input(
-                "restore needs an operator without state",
-            ));
-        }
+        refuse_held_state(
+            self.workers.iter().any(|w| w.agg.holds_state())
+                || self.locals.iter().any(|l| l.keys() > 0),
+        )?;
         if let Some(hot) = recorded_hot_keys(&self.plan, batches)? {
             let plan = Arc::new(self.plan.with_hot_keys(hot));
             for w in &mut self.workers {

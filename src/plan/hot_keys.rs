@@ -24,7 +24,7 @@ use std::sync::Arc;
 use arrow::array::{Array, BooleanArray};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::nullif;
-use tally_kernels::hash::hash_columns;
+use tally_kernels::hash::{hash_columns, hash_columns_after};
 
 use super::{AggregatePlan, BucketKeys, CalcBatch};
 use crate::changelog::ChangeBatch;
@@ -36,8 +36,6 @@ use crate::error::{Error, Result};
 /// function of its hash is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HotKeys {
-    /// How many hashes are hot.
-    len: usize,
     /// The hashes other than 0 in an open-addressed table of a power of two slots, at most a
     /// quarter full (0: an empty slot), where a lookup takes a load or two: where the sources
     /// leave cold keys' buckets NULL, every row's key is looked up.
@@ -62,21 +60,17 @@ impl HotKeys {
             slots[i] = h;
         }
         let zero = hashes.first() == Some(&0);
-        Self {
-            len: hashes.len(),
-            slots,
-            zero,
-        }
+        Self { slots, zero }
     }
 
     /// How many keys are hot.
     pub fn len(&self) -> usize {
-        self.len
+        self.slots.iter().filter(|&&h| h != 0).count() + usize::from(self.zero)
     }
 
     /// Whether no key is hot (every key stays with its worker).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Whether the key whose query keys hash to `prefix` is hot; without key columns (`None`)
@@ -222,6 +216,24 @@ impl AggregatePlan {
             }) => hot.leave_cold(self.key_types.len().saturating_sub(*columns), cb),
             _ => Ok(None),
         }
+    }
+
+    /// Each row's hash over every key of `cb` ([`tally_kernels::hash::hash_columns`]'s), going
+    /// on from `prefix`, the query keys' hashes that [`AggregatePlan::leave_cold`] returned,
+    /// over the bucket columns after them: the query keys are not hashed twice.
+    ///
+    /// # Errors
+    /// Key columns that cannot be hashed (a bug: the plan checked them).
+    pub(crate) fn hash_after_query_keys(
+        &self,
+        prefix: &[u64],
+        cb: &CalcBatch,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let buckets = self.bucket_keys.as_ref().map_or(0, |b| b.columns);
+        let query_keys = cb.keys.len().saturating_sub(buckets);
+        hash_columns_after(prefix, &cb.keys[query_keys..], out)
+            .map_err(|e| Error::internal(format!("key hashes: {e}")))
     }
 
     /// This plan with other hot keys (None: every key spread): for an aggregate restoring a

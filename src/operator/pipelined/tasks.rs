@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
-use tally_kernels::hash::hash_columns_after;
-
 use super::{PreStages, Split};
 
 use crate::changelog::ChangeBatch;
@@ -372,8 +370,9 @@ impl Source<'_> {
             self.plan.check_input(b)?;
         }
         let start = Instant::now();
-        let mut cb = self.plan.calc.evaluate_sets(batches)?;
-        self.plan.leave_cold(&mut cb)?;
+        // Its bucket columns are left unread (NULL): the flush routes a cold key's entries with
+        // the key alone, so there is nothing to leave cold here.
+        let cb = self.plan.calc.evaluate_sets(batches)?;
         self.report.calc_busy += start.elapsed();
         Ok(Hashed {
             cb,
@@ -452,9 +451,7 @@ impl Source<'_> {
             }
             if let Some(prefix) = &prefix {
                 // The bucket columns follow the query keys, whose hashes are known.
-                let query_keys =
-                    cb.keys.len() - self.plan.bucket_keys.as_ref().map_or(0, |b| b.columns);
-                hash_columns_after(prefix, &cb.keys[query_keys..], &mut hashes)?;
+                self.plan.hash_after_query_keys(prefix, &cb, &mut hashes)?;
             } else if batch
                 .data
                 .schema()
