@@ -264,21 +264,34 @@ impl LocalGroupAggregate {
         if n == 0 {
             return Ok(());
         }
-        let cb = self.plan.evaluate(changes)?;
-        self.intern(&cb)?;
+        let mut cb = self.plan.calc.evaluate(changes)?;
+        // A split's cold keys go with the key alone; the query keys' hashes, where that looked
+        // them up, are the groups' where they merge the buckets, and go on to the bucket
+        // columns otherwise: no key is hashed twice.
+        match self.plan.leave_cold(&mut cb)? {
+            Some(prefix) if self.merges_buckets() => {
+                self.intern_keys(&cb, &prefix, self.state_keys)?
+            }
+            Some(prefix) => {
+                let mut hashes = vec![];
+                self.plan.hash_after_query_keys(&prefix, &cb, &mut hashes)?;
+                self.intern_keys(&cb, &hashes, cb.keys.len())?
+            }
+            None => self.intern(&cb)?,
+        }
         self.fold_interned(&cb, 1)
     }
 
     /// Interns the keys of evaluated rows into `gids`, hashing them first unless the key table
     /// hashes the keys it keeps itself.
     fn intern(&mut self, cb: &CalcBatch) -> Result<()> {
-        self.intern_keys(cb, &[])
+        self.intern_keys(cb, &[], 0)
     }
 
-    /// Interns the keys of evaluated rows into `gids`: with `hashes` (over every key) where
-    /// given, otherwise hashing the keys the groups are keyed by, unless the key table hashes
-    /// them itself.
-    fn intern_keys(&mut self, cb: &CalcBatch, hashes: &[u64]) -> Result<()> {
+    /// Interns the keys of evaluated rows into `gids`: with `hashes` (over the first `hashed`
+    /// keys) where given and over the keys the groups are keyed by, otherwise hashing those,
+    /// unless the key table hashes them itself.
+    fn intern_keys(&mut self, cb: &CalcBatch, hashes: &[u64], hashed: usize) -> Result<()> {
         let keys = &cb.keys[..self.state_keys];
         if let Some(owners) = &mut self.owners {
             return owners.intern(&cb.keys, &mut self.gids);
@@ -296,7 +309,7 @@ impl LocalGroupAggregate {
             }
             self.last_keys = Some(keys.to_vec());
         }
-        let hashes: &[u64] = if !hashes.is_empty() && self.state_keys == cb.keys.len() {
+        let hashes: &[u64] = if hashes.len() == cb.num_rows && self.state_keys == hashed {
             hashes
         } else if self.groups.hashes_keys_itself() && !keys.is_empty() {
             &[]
@@ -403,7 +416,7 @@ impl LocalGroupAggregate {
         if cb.num_rows == 0 {
             return Ok(());
         }
-        self.intern_keys(cb, hashes)?;
+        self.intern_keys(cb, hashes, cb.keys.len())?;
         self.fold_interned(cb, 1)
     }
 
@@ -425,7 +438,7 @@ impl LocalGroupAggregate {
         if cb.num_rows == 0 {
             return Ok(());
         }
-        self.intern_keys(cb, &[])?;
+        self.intern_keys(cb, &[], 0)?;
         self.fold_interned(cb, i64::try_from(sets).unwrap_or(i64::MAX))
     }
 

@@ -282,19 +282,12 @@ impl crate::checkpoint::Checkpointed for ParallelAggregate {
 mod tests {
     use std::collections::HashMap;
 
-    use arrow::array::{Array, ArrayRef, BooleanArray, Int32Array, Int64Array};
-    use tally_kernels::hash::hash_columns;
+    use arrow::array::Array;
 
     use super::*;
     use crate::changelog::ChangeBatch;
     use crate::config::Config;
-    use crate::plan::split_fixture;
-
-    fn key_hash(k: i64) -> u64 {
-        let mut h = vec![];
-        hash_columns(&[Arc::new(Int64Array::from(vec![k])) as ArrayRef], &mut h).unwrap();
-        h[0]
-    }
+    use crate::plan::split_fixture::{self, key_hash};
 
     /// The split fixture's PARTIAL over 4 buckets, naming `hot`.
     fn partial(hot: Option<HotKeys>) -> GroupAggregate {
@@ -305,13 +298,8 @@ mod tests {
 
     /// Rows of `u`'s set: keys 1, 1, 2, 2 with values 10 to 13 in buckets 2, 3, 0, 1.
     fn rows() -> RecordBatch {
-        let k: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 2]));
-        let u: ArrayRef = Arc::new(Int64Array::from(vec![10, 11, 12, 13]));
-        let v: ArrayRef = Arc::new(Int64Array::from(vec![None::<i64>; 4]));
-        let f: ArrayRef = Arc::new(BooleanArray::from(vec![true; 4]));
-        let b4: ArrayRef = Arc::new(Int32Array::from(vec![2, 3, 0, 1]));
-        let b5: ArrayRef = Arc::new(Int32Array::from(vec![None::<i32>; 4]));
-        split_fixture::set_batch([&k, &u, &v, &f, &b4, &b5], 2)
+        let [u_set, _] = split_fixture::hot_and_cold_sets();
+        u_set
     }
 
     fn snapshot_of(hot: Option<HotKeys>) -> Vec<RecordBatch> {

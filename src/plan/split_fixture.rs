@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::array::{ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_expr::{ExprFunctionExt, col, lit};
 
@@ -67,4 +67,27 @@ pub(crate) fn set_batch(columns: [&ArrayRef; 6], id: i64) -> RecordBatch {
     let mut cols: Vec<ArrayRef> = columns.iter().map(|&c| Arc::clone(c)).collect();
     cols.push(Arc::new(Int64Array::from(vec![id; n])));
     RecordBatch::try_new(schema(), cols).unwrap()
+}
+
+/// Key `k`'s hash, as a key table and the hot keys take it.
+pub(crate) fn key_hash(k: i64) -> u64 {
+    let mut h = vec![];
+    tally_kernels::hash::hash_columns(&[Arc::new(Int64Array::from(vec![k])) as ArrayRef], &mut h)
+        .unwrap();
+    h[0]
+}
+
+/// Two set batches of the same four rows (keys 1, 1, 2, 2; `u` 10 to 13): `u`'s set, its
+/// buckets 2, 3, 0, 1, and the keys alone's, its buckets NULL.
+pub(crate) fn hot_and_cold_sets() -> [RecordBatch; 2] {
+    let k: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 2]));
+    let u: ArrayRef = Arc::new(Int64Array::from(vec![10, 11, 12, 13]));
+    let v: ArrayRef = Arc::new(Int64Array::from(vec![None::<i64>; 4]));
+    let f: ArrayRef = Arc::new(BooleanArray::from(vec![true; 4]));
+    let b4: ArrayRef = Arc::new(Int32Array::from(vec![2, 3, 0, 1]));
+    let none: ArrayRef = Arc::new(Int32Array::from(vec![None::<i32>; 4]));
+    [
+        set_batch([&k, &u, &v, &f, &b4, &none], 2),
+        set_batch([&k, &u, &v, &f, &none, &none], 3),
+    ]
 }

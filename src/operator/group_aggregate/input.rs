@@ -38,7 +38,12 @@ impl GroupAggregate {
         // Calc first: a batch that fails to evaluate changes nothing, and fires nothing whose
         // changes the error would lose.
         let cb = if n > 0 {
-            Some(self.plan.evaluate(changes)?)
+            let mut cb = self.plan.calc.evaluate(changes)?;
+            // A split's cold keys go with the key alone; the query keys' hashes, where that
+            // looked them up, are the state's where it merges the buckets, and go on to the
+            // bucket columns otherwise: no key is hashed twice.
+            let prefix = self.plan.leave_cold(&mut cb)?;
+            Some((cb, prefix))
         } else {
             None
         };
@@ -47,14 +52,28 @@ impl GroupAggregate {
         self.check_latency(&mut out)?;
         self.sweep_expired()?;
         self.metrics.batches_in += 1;
-        let Some(cb) = cb else {
+        let Some((cb, prefix)) = cb else {
             return Ok(out);
         };
-        crate::operator::keyed::hash_keys(&cb.keys, n, &mut self.hashes)?;
+        let hashed = match prefix {
+            Some(prefix) if self.keyed.merges_buckets() => {
+                self.hashes = prefix;
+                cb.keys.len() - self.plan.bucket_keys.as_ref().map_or(0, |b| b.columns)
+            }
+            Some(prefix) => {
+                self.plan
+                    .hash_after_query_keys(&prefix, &cb, &mut self.hashes)?;
+                cb.keys.len()
+            }
+            None => {
+                crate::operator::keyed::hash_keys(&cb.keys, n, &mut self.hashes)?;
+                cb.keys.len()
+            }
+        };
         let mut gids = std::mem::take(&mut self.gids);
         let result = self
             .keyed
-            .intern(&cb.keys, &self.hashes, cb.keys.len(), n, &mut gids)
+            .intern(&cb.keys, &self.hashes, hashed, n, &mut gids)
             .and_then(|()| {
                 self.grow();
                 self.metrics.rows_in += n as u64;
@@ -434,5 +453,35 @@ mod tests {
         // Nothing pending: nothing fired, no hashes.
         let (fired, hashes) = agg.finish_hashed().unwrap();
         assert!(fired.is_empty() && hashes.is_none());
+    }
+
+    /// A split PARTIAL naming hot keys interns each key under one group whatever hashes reach
+    /// its key table: u's set, whose cold key's buckets are set to NULL (the lookup's query-key
+    /// hashes handed on), the keys alone's set, whose buckets are all NULL (the keys hashed
+    /// whole), then u's set again. Its state keyed by every key holds the hot key 1 per bucket
+    /// (2 and 3) and under NULL buckets, and the cold key 2 once; merging the buckets, one
+    /// group per key.
+    #[test]
+    fn a_split_partial_keeps_its_groups_whatever_hashes_it_takes() {
+        use crate::clock::SystemClock;
+        use crate::plan::{HotKeys, split_fixture};
+        let [u_set, keys_alone] = split_fixture::hot_and_cold_sets();
+        for merged in [false, true] {
+            let hot = HotKeys::from_hashes([split_fixture::key_hash(1)]);
+            let plan = split_fixture::plan(4, false).with_hot_keys(Some(hot));
+            let mut agg =
+                GroupAggregate::try_new(Arc::new(plan), Config::default(), Arc::new(SystemClock))
+                    .unwrap();
+            agg.merge_buckets(merged).unwrap();
+            for b in [&u_set, &keys_alone, &u_set] {
+                agg.push(b).unwrap();
+            }
+            agg.finish().unwrap();
+            assert_eq!(
+                agg.keyed.live,
+                if merged { 2 } else { 4 },
+                "merged: {merged}"
+            );
+        }
     }
 }

@@ -312,6 +312,33 @@ fn entries_of_cold_keys_stay_where_their_rows_go() {
     entries_routed_as_rows(4_000, 40, 16, 997, true, Some(&[]));
 }
 
+/// A split PARTIAL's local phase naming hot keys folds each key into one group whatever
+/// hashes reach its key table: u's set (its cold key's buckets set to NULL, the lookup's
+/// query-key hashes handed on), the keys alone's set (no bucket: the keys hashed whole), u's
+/// set again. By every key: the hot key 1 in buckets 2, 3 and under NULL buckets, the cold key
+/// 2 once; merging the buckets on one worker: one group per key.
+#[test]
+fn a_split_local_phase_keeps_its_groups_whatever_hashes_it_takes() {
+    use crate::plan::{HotKeys, split_fixture};
+    let [u_set, keys_alone] = split_fixture::hot_and_cold_sets();
+    for merged in [false, true] {
+        let hot = HotKeys::from_hashes([split_fixture::key_hash(1)]);
+        let plan = split_fixture::plan(4, false).with_hot_keys(Some(hot));
+        let mut local = LocalGroupAggregate::try_new(Arc::new(plan)).unwrap();
+        if merged {
+            local
+                .merge_buckets(Some(&KeyGroups::new(128, 1).unwrap()))
+                .unwrap();
+        }
+        for b in [&u_set, &keys_alone, &u_set] {
+            local
+                .push_changes(&crate::changelog::ChangeBatch::inserts(b.clone()))
+                .unwrap();
+        }
+        assert_eq!(local.len(), if merged { 2 } else { 4 }, "merged: {merged}");
+    }
+}
+
 /// Feeds a local phase routing at the flush (its sets folded as one batch where `as_one`) and
 /// one routing rows the same Expand's sets of `rows` rows over `keys` keys and `buckets`
 /// buckets (one argument's values below `values`), twice, and compares what each worker gets.
