@@ -185,9 +185,7 @@ impl Source<'_> {
                 };
                 (off, in_chunk) = (off + take, in_chunk + take);
                 self.epoch_source_rows += take as u64;
-                for piece in pre(piece)? {
-                    self.push(piece)?;
-                }
+                self.push_all(pre(piece)?)?;
                 if in_chunk == chunk {
                     self.end_epoch(false)?;
                     in_chunk = 0;
@@ -223,16 +221,7 @@ impl Source<'_> {
     fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
         while let Some(batch) = self.next_batch(&mut split)? {
             let n = batch.num_rows();
-            let batches = pre(batch)?;
-            if batches.len() > 1 && self.takes_rows_once() {
-                self.push_sets(&batches)?;
-            } else if batches.len() > 1 && self.folds_sets_together() {
-                self.push_interleaved(&batches)?;
-            } else {
-                for batch in batches {
-                    self.push(batch)?;
-                }
-            }
+            self.push_all(pre(batch)?)?;
             self.send_if_due(n);
         }
         if self.epoch_folded + self.epoch_bypassed > 0 && !self.cut_short {
@@ -283,6 +272,21 @@ impl Source<'_> {
             let (sent, waited) = self.activity.send(&self.senders[w], run);
             self.report.task.waiting_output += waited;
             self.gone[w] = sent.is_err();
+        }
+    }
+
+    /// Pushes what the stages before the aggregate made of one input batch: an Expand's group
+    /// sets of its rows (several batches) as one batch of them where the local phase takes
+    /// each input row once, chunk by chunk where it folds a key's sets together, and otherwise
+    /// (one batch, or a local phase that folds by set) each in turn. Within a chunk of a chunked
+    /// split (whose epoch ends at the chunk's end only) each way applies the sets in turn.
+    fn push_all(&mut self, batches: Vec<ChangeBatch>) -> Result<()> {
+        if batches.len() > 1 && self.takes_rows_once() {
+            self.push_sets(&batches)
+        } else if batches.len() > 1 && self.folds_sets_together() {
+            self.push_interleaved(&batches)
+        } else {
+            batches.into_iter().try_for_each(|b| self.push(b))
         }
     }
 
