@@ -425,6 +425,17 @@ impl Accumulators {
             .collect()
     }
 
+    /// The number of state columns of each slot, in [`Accumulators::state`]'s order.
+    pub(crate) fn slot_widths(&self) -> Vec<usize> {
+        self.slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Plain { width, .. } => *width,
+                Slot::Distinct { .. } => 1,
+            })
+            .collect()
+    }
+
     /// Each DISTINCT slot's live entries, their groups and values (None for a plain slot), in
     /// slot order ([`DistinctAccumulator::live_entries`]).
     pub(crate) fn live_entries(&self) -> Result<Vec<Option<LiveEntries>>> {

@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::operator::GroupAggregateBuilder;
 use crate::operator::deltas::Deltas;
+use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{KeyedState, UNSTAMPED};
 use crate::operator::metrics::Metrics;
 use crate::operator::mini_batch::{MiniBatch, Pending, Trigger};
@@ -255,7 +256,7 @@ impl GroupAggregate {
 
     /// Keys a split-distinct PARTIAL's state by the query's keys alone, its buckets only
     /// routing rows, or by every key again (see [`KeyedState::merge_buckets`]); for a worker
-    /// whose firings an incremental FINAL folds, in a run without checkpoints.
+    /// whose firings an incremental FINAL folds.
     ///
     /// # Errors
     /// An operator that holds state ([`GroupAggregate::holds_state`]).
@@ -266,6 +267,18 @@ impl GroupAggregate {
             ));
         }
         self.keyed.merge_buckets(on)
+    }
+
+    /// Whether a snapshot of its state can be taken where it merges a split PARTIAL's
+    /// buckets ([`KeyedState::cuts_merged_state`]): for a run that takes checkpoints.
+    pub(crate) fn cuts_merged_state(&self) -> bool {
+        self.keyed.cuts_merged_state()
+    }
+
+    /// Takes the key groups and the worker it is, one of several (where a snapshot of state
+    /// that merges buckets puts what no bucket locates: [`KeyedState::export_cut`]).
+    pub(crate) fn set_owner(&mut self, key_groups: &KeyGroups, worker: usize) {
+        self.keyed.set_owner(key_groups, worker);
     }
 
     /// Takes `plan` (the same query, with other hot keys: [`AggregatePlan::with_hot_keys`])

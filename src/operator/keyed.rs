@@ -3,6 +3,7 @@
 //! the input rows it received (for the hot keys). It exports its live groups as Arrow columns
 //! and imports them (snapshots, restores, compaction), and reports its size from capacity.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
@@ -13,8 +14,11 @@ use tally_kernels::group_values::{
 };
 use tally_kernels::hash::hash_columns;
 
+mod cut;
+
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
+use crate::operator::key_groups::KeyGroups;
 use crate::operator::local::FlushedPart;
 use crate::operator::local_ids::KnownIds;
 use crate::plan::{AggregatePlan, HOT_KEYS_METADATA, HotKeys};
@@ -165,6 +169,10 @@ pub(crate) struct KeyedState {
     /// The groups of local phases' key ids (forgotten with the group table: a rebuilt state is
     /// a new one).
     known: KnownIds,
+    /// The key groups and the worker this state is, where it is one of several: a cut of
+    /// state that merges buckets puts what no bucket locates on rows its worker owns
+    /// ([`KeyedState::export_cut`]).
+    owner: Option<(KeyGroups, usize)>,
 }
 
 impl KeyedState {
@@ -185,6 +193,7 @@ impl KeyedState {
             state_keys: plan.key_types.len(),
             state_hashes: vec![],
             known: KnownIds::default(),
+            owner: None,
             plan,
         })
     }
@@ -440,8 +449,11 @@ impl KeyedState {
             .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
     }
 
-    /// Interns the groups of a snapshot batch (with their key hashes) as new live groups;
-    /// returns whether one was restored without a TTL timestamp.
+    /// Interns the groups of a snapshot batch (with their key hashes over every key) as new
+    /// live groups; returns whether one was restored without a TTL timestamp. State that
+    /// merges a split PARTIAL's buckets merges each key's rows (of its buckets, a snapshot
+    /// being keyed by every key: [`KeyedState::export_cut`]) into one group, `seen` holding
+    /// the (group, hash) of every row imported so far.
     ///
     /// # Errors
     /// A key present twice (or already in the table), columns of the wrong types.
@@ -450,6 +462,7 @@ impl KeyedState {
         batch: &RecordBatch,
         hashes: &[u64],
         gids: &mut Vec<u32>,
+        seen: &mut HashSet<(u32, u64)>,
     ) -> Result<bool> {
         let n = batch.num_rows();
         if n == 0 {
@@ -459,7 +472,12 @@ impl KeyedState {
         let width = batch.num_columns();
         let before = self.groups.len();
         self.intern(&batch.columns()[..k], hashes, k, n, gids)?;
-        if self.groups.len() != before + n {
+        let twice = if self.merges_buckets() {
+            !gids.iter().zip(hashes).all(|(&g, &h)| seen.insert((g, h)))
+        } else {
+            self.groups.len() != before + n
+        };
+        if twice {
             return Err(Error::invalid_input(
                 "snapshot holds a group key twice (or a key this operator already has)",
             ));
@@ -482,32 +500,43 @@ impl KeyedState {
         let mut unstamped = false;
         for (i, &g) in gids.iter().enumerate() {
             let g = g as usize;
+            // A group restored from several rows (of its buckets) sums their counts and was
+            // last written at the latest of their writes.
+            let first = !self.alive[g];
             self.alive[g] = true;
             if let Some(c) = self.count1.get_mut(g) {
-                *c = count1.value(i);
+                *c = if first { 0 } else { *c } + count1.value(i);
             }
             if let Some(t) = self.last_write.get_mut(g) {
-                *t = last_write.value(i);
-                unstamped |= *t == UNSTAMPED;
+                let written = last_write.value(i);
+                *t = if first { written } else { (*t).max(written) };
+                unstamped |= written == UNSTAMPED;
             }
-            self.key_rows[g] = rows.value(i);
+            self.key_rows[g] = if first { 0 } else { self.key_rows[g] } + rows.value(i);
         }
-        self.live += n as u64;
+        self.live += (self.groups.len() - before) as u64;
         Ok(unstamped)
     }
 
     /// The same state with only its live groups, in id order (live group ids stay in their
     /// relative order), exported and imported `chunk` groups at a time.
     pub(crate) fn rebuilt(&self, chunk: usize) -> Result<Self> {
+        self.rebuilt_as(self.merges_buckets(), chunk)
+    }
+
+    /// [`KeyedState::rebuilt`] into state that merges a split PARTIAL's buckets or not
+    /// (`merge`, [`KeyedState::merge_buckets`]).
+    fn rebuilt_as(&self, merge: bool, chunk: usize) -> Result<Self> {
         let mut fresh = Self::try_new(Arc::clone(&self.plan), self.ttl)?;
-        fresh.merge_buckets(self.merges_buckets())?;
+        fresh.owner = self.owner.clone();
+        fresh.merge_buckets(merge)?;
         let schema = self.snapshot_schema();
         let all_hashes = self.groups.hashes();
-        let mut gids = vec![];
+        let (mut gids, mut seen) = (vec![], HashSet::new());
         for ids in self.live_groups().chunks(chunk) {
             let batch = self.export(ids, &schema)?;
             let hashes: Vec<u64> = ids.iter().map(|&g| all_hashes[g as usize]).collect();
-            fresh.import(&batch, &hashes, &mut gids)?;
+            fresh.import(&batch, &hashes, &mut gids, &mut seen)?;
         }
         Ok(fresh)
     }

@@ -205,17 +205,30 @@ impl ParallelAggregate {
 
     /// Has every worker key a split-distinct PARTIAL's state by the query's keys alone, the
     /// buckets only routing rows to workers, and its local phases fold by key and worker
-    /// (`on`), or every key again (see [`GroupAggregate::merge_buckets`]). An aggregate whose
-    /// workers hold state (restored from a checkpoint) keeps its keying.
+    /// (`on`), or every key again (see [`GroupAggregate::merge_buckets`]). Workers holding
+    /// state restored from a checkpoint (keyed by every key) merge it where its snapshots can
+    /// be cut again ([`GroupAggregate::merge_restored_buckets`]), and otherwise keep their
+    /// keying.
     ///
     /// # Errors
     /// A key type that cannot be a key (a bug: the plan's keys were checked).
     pub(crate) fn merge_buckets(&mut self, on: bool) -> Result<()> {
-        if self.workers.iter().any(|w| w.agg.holds_state()) {
-            return Ok(());
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            w.agg.set_owner(&self.key_groups, i);
         }
-        for w in &mut self.workers {
-            w.agg.merge_buckets(on)?;
+        if self.workers.iter().any(|w| w.agg.holds_state()) {
+            if !on || self.merges_buckets() || !self.cuts_merged_state() {
+                return Ok(());
+            }
+            let tasks: Vec<_> = self.workers.iter_mut().collect();
+            let merged = self.runtime.map(tasks, |w| w.agg.merge_restored_buckets());
+            for m in merged {
+                m?;
+            }
+        } else {
+            for w in &mut self.workers {
+                w.agg.merge_buckets(on)?;
+            }
         }
         // The local phases fold a key's rows bound for one worker into one accumulator row,
         // whatever their buckets.
@@ -224,6 +237,12 @@ impl ParallelAggregate {
             l.merge_buckets(by)?;
         }
         Ok(())
+    }
+
+    /// Whether its workers' state can be snapshot where it merges a split PARTIAL's buckets
+    /// ([`GroupAggregate::cuts_merged_state`]).
+    pub(crate) fn cuts_merged_state(&self) -> bool {
+        self.workers.iter().all(|w| w.agg.cuts_merged_state())
     }
 
     /// Whether its workers' state merges a split PARTIAL's buckets

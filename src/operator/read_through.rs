@@ -2,7 +2,8 @@
 //! FINAL's results are that row's.
 //!
 //! On one worker whose state merges the buckets ([`crate::operator::ParallelAggregate`] on the
-//! pipelined runtime without checkpoints), the PARTIAL holds one group per query key: all of
+//! pipelined runtime), in a run without checkpoints (whose FINAL keeps every key's state for
+//! its checkpoints), the PARTIAL holds one group per query key: all of
 //! the key's DISTINCT pairs, counts and MIN/MAX values. The FINAL's calls (`$SUM0` of a count,
 //! `SUM`, `MIN`, `MAX` of a PARTIAL result) over that one row give the row's values, and its
 //! record count is 1 while the PARTIAL row lives. So the FINAL's changelog is the PARTIAL's,

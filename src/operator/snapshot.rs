@@ -44,26 +44,25 @@ impl GroupAggregate {
     /// pending mini-batch fired first ([`GroupAggregate::finish`], whose changes are delivered
     /// before the snapshot is taken, so that none is lost or emitted twice on restore).
     ///
+    /// A split PARTIAL whose state merges its buckets (`GroupAggregate::merge_buckets`: one
+    /// group per key) is cut into the groups of state keyed by every key, which any run
+    /// restores (`KeyedState::export_cut`).
+    ///
     /// # Errors
-    /// A mini-batch still pending; state that merges a split PARTIAL's buckets
-    /// (`GroupAggregate::merge_buckets`), which a key group cannot cut.
+    /// A mini-batch still pending; state that merges a split PARTIAL's buckets and cannot be
+    /// cut (over input with retractions).
     pub fn snapshot(&self) -> Result<Vec<RecordBatch>> {
         if self.has_pending() {
             return Err(Error::invalid_input(
                 "cannot snapshot with a mini-batch pending: call finish() and deliver its changes first",
             ));
         }
-        if self.keyed.merges_buckets() && self.keyed.live > 0 {
-            return Err(Error::invalid_input(
-                "cannot snapshot a split-distinct PARTIAL whose state merges its buckets (a run without checkpoints): set the checkpoints before the run",
-            ));
-        }
         let schema = self.snapshot_schema();
-        self.keyed
-            .live_groups()
-            .chunks(EXPORT_CHUNK)
-            .map(|chunk| self.keyed.export(chunk, &schema))
-            .collect()
+        let mut out = vec![];
+        for chunk in self.keyed.live_groups().chunks(EXPORT_CHUNK) {
+            out.extend(self.keyed.export_cut(chunk, &schema)?);
+        }
+        Ok(out)
     }
 
     /// Loads batches made by [`GroupAggregate::snapshot`] (of an operator of the same query;
@@ -95,16 +94,40 @@ impl GroupAggregate {
         refuse_held_state(self.holds_state())?;
         let schema = self.snapshot_schema();
         let mut gids = std::mem::take(&mut self.gids);
+        let mut seen = std::collections::HashSet::new();
         let result = (|| -> Result<()> {
             for (b, hashes) in parts {
                 check_snapshot_schema(&schema, b)?;
-                self.unstamped |= self.keyed.import(b, hashes, &mut gids)?;
+                self.unstamped |= self.keyed.import(b, hashes, &mut gids, &mut seen)?;
                 self.grow();
             }
             Ok(())
         })();
         self.gids = gids;
         result
+    }
+
+    /// Merges the buckets of state restored from a snapshot (keyed by every key), as
+    /// [`GroupAggregate::merge_buckets`] keys fresh state; returns whether it did (not where it
+    /// already does or the state could not be cut again, [`KeyedState::merged`]).
+    ///
+    /// # Errors
+    /// A mini-batch pending (a bug: a restore has none).
+    pub(crate) fn merge_restored_buckets(&mut self) -> Result<bool> {
+        if self.has_pending() {
+            return Err(Error::internal(
+                "an aggregate changed its keys with a mini-batch pending",
+            ));
+        }
+        let Some(merged) = self.keyed.merged(EXPORT_CHUNK)? else {
+            return Ok(false);
+        };
+        // As a compaction: new group ids, the per-group marks afresh.
+        self.keyed = merged;
+        self.mini_batch.clear_marks();
+        self.run_mark = vec![];
+        self.grow();
+        Ok(true)
     }
 
     /// Compacts when at least half the groups, and at least [`COMPACT_MIN_DEAD`], are dead and

@@ -134,14 +134,18 @@ impl Pipeline {
         let incremental = after.first().is_some_and(|s| s.as_incremental().is_some());
         // A PARTIAL whose firings an incremental FINAL folds keys its workers' state by the
         // query's keys alone, the buckets only routing rows (one group per key and worker, not
-        // per bucket), unless the run takes checkpoints, which cut state by key group, or the
-        // state was restored from one: then a hot key has a group per bucket, and a cold one,
-        // whose buckets every runtime leaves NULL, one per key (`AggregatePlan::leave_cold`).
-        agg.merge_buckets(incremental && checkpoint_every.is_none())?;
-        // On one such worker every key has one PARTIAL row, which the FINAL reads through,
-        // and the buckets route nowhere: nothing reads them, and the Calc leaves them NULL. On
-        // several whose local phases route at the flush, only the rows that go around the
-        // local phases read them: their sources compute them there (`BucketFill`).
+        // per bucket). A run that takes checkpoints does so where its snapshots can cut that
+        // state back into a group per bucket (`KeyedState::export_cut`, over insert-only
+        // input), and state restored from one merges again; otherwise a hot key keeps a group
+        // per bucket, and a cold one, whose buckets every runtime leaves NULL, one per key
+        // (`AggregatePlan::leave_cold`).
+        let checkpoints = checkpoint_every.is_some();
+        agg.merge_buckets(incremental && (!checkpoints || agg.cuts_merged_state()))?;
+        // On one such worker every key has one PARTIAL row, which the FINAL reads through in a
+        // run without checkpoints (with them it keeps every key's state, which its checkpoints
+        // hold), and the buckets route nowhere: nothing reads them, and the Calc leaves them
+        // NULL. On several whose local phases route at the flush, only the rows that go around
+        // the local phases read them: their sources compute them there (`BucketFill`).
         let one_row = agg.merges_buckets() && agg.parallelism() == 1;
         let unread = if one_row || agg.routes_at_flush() {
             agg.plan().bucket_columns_unread()
@@ -155,13 +159,13 @@ impl Pipeline {
             .bucket_keys
             .as_ref()
             .and_then(|b| b.hot.as_ref())
-            .filter(|_| agg.merges_buckets() && !one_row);
+            .filter(|_| agg.merges_buckets() && !one_row && !checkpoints);
         let (through, cold_through) = match after.first_mut().and_then(|s| s.as_incremental_mut()) {
             Some(fin) => {
                 // A worker holding one group per key fires each key once: its delta rows are
                 // the fold's rows as they are.
                 fin.fold_rows_as_keys(agg.plan(), agg.merges_buckets());
-                let through = fin.read_through(agg.plan(), one_row)?;
+                let through = fin.read_through(agg.plan(), one_row && !checkpoints)?;
                 let cold = fin.read_cold_through(agg.plan(), hot)?;
                 (through, cold)
             }

@@ -26,4 +26,6 @@ mod split_flink;
 mod sql;
 #[cfg(feature = "sql")]
 mod sql_oracle;
+#[cfg(feature = "sql")]
+mod sql_oracle_resume;
 mod types;

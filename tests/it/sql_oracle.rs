@@ -19,7 +19,7 @@ use crate::common::{Materialized, changelog_stream, run_query, soaking, test_see
 
 /// One input row: key, value, user.
 #[derive(Debug, Clone, PartialEq)]
-struct Row {
+pub(crate) struct Row {
     k: Option<String>,
     v: Option<i64>,
     u: i64,
@@ -41,7 +41,7 @@ fn random_row(rng: &mut StdRng) -> Row {
 }
 
 /// (retract?, row): inserts, deletes of live rows, `-U`/`+U` updates of live rows.
-fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, Row)> {
+pub(crate) fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, Row)> {
     changelog_stream(rng, len, retractions, random_row, |old, new| {
         new.k = old.k.clone()
     })
@@ -50,7 +50,12 @@ fn random_stream(rng: &mut StdRng, len: usize, retractions: bool) -> Vec<(bool, 
 /// Writes the stream as an Arrow IPC file of random batch sizes (or, with `parquet`, a Parquet
 /// file of random row groups), with an `op` column (`-D` or `-U` for retractions, `+I` or `+U`
 /// for the rest).
-fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng, parquet: bool) {
+pub(crate) fn write_stream(
+    path: &std::path::Path,
+    stream: &[(bool, Row)],
+    rng: &mut StdRng,
+    parquet: bool,
+) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("op", DataType::Int8, false),
         Field::new("k", DataType::Utf8, true),
@@ -101,7 +106,7 @@ fn write_stream(path: &std::path::Path, stream: &[(bool, Row)], rng: &mut StdRng
 }
 
 /// The rows a changelog leaves.
-fn live(stream: &[(bool, Row)]) -> Vec<Row> {
+pub(crate) fn live(stream: &[(bool, Row)]) -> Vec<Row> {
     let mut rows: Vec<Row> = vec![];
     for (retract, row) in stream {
         if *retract {
@@ -137,17 +142,17 @@ fn sum(rows: &[&Row]) -> Option<i64> {
 }
 
 /// A query and its reference over the live rows (sorted lines like `[a, 1, 2]`).
-struct Query {
-    name: &'static str,
-    sql: &'static str,
+pub(crate) struct Query {
+    pub(crate) name: &'static str,
+    pub(crate) sql: &'static str,
     /// Whether its last aggregate's changes go straight to the sink (it may drop `-U`).
-    upsert: bool,
+    pub(crate) upsert: bool,
     /// Whether split-distinct applies to it.
-    distinct: bool,
-    reference: fn(&[Row]) -> Vec<String>,
+    pub(crate) distinct: bool,
+    pub(crate) reference: fn(&[Row]) -> Vec<String>,
 }
 
-const QUERIES: &[Query] = &[
+pub(crate) const QUERIES: &[Query] = &[
     Query {
         name: "nested",
         sql: "SELECT c, COUNT(*) AS n, SUM(s) AS total FROM \
@@ -405,8 +410,23 @@ fn random_settings(rng: &mut StdRng, distinct: bool) -> (String, usize, String) 
     (sets.join(" "), batch, desc.join(" "))
 }
 
+/// The DDL of table `t` over the stream written to `path` in `format` (a changelog where
+/// it has `retractions`).
+pub(crate) fn table_ddl(path: &std::path::Path, format: &str, retractions: bool) -> String {
+    format!(
+        "CREATE TABLE t (k STRING, v BIGINT, u BIGINT) WITH ('connector' = 'filesystem', \
+         'path' = '{}', 'format' = '{format}'{});",
+        path.display(),
+        if retractions {
+            ", 'changelog-column' = 'op'"
+        } else {
+            ""
+        }
+    )
+}
+
 /// The final table a changelog gives: a multiset with `-U` rows, else upserts by the key columns.
-fn final_table(lines: &[String], update_before: bool, keys: &[usize]) -> Vec<String> {
+pub(crate) fn final_table(lines: &[String], update_before: bool, keys: &[usize]) -> Vec<String> {
     if update_before {
         let mut m = Materialized::default();
         m.apply_lines(lines);
@@ -472,16 +492,7 @@ fn sql_queries_match_the_reference_under_random_settings() {
         let path = dir.join(format!("t{s}.{format}"));
         write_stream(&path, &stream, &mut rng, s == 1);
         let rows = live(&stream);
-        let table = format!(
-            "CREATE TABLE t (k STRING, v BIGINT, u BIGINT) WITH ('connector' = 'filesystem', \
-             'path' = '{}', 'format' = '{format}'{});",
-            path.display(),
-            if retractions {
-                ", 'changelog-column' = 'op'"
-            } else {
-                ""
-            }
-        );
+        let table = table_ddl(&path, format, retractions);
         for q in QUERIES {
             let mut expected = (q.reference)(&rows);
             expected.sort();

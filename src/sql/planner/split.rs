@@ -154,8 +154,8 @@ pub(super) fn build_split(
     }
     incremental(ctx, &mut built, &label_keys, agg.group_expr.len())?;
     // Hot keys are spread alone in every runtime; only under the incremental aggregate do the
-    // PARTIAL's workers merge its buckets (on the pipelined runtime, without checkpoints), and
-    // only there may the FINAL read the cold keys' rows through.
+    // PARTIAL's workers merge its buckets (on the pipelined runtime), and only there, in a run
+    // without checkpoints, may the FINAL read the cold keys' rows through.
     let n = built.stages.len();
     let fin = built.stages.last().and_then(|s| s.as_incremental());
     let cold_through = match (fin, n.checked_sub(2).map(|i| &built.stages[i])) {
@@ -280,10 +280,10 @@ fn incremental(
     let label = ctx.labels.last().map(|l| l.0.clone()).unwrap_or_default();
     if let Some(note) = ctx.explain.strategy.last_mut() {
         *note = format!(
-            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by a GlobalGroupAggregate on every worker (each key's on the worker of its key group), which fires on the mini-batch size (counting its delta rows) and latency. On the pipelined runtime, without checkpoints, the PARTIAL's workers key their state by [{}] alone: the buckets only route rows, and a worker holds one group per key instead of one per bucket.{}",
+            "{label}: the FINAL of split-distinct under Flink's incremental aggregate ('{INCREMENTAL_AGG}' = 'true'): each firing of a PARTIAL worker becomes one row of delta accumulators per key (its IncrementalGroupAggregate), merged by a GlobalGroupAggregate on every worker (each key's on the worker of its key group), which fires on the mini-batch size (counting its delta rows) and latency. On the pipelined runtime the PARTIAL's workers key their state by [{}] alone (with checkpoints, where a checkpoint can cut that state back into a group per bucket: over insert-only input, each call's state with a bucketed DISTINCT argument or with the keys alone): the buckets only route rows, and a worker holds one group per key instead of one per bucket.{}",
             partial_keys[..final_keys].join(", "),
             if reads_through {
-                " On one worker each key then has one PARTIAL row, whose results are the FINAL's: the FINAL reads the PARTIAL's changes through (cut at its firings) and keeps no state."
+                " On one worker, in a run without checkpoints, each key then has one PARTIAL row, whose results are the FINAL's: the FINAL reads the PARTIAL's changes through (cut at its firings) and keeps no state."
             } else {
                 ""
             }

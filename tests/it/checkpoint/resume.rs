@@ -293,6 +293,76 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The bundled orders' table (`data/orders.sql` without its query), its latency 1 h so that
+/// mini-batches fire by rows alone.
+fn orders_ddl() -> String {
+    let base = script("data/orders.sql", "");
+    base[..base.find("EXPLAIN").unwrap()].replace("'1 s'", "'1 h'")
+}
+
+/// Split-distinct over 16 buckets.
+const SPLIT_16: &str = "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
+                        SET 'table.optimizer.distinct-agg.split.bucket-num' = '16';";
+
+/// The parallelism setting for `p` workers.
+fn workers(p: usize) -> String {
+    format!("SET 'table.exec.resource.default-parallelism' = '{p}';")
+}
+
+/// Runs `script` with a checkpoint every `every` source rows into `dir` (every one kept):
+/// its changelog lines, what it measured, and its checkpoints.
+fn run_checkpointed(
+    script: &str,
+    dir: &std::path::Path,
+    every: u64,
+) -> (
+    Vec<String>,
+    tally::run::RunStats,
+    Vec<(u64, std::path::PathBuf)>,
+) {
+    let store = CheckpointDir::new(dir).retain(1000);
+    let mut q = plan_script(script).unwrap();
+    q.job().checkpoint_every(store.clone(), every).unwrap();
+    std::env::set_current_dir(root()).unwrap();
+    let (lines, stats) = crate::common::run_query(&mut q, 4096);
+    (lines, stats, store.list().unwrap())
+}
+
+/// Resumes `script` from the checkpoint `folder` of a run whose changelog was `full`: the
+/// lines delivered before the checkpoint and the resumed run's, and what it measured.
+fn resume(
+    script: &str,
+    folder: &std::path::Path,
+    full: &[String],
+) -> (Vec<String>, tally::run::RunStats) {
+    let mut q = plan_script(script).unwrap();
+    let chk = q.job().restore(folder).unwrap();
+    let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
+    let mut lines = full[..delivered].to_vec();
+    let (rest, stats) = crate::common::run_query(&mut q, 4096);
+    lines.extend(rest);
+    (lines, stats)
+}
+
+/// The split PARTIAL's entry of a checkpoint (its schema records the hot keys), and how many
+/// key columns it has (the query's key, then the bucket columns).
+fn partial_entry(
+    chk: &tally::checkpoint::Checkpoint,
+) -> (&arrow::datatypes::SchemaRef, &[RecordBatch], usize) {
+    let (_, schema, batches) = chk
+        .entries
+        .iter()
+        .find(|e| e.1.metadata().contains_key(tally::plan::HOT_KEYS_METADATA))
+        .expect("the PARTIAL's state names its hot keys");
+    let buckets = schema
+        .fields()
+        .iter()
+        .skip(1)
+        .take_while(|f| f.name().starts_with("$f"))
+        .count();
+    (schema, batches, 1 + buckets)
+}
+
 /// A split-distinct run that takes checkpoints spreads only its hot keys: the checkpoint holds
 /// one PARTIAL group per cold key (its buckets NULL) and names the hot keys, where spreading
 /// every key gave a group per bucket. Restored on another parallelism, whose own sample names
@@ -301,13 +371,9 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
 /// checkpoint under one group and after it under another would count twice).
 #[test]
 fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them() {
-    let base = script("data/orders.sql", "");
-    let ddl = &base[..base.find("EXPLAIN").unwrap()];
+    let ddl = orders_ddl();
     let query = "SELECT shop, COUNT(DISTINCT user_id) AS buyers, COUNT(*) AS orders, \
                  MAX(amount) AS biggest FROM orders GROUP BY shop;";
-    let split = "SET 'table.optimizer.distinct-agg.split.enabled' = 'true'; \
-                 SET 'table.optimizer.distinct-agg.split.bucket-num' = '16';";
-    let workers = |p: usize| format!("SET 'table.exec.resource.default-parallelism' = '{p}';");
     let mut unsplit = plan_script(&format!("{ddl}{}{query}", workers(1))).unwrap();
     let expected = table(&run_lines(&mut unsplit, 8192));
     let shops = expected.len();
@@ -317,42 +383,29 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
     let mut hot_keys = std::collections::BTreeSet::new();
     for (taken, runtime) in [(3, "true"), (2, "false"), (1, "true")] {
         let dir = scratch(&format!("hot-{taken}"));
-        let store = CheckpointDir::new(&dir).retain(1000);
         let settings = format!(
-            "{split}{} SET 'tally.exec.pipelined' = '{runtime}';",
+            "{SPLIT_16}{} SET 'tally.exec.pipelined' = '{runtime}';",
             workers(taken)
         );
-        let mut q = plan_script(&format!("{ddl}{settings}{query}")).unwrap();
-        q.job().checkpoint_every(store.clone(), 30_000).unwrap();
-        std::env::set_current_dir(root()).unwrap();
-        let (full, stats) = crate::common::run_query(&mut q, 4096);
+        let (full, stats, checkpoints) =
+            run_checkpointed(&format!("{ddl}{settings}{query}"), &dir, 30_000);
         let spread_keys = stats.aggregates[0].spread_keys;
         assert_eq!(
             table(&full),
             expected,
             "taken with {settings}: the whole run"
         );
-        let checkpoints = store.list().unwrap();
         assert!(
             checkpoints.len() > usize::from(runtime == "false"),
             "{checkpoints:?}"
         );
         for (id, folder) in checkpoints {
             let chk = CheckpointDir::read(&folder).unwrap();
-            let (_, schema, batches) = chk
-                .entries
-                .iter()
-                .find(|e| e.1.metadata().contains_key(tally::plan::HOT_KEYS_METADATA))
-                .expect("the PARTIAL's state names its hot keys");
+            let (schema, batches, keys) = partial_entry(&chk);
             let hot = &schema.metadata()[tally::plan::HOT_KEYS_METADATA];
             let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
             // After the shop, the bucket columns (a DISTINCT argument's and the other calls').
-            let buckets = schema
-                .fields()
-                .iter()
-                .skip(1)
-                .take_while(|f| f.name().starts_with("$f"))
-                .count();
+            let buckets = keys - 1;
             assert!(buckets >= 1, "{schema:?}");
             let cold: usize = batches
                 .iter()
@@ -384,14 +437,10 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
                 workers(1 + id as usize % 3),
                 format!("{} SET 'tally.exec.pipelined' = 'false';", workers(2)),
             ] {
-                let mut q = plan_script(&format!("{ddl}{split}{resumed}{query}")).unwrap();
-                let chk = q.job().restore(&folder).unwrap();
-                let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
-                let mut lines = full[..delivered].to_vec();
-                let (rest, stats) = crate::common::run_query(&mut q, 4096);
+                let (lines, stats) =
+                    resume(&format!("{ddl}{SPLIT_16}{resumed}{query}"), &folder, &full);
                 // It spread the checkpoint's hot keys, not its own sample's.
                 assert_eq!(stats.aggregates[0].spread_keys, Some(named), "{resumed}");
-                lines.extend(rest);
                 assert_eq!(
                     table(&lines),
                     expected,
@@ -404,4 +453,72 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
     // The parallelisms named different hot keys (P = 3 one more than P = 1 and 2): the
     // resumptions across them restored keys routed otherwise than their own samples would.
     assert!(hot_keys.len() >= 2, "{hot_keys:?}");
+}
+
+/// A split-distinct run over insert-only input whose PARTIAL merges its buckets (one group per
+/// key and worker, where every call's state lies with a DISTINCT argument's bucket or with the
+/// keys alone) keeps merging when it takes checkpoints: each checkpoint cuts that state into
+/// the groups of state keyed by every key, whose keys are unique. Any run restores it, on
+/// another parallelism (merging it again) or on the ordered runtime (keeping a group per
+/// bucket), as it restores the ordered runtime's checkpoints, and gives the unsplit run's
+/// table: over an Expand of two DISTINCT arguments beside calls of the keys alone, and over one
+/// DISTINCT argument alone.
+#[test]
+fn a_split_that_merges_its_buckets_takes_checkpoints_any_run_restores() {
+    let ddl = orders_ddl();
+    for query in [
+        "SELECT shop, COUNT(*) AS orders, COUNT(DISTINCT user_id) AS buyers, \
+         COUNT(DISTINCT status) AS statuses, MAX(amount) AS biggest FROM orders GROUP BY shop;",
+        "SELECT shop, COUNT(DISTINCT user_id) AS buyers FROM orders GROUP BY shop;",
+    ] {
+        let mut unsplit = plan_script(&format!("{ddl}{}{query}", workers(1))).unwrap();
+        let expected = table(&run_lines(&mut unsplit, 8192));
+        for (taken, pipelined) in [(1, true), (2, true), (3, true), (2, false)] {
+            let dir = scratch(&format!("merged-{taken}-{pipelined}-{}", query.len()));
+            let settings = format!(
+                "{}SET 'tally.exec.pipelined' = '{pipelined}';",
+                workers(taken)
+            );
+            let (full, stats, checkpoints) =
+                run_checkpointed(&format!("{ddl}{SPLIT_16}{settings}{query}"), &dir, 20_000);
+            let ctx = format!("{query} taken with {settings}");
+            assert_eq!(table(&full), expected, "{ctx}: the whole run");
+            assert_eq!(stats.aggregates[0].merges_buckets, pipelined, "{ctx}");
+            assert!(!checkpoints.is_empty(), "{ctx}");
+            for (id, folder) in checkpoints {
+                let chk = CheckpointDir::read(&folder).unwrap();
+                let (schema, batches, keys) = partial_entry(&chk);
+                // One row per key (the shop and the bucket columns).
+                let key_schema =
+                    std::sync::Arc::new(schema.project(&(0..keys).collect::<Vec<_>>()).unwrap());
+                let mut seen = std::collections::BTreeSet::new();
+                for b in batches {
+                    let key_columns =
+                        RecordBatch::try_new(key_schema.clone(), b.columns()[..keys].to_vec())
+                            .unwrap();
+                    let text = arrow::util::pretty::pretty_format_batches(&[key_columns])
+                        .unwrap()
+                        .to_string();
+                    for line in text.lines().skip(3).filter(|l| l.starts_with('|')) {
+                        assert!(seen.insert(line.to_string()), "{ctx}: {line} twice");
+                    }
+                }
+                for resumed in [
+                    workers(1 + id as usize % 3),
+                    format!("{} SET 'tally.exec.pipelined' = 'false';", workers(2)),
+                ] {
+                    let (lines, stats) =
+                        resume(&format!("{ddl}{SPLIT_16}{resumed}{query}"), &folder, &full);
+                    let pipelined = !resumed.contains("pipelined");
+                    assert_eq!(stats.aggregates[0].merges_buckets, pipelined, "{resumed}");
+                    assert_eq!(
+                        table(&lines),
+                        expected,
+                        "{ctx}, resumed from checkpoint {id} with {resumed}"
+                    );
+                }
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
 }
