@@ -33,12 +33,12 @@ use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::key_groups::KeyGroups;
 
-/// A hot group's bucketed DISTINCT slot: its bucket column, its lists (of the hot groups),
-/// and the bucket of each entry from the first hot group's on.
+/// A bucketed DISTINCT slot: its bucket column, its lists, and the bucket of each entry of a
+/// hot group (None for the others').
 type SlotLists<'a> = Option<(usize, &'a GenericListArray<i32>, Vec<Option<i32>>)>;
 
-/// One row of a cut: hot group `i`, under bucket `b` of bucket column `c` (`at`; None: the
-/// keys alone's row), carrying the group's unlocated state or not.
+/// One row of a cut: the hot group of row `i` of the export, under bucket `b` of bucket column
+/// `c` (`at`; None: the keys alone's row), carrying the group's unlocated state or not.
 struct CutRow {
     i: usize,
     at: Option<(usize, i32)>,
@@ -101,38 +101,40 @@ impl KeyedState {
     /// The groups `ids` of state that merges its buckets as the rows state keyed by every key
     /// would hold (see the module docs), of `schema` ([`KeyedState::snapshot_schema`]), on the
     /// worker [`KeyedState::set_owner`] names (none named: one worker owning every key): the
-    /// cold keys' groups as they are, then the hot keys' cut. Other state as
+    /// groups in the order of `ids`, a cold key's as it is, a hot key's cut into its rows (so
+    /// that a restore on as many workers numbers the groups as they were). Other state as
     /// [`KeyedState::export`] gives it.
     ///
     /// # Errors
     /// State that cannot be cut ([`KeyedState::cuts_merged_state`]); a group its worker owns no
     /// row for (a bug).
     pub(crate) fn export_cut(&self, ids: &[u32], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        let whole = self.export(ids, schema)?;
         let Some(b) = self
             .plan
             .bucket_keys
             .as_ref()
             .filter(|_| self.merges_buckets())
         else {
-            return Ok(vec![self.export(ids, schema)?]);
+            return Ok(vec![whole]);
         };
         let slot_sets = self.cut_slot_sets().ok_or_else(|| {
             Error::invalid_input(
                 "cannot snapshot a split-distinct PARTIAL whose state merges its buckets (a run without checkpoints): set the checkpoints before the run",
             )
         })?;
-        // The cold groups first, exported as they are; the hot ones after them, to be cut.
+        // The hot groups: their rows in the export and their query keys' hashes.
         let all = self.groups.hashes();
-        let hot = self.plan.hot_keys();
-        let is_hot = |g: u32| hot.is_none_or(|h| h.is_hot(Some(all[g as usize])));
-        let (hot_ids, mut ordered): (Vec<u32>, Vec<u32>) = ids.iter().partition(|&&g| is_hot(g));
-        let cold = ordered.len();
-        ordered.extend(&hot_ids);
-        let whole = self.export(&ordered, schema)?;
-        if hot_ids.is_empty() {
+        let hot_keys = self.plan.hot_keys();
+        let hot: Vec<(usize, u64)> = ids
+            .iter()
+            .map(|&g| all[g as usize])
+            .enumerate()
+            .filter(|&(_, h)| hot_keys.is_none_or(|k| k.is_hot(Some(h))))
+            .collect();
+        if hot.is_empty() {
             return Ok(vec![whole]);
         }
-        let hot_part = whole.slice(cold, hot_ids.len());
         let k = self.plan.key_types.len();
         let widths = self.accs.slot_widths();
         // Each slot's first state column in the export.
@@ -149,18 +151,23 @@ impl KeyedState {
             .enumerate()
             .map(|(s, &(set, arg))| match (set, arg) {
                 (Some(c), Some(_)) => {
-                    let list = hot_part.column(first[s]).as_list::<i32>();
-                    let (from, to) = (list.value_offsets()[0], list.value_offsets()[list.len()]);
+                    let list = whole.column(first[s]).as_list::<i32>();
                     let values = list.values().as_struct().column(0);
-                    let values = values.slice(from as usize, (to - from) as usize);
-                    let buckets = bucket_array(&values, b.buckets)?;
-                    Ok(Some((c, list, buckets.iter().collect())))
+                    let offsets = list.value_offsets();
+                    let mut of_entry = vec![None; values.len()];
+                    for &(i, _) in &hot {
+                        let (from, to) = (offsets[i] as usize, offsets[i + 1] as usize);
+                        let buckets = bucket_array(&values.slice(from, to - from), b.buckets)?;
+                        for (e, bucket) in buckets.iter().enumerate() {
+                            of_entry[from + e] = bucket;
+                        }
+                    }
+                    Ok(Some((c, list, of_entry)))
                 }
                 _ => Ok(None),
             })
             .collect::<Result<_>>()?;
-        let query_hashes: Vec<u64> = hot_ids.iter().map(|&g| all[g as usize]).collect();
-        let rows = self.cut_rows(&query_hashes, &lists, b.columns, b.buckets)?;
+        let rows = self.cut_rows(&hot, &lists, b.columns, b.buckets)?;
         let cut = Cut {
             rows: &rows,
             first: &first,
@@ -171,26 +178,44 @@ impl KeyedState {
             bucket_columns: b.columns,
             bucket_count: b.buckets,
         };
-        let cut = self.cut_columns(&hot_part, &cut)?;
-        Ok(if cold > 0 {
-            vec![whole.slice(0, cold), cut]
-        } else {
-            vec![cut]
-        })
+        let cut = self.cut_columns(&whole, &cut)?;
+        // The groups in order: runs of cold ones as exported, runs of hot ones as cut.
+        let mut out = vec![];
+        let (mut next, mut r) = (0, 0);
+        let mut run = 0;
+        while run < hot.len() {
+            let start = hot[run].0;
+            let mut end = run + 1;
+            while end < hot.len() && hot[end].0 == hot[end - 1].0 + 1 {
+                end += 1;
+            }
+            if start > next {
+                out.push(whole.slice(next, start - next));
+            }
+            let last = hot[end - 1].0;
+            let n = rows[r..].iter().take_while(|row| row.i <= last).count();
+            out.push(cut.slice(r, n));
+            (next, r, run) = (last + 1, r + n, end);
+        }
+        if next < whole.num_rows() {
+            out.push(whole.slice(next, whole.num_rows() - next));
+        }
+        Ok(out)
     }
 
-    /// The rows a cut makes of the hot groups whose query keys hash to `query_hashes` (see the
-    /// module docs), with `lists` of the bucketed DISTINCT slots, over `columns` bucket
-    /// columns of `buckets` buckets each.
+    /// The rows a cut makes of the hot groups `hot` (each its row in the export and its query
+    /// keys' hash; see the module docs), with `lists` of the bucketed DISTINCT slots, over
+    /// `columns` bucket columns of `buckets` buckets each.
     fn cut_rows(
         &self,
-        query_hashes: &[u64],
+        hot: &[(usize, u64)],
         lists: &[SlotLists<'_>],
         columns: usize,
         buckets: u32,
     ) -> Result<Vec<CutRow>> {
-        // Whether this worker owns group `i`'s row `at` (None: the keys alone's).
-        let mine = |i: usize, at: Option<(usize, i32)>| -> Result<bool> {
+        // Whether this worker owns the row `at` (None: the keys alone's) of the group whose
+        // query keys hash to `h`.
+        let mine = |h: u64, at: Option<(usize, i32)>| -> Result<bool> {
             let Some((kg, me)) = &self.owner else {
                 return Ok(true);
             };
@@ -199,18 +224,17 @@ impl KeyedState {
                     Arc::new(Int32Array::from(vec![at.filter(|a| a.0 == c).map(|a| a.1)]))
                 })
                 .collect();
-            let mut h = vec![];
-            hash_columns_after(&query_hashes[i..=i], &cols, &mut h)?;
-            Ok(kg.worker_of_hash(h[0]) == *me)
+            let mut whole = vec![];
+            hash_columns_after(&[h], &cols, &mut whole)?;
+            Ok(kg.worker_of_hash(whole[0]) == *me)
         };
-        let mut rows: Vec<CutRow> = Vec::with_capacity(query_hashes.len());
+        let mut rows: Vec<CutRow> = Vec::with_capacity(hot.len());
         // Per bucket column, the buckets a group's entries lie in.
         let mut marked: Vec<Vec<bool>> = vec![vec![false; buckets as usize]; columns];
-        for i in 0..query_hashes.len() {
+        for &(i, h) in hot {
             for (c, list, of_entry) in lists.iter().flatten() {
-                let base = list.value_offsets()[0] as usize;
-                let entries = list.value_offsets()[i] as usize - base
-                    ..list.value_offsets()[i + 1] as usize - base;
+                let entries =
+                    list.value_offsets()[i] as usize..list.value_offsets()[i + 1] as usize;
                 for bucket in &of_entry[entries] {
                     let bucket = bucket.ok_or_else(|| {
                         Error::internal("a DISTINCT entry without a bucket (a NULL value)")
@@ -228,7 +252,7 @@ impl KeyedState {
             }
             // What no bucket locates: on the keys alone's row where this worker owns it, else
             // on a bucket row it owns (each of its pieces, as its rows came to it).
-            let carrier = if mine(i, None)? {
+            let carrier = if mine(h, None)? {
                 None
             } else {
                 let mut owned = None;
@@ -237,7 +261,7 @@ impl KeyedState {
                     .copied()
                     .chain((0..columns).flat_map(|c| (0..buckets as i32).map(move |x| (c, x))))
                 {
-                    if mine(i, Some(at))? {
+                    if mine(h, Some(at))? {
                         owned = Some(at);
                         break;
                     }
@@ -265,8 +289,8 @@ impl KeyedState {
         Ok(rows)
     }
 
-    /// The batch of `cut`'s rows of the hot groups `hot` (see [`KeyedState::export_cut`]).
-    fn cut_columns(&self, hot: &RecordBatch, cut: &Cut<'_>) -> Result<RecordBatch> {
+    /// The batch of `cut`'s rows of the hot groups in `whole` (see [`KeyedState::export_cut`]).
+    fn cut_columns(&self, whole: &RecordBatch, cut: &Cut<'_>) -> Result<RecordBatch> {
         let Cut {
             rows,
             first,
@@ -277,10 +301,10 @@ impl KeyedState {
             bucket_columns,
             bucket_count,
         } = *cut;
-        let width = hot.num_columns();
+        let width = whole.num_columns();
         let source = UInt32Array::from_iter_values(rows.iter().map(|r| r.i as u32));
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(width);
-        for c in &hot.columns()[..q] {
+        for c in &whole.columns()[..q] {
             cols.push(take(c.as_ref(), &source, None)?);
         }
         for c in 0..bucket_columns {
@@ -307,7 +331,7 @@ impl KeyedState {
                 }
                 None => {
                     for j in 0..w {
-                        let from = [hot.column(first[s] + j).as_ref(), empty[at + j].as_ref()];
+                        let from = [whole.column(first[s] + j).as_ref(), empty[at + j].as_ref()];
                         cols.push(interleave(&from, &picks)?);
                     }
                 }
@@ -316,25 +340,25 @@ impl KeyedState {
         }
         // The record count and the input rows on the carrier, every row written when its
         // group was last.
-        let count1: &Int64Array = hot.column(width - 3).as_primitive();
+        let count1: &Int64Array = whole.column(width - 3).as_primitive();
         cols.push(Arc::new(Int64Array::from_iter_values(
             rows.iter()
                 .map(|r| if r.carrier { count1.value(r.i) } else { 0 }),
         )));
-        cols.push(take(hot.column(width - 2).as_ref(), &source, None)?);
-        let input_rows: &UInt64Array = hot.column(width - 1).as_primitive();
+        cols.push(take(whole.column(width - 2).as_ref(), &source, None)?);
+        let input_rows: &UInt64Array = whole.column(width - 1).as_primitive();
         cols.push(Arc::new(UInt64Array::from_iter_values(
             rows.iter()
                 .map(|r| if r.carrier { input_rows.value(r.i) } else { 0 }),
         )));
-        RecordBatch::try_new(hot.schema(), cols)
+        RecordBatch::try_new(whole.schema(), cols)
             .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
     }
 }
 
-/// A bucketed DISTINCT slot's lists of the hot groups cut to `rows` (each group's rows side by
-/// side), `of_entry` holding the bucket of each entry from the first group's on: a bucket row
-/// of column `c` (of `buckets` buckets) takes its group's entries in its bucket, any other row
+/// A bucketed DISTINCT slot's lists cut to `rows` (each hot group's rows side by side, `i`
+/// its row in `list`), `of_entry` holding the bucket of each of their entries: a bucket row of
+/// column `c` (of `buckets` buckets) takes its group's entries in its bucket, any other row
 /// none. One pass over the entries, whatever the number of rows a group is cut into.
 fn cut_lists(
     list: &GenericListArray<i32>,
@@ -344,8 +368,7 @@ fn cut_lists(
     buckets: u32,
 ) -> Result<ArrayRef> {
     let offsets = list.value_offsets();
-    let base = offsets[0] as usize;
-    let entries = |i: usize| offsets[i] as usize - base..offsets[i + 1] as usize - base;
+    let entries = |i: usize| offsets[i] as usize..offsets[i + 1] as usize;
     // Each entry's row, or none.
     let mut dest: Vec<u32> = vec![u32::MAX; of_entry.len()];
     // A group's row of each bucket of column `c`, while its entries are placed.
@@ -385,7 +408,7 @@ fn cut_lists(
     let mut picks = vec![0u32; ends[rows.len()] as usize];
     for (e, &at) in dest.iter().enumerate() {
         if at != u32::MAX {
-            picks[next[at as usize] as usize] = (base + e) as u32;
+            picks[next[at as usize] as usize] = e as u32;
             next[at as usize] += 1;
         }
     }
