@@ -335,8 +335,23 @@ fn resume(
     folder: &std::path::Path,
     full: &[String],
 ) -> (Vec<String>, tally::run::RunStats) {
+    resume_checkpointed(script, folder, full, None)
+}
+
+/// [`resume`], taking checkpoints every `every.1` source rows into `every.0` where given.
+fn resume_checkpointed(
+    script: &str,
+    folder: &std::path::Path,
+    full: &[String],
+    every: Option<(&std::path::Path, u64)>,
+) -> (Vec<String>, tally::run::RunStats) {
     let mut q = plan_script(script).unwrap();
     let chk = q.job().restore(folder).unwrap();
+    if let Some((dir, rows)) = every {
+        q.job()
+            .checkpoint_every(CheckpointDir::new(dir), rows)
+            .unwrap();
+    }
     let delivered: usize = chk.meta("output.rows").unwrap().parse().unwrap();
     let mut lines = full[..delivered].to_vec();
     let (rest, stats) = crate::common::run_query(&mut q, 4096);
@@ -461,8 +476,9 @@ fn a_split_with_checkpoints_spreads_only_its_hot_keys_and_a_restore_keeps_them()
 /// the groups of state keyed by every key, whose keys are unique. Any run restores it, on
 /// another parallelism (merging it again) or on the ordered runtime (keeping a group per
 /// bucket), as it restores the ordered runtime's checkpoints, and gives the unsplit run's
-/// table: over an Expand of two DISTINCT arguments beside calls of the keys alone, and over one
-/// DISTINCT argument alone.
+/// table; resumed as it was taken (checkpoints included), it writes the uninterrupted run's
+/// changelog. Over an Expand of two DISTINCT arguments beside calls of the keys alone, and over
+/// one DISTINCT argument alone.
 #[test]
 fn a_split_that_merges_its_buckets_takes_checkpoints_any_run_restores() {
     let ddl = orders_ddl();
@@ -502,6 +518,15 @@ fn a_split_that_merges_its_buckets_takes_checkpoints_any_run_restores() {
                     for line in text.lines().skip(3).filter(|l| l.starts_with('|')) {
                         assert!(seen.insert(line.to_string()), "{ctx}: {line} twice");
                     }
+                }
+                // Resumed as it was taken, checkpoints and all: the same changelog, byte for
+                // byte (the groups restored in their order, merged again).
+                if pipelined {
+                    let again = dir.join(format!("again-{id}"));
+                    let script = format!("{ddl}{SPLIT_16}{settings}{query}");
+                    let (lines, _) =
+                        resume_checkpointed(&script, &folder, &full, Some((&again, 20_000)));
+                    assert!(lines == full, "{ctx}: resumed from checkpoint {id}");
                 }
                 for resumed in [
                     workers(1 + id as usize % 3),
