@@ -6,19 +6,18 @@ mod errors;
 mod killed;
 mod resume;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::Materialized;
+use crate::scratch::Scratch;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-chk-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory of this test process, removed when dropped (a failing test's too).
+fn scratch(name: &str) -> Scratch {
+    Scratch::dir(&format!("chk-{name}"))
 }
 
 /// A bundled script without its comments, with `settings` in front and paths made absolute.

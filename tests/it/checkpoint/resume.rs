@@ -190,7 +190,7 @@ fn resuming_from_any_checkpoint_matches_the_reference() {
     for (name, script, batch, every, expected) in cases {
         assert!(expected.len() > 5, "{name}: {expected:?}");
         let dir = scratch(name);
-        let store = CheckpointDir::new(&dir).retain(1000);
+        let store = CheckpointDir::new(&*dir).retain(1000);
         let mut q = plan_script(&script).unwrap();
         q.job().checkpoint_every(store.clone(), every).unwrap();
         // Under a TTL the changelog is read by key: an expired key starts again with +I and
@@ -262,7 +262,7 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
         let _ = std::fs::remove_dir_all(&dir);
         let mut q = plan_script(&script("data/replay.sql", &taken)).unwrap();
         q.job()
-            .checkpoint_every(CheckpointDir::new(&dir), 6000)
+            .checkpoint_every(CheckpointDir::new(&*dir), 6000)
             .unwrap();
         run_lines(&mut q, 1000);
         let mut other = plan_script(&script("data/replay.sql", &resumed)).unwrap();
@@ -285,7 +285,7 @@ fn a_checkpoint_restores_only_under_the_settings_that_shaped_its_state() {
     assert!(!plain.contains("DISTINCT"), "{plain}");
     let mut q = plan_script(&plain).unwrap();
     q.job()
-        .checkpoint_every(CheckpointDir::new(&dir), 6000)
+        .checkpoint_every(CheckpointDir::new(&*dir), 6000)
         .unwrap();
     run_lines(&mut q, 1000);
     let mut q = plan_script(&format!("{} {plain}", split("16"))).unwrap();
