@@ -242,6 +242,11 @@ impl KeyedState {
         self.state_keys < self.plan.key_types.len()
     }
 
+    /// How many of the plan's keys key the state: all, or the query's where it merges buckets.
+    pub(crate) fn state_keys(&self) -> usize {
+        self.state_keys
+    }
+
     /// Interns `n` rows of the plan's key columns `keys` into group ids: by every key, or by
     /// the query's keys where the state merges buckets. `hashes` are the rows' hashes over the
     /// first `hashed` keys (all of them, or the query's keys where a local phase merged the

@@ -269,13 +269,11 @@ impl LocalGroupAggregate {
         // them up, are the groups' where they merge the buckets, and go on to the bucket
         // columns otherwise: no key is hashed twice.
         match self.plan.leave_cold(&mut cb)? {
-            Some(prefix) if self.merges_buckets() => {
-                self.intern_keys(&cb, &prefix, self.state_keys)?
-            }
             Some(prefix) => {
                 let mut hashes = vec![];
-                self.plan.hash_after_query_keys(&prefix, &cb, &mut hashes)?;
-                self.intern_keys(&cb, &hashes, cb.keys.len())?
+                self.plan
+                    .hash_from_lookup(prefix, &cb, self.state_keys, &mut hashes)?;
+                self.intern_keys(&cb, &hashes, self.state_keys)?
             }
             None => self.intern(&cb)?,
         }

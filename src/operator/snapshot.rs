@@ -10,7 +10,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::operator::exchange::route_snapshots;
-use crate::operator::keyed::hash_keys;
+use crate::operator::keyed::{KeyedState, hash_keys};
 use crate::operator::{GroupAggregate, ParallelAggregate};
 use crate::plan::{AggregatePlan, HOT_KEYS_METADATA, HotKeys};
 
@@ -122,12 +122,17 @@ impl GroupAggregate {
         let Some(merged) = self.keyed.merged(EXPORT_CHUNK)? else {
             return Ok(false);
         };
-        // As a compaction: new group ids, the per-group marks afresh.
-        self.keyed = merged;
+        self.replace_keyed(merged);
+        Ok(true)
+    }
+
+    /// Takes `keyed` (this state rebuilt) in place of its state: new group ids, so the
+    /// per-group marks start afresh.
+    fn replace_keyed(&mut self, keyed: KeyedState) {
+        self.keyed = keyed;
         self.mini_batch.clear_marks();
         self.run_mark = vec![];
         self.grow();
-        Ok(true)
     }
 
     /// Compacts when at least half the groups, and at least [`COMPACT_MIN_DEAD`], are dead and
@@ -145,10 +150,8 @@ impl GroupAggregate {
     fn compact(&mut self) -> Result<()> {
         let peak = self.state_bytes();
         self.metrics.peak_state_bytes = self.metrics.peak_state_bytes.max(peak);
-        self.keyed = self.keyed.rebuilt(EXPORT_CHUNK)?;
-        self.mini_batch.clear_marks();
-        self.run_mark = vec![];
-        self.grow();
+        let rebuilt = self.keyed.rebuilt(EXPORT_CHUNK)?;
+        self.replace_keyed(rebuilt);
         self.metrics.compactions += 1;
         Ok(())
     }

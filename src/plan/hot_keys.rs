@@ -236,6 +236,28 @@ impl AggregatePlan {
             .map_err(|e| Error::internal(format!("key hashes: {e}")))
     }
 
+    /// The rows' hashes over the first `keys` keys of `cb`, from `prefix`, the query keys'
+    /// hashes [`AggregatePlan::leave_cold`] returned: those themselves where `keys` are the
+    /// query keys (state that merges a split PARTIAL's buckets), continued over the bucket
+    /// columns where they are every key ([`AggregatePlan::hash_after_query_keys`]).
+    ///
+    /// # Errors
+    /// As [`AggregatePlan::hash_after_query_keys`].
+    pub(crate) fn hash_from_lookup(
+        &self,
+        prefix: Vec<u64>,
+        cb: &CalcBatch,
+        keys: usize,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        if keys < cb.keys.len() {
+            *out = prefix;
+            Ok(())
+        } else {
+            self.hash_after_query_keys(&prefix, cb, out)
+        }
+    }
+
     /// This plan with other hot keys (None: every key spread): for an aggregate restoring a
     /// snapshot whose state was keyed under them ([`HOT_KEYS_METADATA`]).
     pub fn with_hot_keys(&self, hot: Option<HotKeys>) -> AggregatePlan {

@@ -55,25 +55,20 @@ impl GroupAggregate {
         let Some((cb, prefix)) = cb else {
             return Ok(out);
         };
-        let hashed = match prefix {
-            Some(prefix) if self.keyed.merges_buckets() => {
-                self.hashes = prefix;
-                cb.keys.len() - self.plan.bucket_keys.as_ref().map_or(0, |b| b.columns)
-            }
-            Some(prefix) => {
-                self.plan
-                    .hash_after_query_keys(&prefix, &cb, &mut self.hashes)?;
-                cb.keys.len()
-            }
-            None => {
-                crate::operator::keyed::hash_keys(&cb.keys, n, &mut self.hashes)?;
-                cb.keys.len()
-            }
-        };
+        // The keys the state is keyed by, each hashed once.
+        let keys = self.keyed.state_keys();
+        match prefix {
+            Some(prefix) => self
+                .plan
+                .hash_from_lookup(prefix, &cb, keys, &mut self.hashes)?,
+            // A key table that hashes its keys itself takes none.
+            None if self.keyed.hashes_keys_itself() => self.hashes.clear(),
+            None => crate::operator::keyed::hash_keys(&cb.keys[..keys], n, &mut self.hashes)?,
+        }
         let mut gids = std::mem::take(&mut self.gids);
         let result = self
             .keyed
-            .intern(&cb.keys, &self.hashes, hashed, n, &mut gids)
+            .intern(&cb.keys, &self.hashes, keys, n, &mut gids)
             .and_then(|()| {
                 self.grow();
                 self.metrics.rows_in += n as u64;
@@ -482,6 +477,16 @@ mod tests {
                 if merged { 2 } else { 4 },
                 "merged: {merged}"
             );
+            // The key table holds each group's hash over the keys it is keyed by.
+            let ids = agg.keyed.live_groups();
+            let keys = agg.keyed.key_columns(&ids).unwrap();
+            let mut want = vec![];
+            tally_kernels::hash::hash_columns(&keys[..agg.keyed.state_keys()], &mut want).unwrap();
+            let held: Vec<u64> = ids
+                .iter()
+                .map(|&g| agg.keyed.groups.hashes()[g as usize])
+                .collect();
+            assert_eq!(held, want, "merged: {merged}");
         }
     }
 }

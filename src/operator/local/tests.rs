@@ -336,6 +336,11 @@ fn a_split_local_phase_keeps_its_groups_whatever_hashes_it_takes() {
                 .unwrap();
         }
         assert_eq!(local.len(), if merged { 2 } else { 4 }, "merged: {merged}");
+        // The key table holds each group's hash over the keys it is keyed by.
+        let ids: Vec<u32> = (0..local.len() as u32).collect();
+        let mut want = vec![];
+        tally_kernels::hash::hash_columns(&local.groups.keys(&ids).unwrap(), &mut want).unwrap();
+        assert_eq!(local.groups.hashes(), &want[..], "merged: {merged}");
     }
 }
 
