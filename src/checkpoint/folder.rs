@@ -36,7 +36,7 @@ pub(super) fn write(folder: &Path, chk: &Checkpoint) -> Result<()> {
         }
         let file = format!("entry-{i}.arrows");
         let path = folder.join(&file);
-        let (bytes, hash) = write_ipc(&path, schema, batches)?;
+        let (bytes, hash) = write_ipc(&path, schema, batches, PIECE_BYTES)?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         manifest.push_str(&format!(
             "entry {name} {file} rows={rows} bytes={bytes} xxh32={hash:08x}\n"
@@ -52,24 +52,81 @@ pub(super) fn write(folder: &Path, chk: &Checkpoint) -> Result<()> {
     sync_dir(folder)
 }
 
-/// Writes `batches` as an Arrow IPC stream, fsynced; returns its size and XXH32.
-fn write_ipc(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(u64, u64)> {
+/// Writes `batches` as an Arrow IPC stream, in messages of about `piece_bytes` ([`pieces`]),
+/// fsynced; returns its size and XXH32, taken from the bytes as they are written (reading the
+/// file back would hold all of it in memory).
+fn write_ipc(
+    path: &Path,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    piece_bytes: usize,
+) -> Result<(u64, u64)> {
     let file = File::create(path).map_err(|e| io_error(path, e))?;
     // The stream format, which (unlike the file format) lets each batch bring its own
     // dictionaries: workers' snapshots of a dictionary key have different ones.
-    let mut w = StreamWriter::try_new(BufWriter::new(file), schema)?;
+    let mut w = StreamWriter::try_new(HashingWriter::new(BufWriter::new(file)), schema)?;
     for b in batches {
-        w.write(b)?;
+        for piece in pieces(b, piece_bytes) {
+            w.write(&piece)?;
+        }
     }
     w.finish()?;
-    let file = w
-        .into_inner()?
+    let hashing = w.into_inner()?;
+    let (bytes, hash) = (hashing.hasher.total_len(), hashing.hasher.finish_32());
+    let file = hashing
+        .inner
         .into_inner()
         .map_err(|e| io_error(path, e.error()))?;
     file.sync_all().map_err(|e| io_error(path, e))?;
-    drop(file);
-    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
-    Ok((bytes.len() as u64, u64::from(XxHash32::oneshot(0, &bytes))))
+    Ok((bytes, u64::from(hash)))
+}
+
+/// The most bytes of a batch that one IPC message of an entry holds, roughly: the writer
+/// encodes a whole message in memory before it writes it, so a snapshot's batch (a split
+/// PARTIAL's hot key may hold millions of DISTINCT entries) goes out in row slices of about
+/// this size rather than costing its own size again.
+const PIECE_BYTES: usize = 8 << 20;
+
+/// `batch` in row slices of about `piece_bytes` each, supposing its rows of equal size (a
+/// row is never cut, so one larger row makes a larger slice).
+fn pieces(batch: &RecordBatch, piece_bytes: usize) -> impl Iterator<Item = RecordBatch> + '_ {
+    let rows = batch.num_rows();
+    let bytes = batch.get_array_memory_size();
+    let step = if bytes <= piece_bytes || rows == 0 {
+        rows.max(1)
+    } else {
+        (rows * piece_bytes / bytes).max(1)
+    };
+    (0..rows.max(1))
+        .step_by(step)
+        .map(move |start| batch.slice(start, step.min(rows - start)))
+}
+
+/// A writer that hashes (XXH32) and counts the bytes it passes on.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: XxHash32,
+}
+
+impl<W: Write> HashingWriter<W> {
+    fn new(inner: W) -> Self {
+        Self {
+            inner,
+            hasher: XxHash32::with_seed(0),
+        }
+    }
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        std::hash::Hasher::write(&mut self.hasher, &buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 pub(super) fn sync_dir(path: &Path) -> Result<()> {
@@ -181,4 +238,87 @@ pub(super) fn read_folder(folder: &Path) -> Result<Checkpoint> {
         }
     }
     Ok(chk)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        ArrayRef, DictionaryArray, Int64Array, Int64Builder, ListBuilder, StructBuilder,
+    };
+    use arrow::compute::concat_batches;
+    use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+
+    use super::*;
+
+    /// Groups with lists of `{value, count}` entries of very different lengths (a snapshot of
+    /// DISTINCT state, a hot key among them) and a dictionary-encoded key.
+    fn snapshot_like(rows: usize) -> RecordBatch {
+        let entry = vec![
+            Field::new("value", DataType::Int64, false),
+            Field::new("count0", DataType::Int64, false),
+        ];
+        let mut lists = ListBuilder::new(StructBuilder::from_fields(entry, 0));
+        for r in 0..rows {
+            let len = if r == rows / 2 { 5000 } else { r % 7 };
+            for v in 0..len {
+                let s = lists.values();
+                s.field_builder::<Int64Builder>(0)
+                    .unwrap()
+                    .append_value((r * 10_000 + v) as i64);
+                s.field_builder::<Int64Builder>(1).unwrap().append_value(1);
+                s.append(true);
+            }
+            lists.append(true);
+        }
+        let keys: DictionaryArray<Int32Type> = (0..rows).map(|r| ["a", "b", "c"][r % 3]).collect();
+        let n = Int64Array::from_iter((0..rows).map(|r| (r % 5 != 0).then_some(r as i64)));
+        let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(n), Arc::new(lists.finish())];
+        let fields: Vec<Field> = ["k", "n", "lists"]
+            .iter()
+            .zip(&columns)
+            .map(|(name, c)| Field::new(*name, c.data_type().clone(), true))
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    #[test]
+    fn a_large_batch_is_written_in_pieces_that_read_back_as_it_was() {
+        let dir = std::env::temp_dir().join(format!("tally-pieces-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("entry.arrows");
+        let batches = [snapshot_like(3000), snapshot_like(0), snapshot_like(10)];
+        let schema = batches[0].schema();
+        let (bytes, hash) = write_ipc(&path, &schema, &batches, 4096).unwrap();
+
+        let data = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(bytes, data.len() as u64, "the size is the bytes written");
+        assert_eq!(
+            hash,
+            u64::from(XxHash32::oneshot(0, &data)),
+            "so is the hash"
+        );
+        let read: Vec<RecordBatch> = StreamReader::try_new(std::io::Cursor::new(&data), None)
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert!(
+            read.len() > 20,
+            "written in pieces: {} messages",
+            read.len()
+        );
+        assert_eq!(
+            concat_batches(&schema, &read).unwrap(),
+            concat_batches(&schema, &batches).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_small_batch_is_one_message() {
+        let batch = snapshot_like(10);
+        assert_eq!(pieces(&batch, PIECE_BYTES).count(), 1);
+        assert_eq!(pieces(&snapshot_like(0), PIECE_BYTES).count(), 1);
+    }
 }
