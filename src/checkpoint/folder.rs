@@ -6,8 +6,10 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use arrow::array::RecordBatch;
+use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::reader::StreamReader;
+use arrow::error::ArrowError;
+use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
 use twox_hash::XxHash32;
 
@@ -218,13 +220,7 @@ pub(super) fn read_folder(folder: &Path) -> Result<Checkpoint> {
                     crate::decode::guarded(&format!("checkpoint {name}, {file}"), || {
                         crate::decode::check_ipc_stream(&data)
                             .map_err(|e| bad(format!("{file}: {e}")))?;
-                        let reader = StreamReader::try_new(std::io::Cursor::new(&data), None)
-                            .map_err(|e| bad(format!("{file}: {e}")))?;
-                        let schema = reader.schema();
-                        let batches = reader
-                            .collect::<std::result::Result<Vec<_>, _>>()
-                            .map_err(|e| bad(format!("{file}: {e}")))?;
-                        Ok((schema, batches))
+                        decode_stream(data).map_err(|e| bad(format!("{file}: {e}")))
                     })?;
                 let got: usize = batches.iter().map(RecordBatch::num_rows).sum();
                 if got as u64 != rows {
@@ -238,6 +234,22 @@ pub(super) fn read_folder(folder: &Path) -> Result<Checkpoint> {
         }
     }
     Ok(chk)
+}
+
+/// The schema and batches of the Arrow IPC stream in `data`, whose arrays are slices of it
+/// (decoding into arrays of their own would hold the entry twice while a restore reads it).
+fn decode_stream(data: Vec<u8>) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
+    let mut buffer = Buffer::from_vec(data);
+    let mut decoder = StreamDecoder::new();
+    let mut batches = vec![];
+    while let Some(batch) = decoder.decode(&mut buffer)? {
+        batches.push(batch);
+    }
+    decoder.finish()?;
+    let schema = decoder
+        .schema()
+        .ok_or_else(|| ArrowError::IpcError("no schema".into()))?;
+    Ok((schema, batches))
 }
 
 #[cfg(test)]
@@ -300,10 +312,14 @@ mod tests {
             u64::from(XxHash32::oneshot(0, &data)),
             "so is the hash"
         );
-        let read: Vec<RecordBatch> = StreamReader::try_new(std::io::Cursor::new(&data), None)
-            .unwrap()
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
+        let start = data.as_ptr() as usize..data.as_ptr() as usize + data.len();
+        let (read_schema, read) = decode_stream(data).unwrap();
+        assert_eq!(read_schema, schema);
+        let values = read[0].column(1).to_data().buffers()[0].as_ptr() as usize;
+        assert!(
+            start.contains(&values),
+            "decoded arrays are slices of the bytes read"
+        );
         assert!(
             read.len() > 20,
             "written in pieces: {} messages",

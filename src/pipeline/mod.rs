@@ -221,6 +221,18 @@ pub struct Pipeline {
     runtime: Arc<Runtime>,
 }
 
+/// The checkpoint entry that holds the state of the stage at position `i`.
+pub(crate) fn stage_entry(i: usize) -> String {
+    format!("{STAGE_ENTRY_PREFIX}{i}")
+}
+
+/// Whether a checkpoint entry holds a stage's state ([`stage_entry`]).
+pub(crate) fn is_stage_entry(name: &str) -> bool {
+    name.starts_with(STAGE_ENTRY_PREFIX)
+}
+
+const STAGE_ENTRY_PREFIX: &str = "stage-";
+
 impl Pipeline {
     /// A pipeline of `stages`, first to last, running on `runtime`.
     pub fn new(stages: Vec<Box<dyn Stage>>, runtime: Arc<Runtime>) -> Self {
@@ -323,7 +335,7 @@ impl Pipeline {
         let mut out = vec![];
         for (i, s) in self.stages.iter().enumerate() {
             if let Some((schema, batches)) = s.snapshot()? {
-                out.push((format!("stage-{i}"), schema, batches));
+                out.push((stage_entry(i), schema, batches));
             }
         }
         Ok(out)
@@ -338,11 +350,7 @@ impl Pipeline {
         let stateful: Vec<usize> = (0..self.stages.len())
             .filter(|&i| self.stages[i].keeps_state())
             .collect();
-        let held = chk
-            .entries
-            .iter()
-            .filter(|e| e.0.starts_with("stage-"))
-            .count();
+        let held = chk.entries.iter().filter(|e| is_stage_entry(&e.0)).count();
         if held != stateful.len() {
             return Err(Error::invalid_input(format!(
                 "the checkpoint holds {held} aggregate states and this query has {}: it was taken for another query",
@@ -350,7 +358,7 @@ impl Pipeline {
             )));
         }
         for i in stateful {
-            let batches = chk.entry(&format!("stage-{i}")).map_err(|_| {
+            let batches = chk.entry(&stage_entry(i)).map_err(|_| {
                 Error::invalid_input(format!(
                     "the checkpoint has no state for stage {i}: it was taken for another query"
                 ))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
-use super::{Pipeline, Stage, map_through};
+use super::{Pipeline, Stage, map_through, stage_entry};
 use crate::changelog::ChangeBatch;
 use crate::error::{Error, Result};
 use crate::operator::ParallelAggregate;
@@ -217,10 +217,10 @@ impl Pipeline {
                         let tail = after[i].finish(runtime)?;
                         onward(after, i + 1, tail, deliver)?;
                     }
-                    let mut stages = vec![(format!("stage-{k}"), Arc::clone(&agg_schema), state)];
+                    let mut stages = vec![(stage_entry(k), Arc::clone(&agg_schema), state)];
                     for (i, s) in after.iter().enumerate() {
                         if let Some((schema, batches)) = s.snapshot()? {
-                            stages.push((format!("stage-{}", k + 1 + i), schema, batches));
+                            stages.push((stage_entry(k + 1 + i), schema, batches));
                         }
                     }
                     deliver(Output::Checkpoint { rows, stages })

@@ -3,6 +3,7 @@
 
 use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::error::{Error, Result};
+use crate::pipeline::is_stage_entry;
 use crate::sink::Sink;
 
 use super::{Job, RunStats, deliver};
@@ -37,7 +38,8 @@ impl Job {
     /// `path`, or the one `path` names) into this fresh job: the aggregate states (redistributed
     /// over this run's workers) and the source position, so that the next run starts with the
     /// row after it. Returns the checkpoint, whose metadata tells the caller where its sink
-    /// stood (`output.rows`, and what [`Sink::checkpoint`] recorded).
+    /// stood (`output.rows`, and what [`Sink::checkpoint`] recorded), without the stages'
+    /// entries (their state is in the job now): the sink's entries and the metadata.
     ///
     /// The input is not checked beyond its length (a run that finds fewer rows than the
     /// checkpoint's position fails): the metadata's `source.bytes` is the input's size when the
@@ -49,7 +51,7 @@ impl Job {
     /// A missing, corrupt or unsupported checkpoint; one of another query or of other state
     /// settings (named).
     pub fn restore(&mut self, path: &std::path::Path) -> Result<Checkpoint> {
-        let chk = CheckpointDir::read(path)?;
+        let mut chk = CheckpointDir::read(path)?;
         for (key, value) in &self.state_settings {
             let then = chk.meta(&format!("setting.{key}")).map_err(|_| {
                 Error::invalid_input(format!(
@@ -68,6 +70,9 @@ impl Job {
             .map_err(|_| Error::invalid_input("checkpoint: bad source.rows"))?;
         self.pipeline.restore(&chk)?;
         self.resume_rows = rows;
+        // The stages' state now lives in the pipeline; the caller needs the metadata and the
+        // sink's entries, not a second copy of the state for the whole run.
+        chk.entries.retain(|e| !is_stage_entry(&e.0));
         Ok(chk)
     }
 
