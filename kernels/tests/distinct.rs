@@ -362,6 +362,7 @@ fn check_distinct_merge(ty: Ty, arith: bool, kinds: &[AggregateKind], seed: u64)
         assert_eq!(to_scalars(a), to_scalars(b), "{ctx}: merged vs whole");
     }
     check_distinct_eval(&target, &model, ty, kinds, &mut rng, &ctx);
+    check_state_chunks(&target, total, &mut rng, &ctx);
     for _ in 0..3 {
         step(
             &mut whole,
@@ -373,6 +374,24 @@ fn check_distinct_merge(ty: Ty, arith: bool, kinds: &[AggregateKind], seed: u64)
         );
         check_distinct_eval(&target, &model, ty, kinds, &mut rng, &ctx);
         check_distinct_eval(&whole, &model, ty, kinds, &mut rng, &ctx);
+    }
+}
+
+/// A snapshot's chunks read together are each chunk's state: some of the groups, in a random
+/// order, cut into runs of a random length.
+fn check_state_chunks(acc: &DistinctAccumulator, total: usize, rng: &mut StdRng, ctx: &str) {
+    let mut ids: Vec<u32> = (0..total as u32).filter(|_| rng.random_bool(0.8)).collect();
+    ids.shuffle(rng);
+    let chunk = rng.random_range(1..=ids.len().max(1));
+    let chunks = acc.state_chunks(&ids, chunk).unwrap();
+    let each: Vec<_> = ids.chunks(chunk).map(|c| acc.state(c).unwrap()).collect();
+    assert_eq!(chunks.len(), each.len(), "{ctx}: chunks");
+    for (i, (a, b)) in chunks.iter().zip(&each).enumerate() {
+        assert_eq!(
+            a.to_data(),
+            b.to_data(),
+            "{ctx}: chunk {i} of {chunk} groups"
+        );
     }
 }
 

@@ -319,6 +319,29 @@ impl Accumulators {
         Ok(out)
     }
 
+    /// [`Accumulators::state`] of `groups` cut into runs of `chunk` groups: each run's columns.
+    /// A DISTINCT call's table is read once for all the runs
+    /// ([`DistinctAccumulator::state_chunks`]).
+    pub(crate) fn state_chunks(&self, groups: &[u32], chunk: usize) -> Result<Vec<Vec<ArrayRef>>> {
+        let chunk = chunk.max(1);
+        let mut runs: Vec<Vec<ArrayRef>> = vec![vec![]; groups.len().div_ceil(chunk)];
+        for slot in &self.slots {
+            match slot {
+                Slot::Plain { acc, .. } => {
+                    for (run, ids) in runs.iter_mut().zip(groups.chunks(chunk)) {
+                        run.extend(acc.state(ids)?);
+                    }
+                }
+                Slot::Distinct { acc, .. } => {
+                    for (run, col) in runs.iter_mut().zip(acc.state_chunks(groups, chunk)?) {
+                        run.push(col);
+                    }
+                }
+            }
+        }
+        Ok(runs)
+    }
+
     /// Merges accumulator columns (as [`Accumulators::state`] produced them) into `groups`.
     pub(crate) fn merge(
         &mut self,

@@ -1,12 +1,12 @@
 //! Keyed state: the group table (keys → dense group ids) and, per group, the accumulators,
 //! whether the group has state, its hidden record count, its last write time (for a TTL) and
-//! the input rows it received (for the hot keys). It exports its live groups as Arrow columns
-//! and imports them (snapshots, restores, compaction), and reports its size from capacity.
+//! the input rows it received (for the hot keys); it reports its size from capacity. Its live
+//! groups as snapshot rows (exported and imported for snapshots, restores and compaction) are
+//! in `keyed/rows.rs`, a split PARTIAL's merged state cut into them in `keyed/cut.rs`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
+use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use tally_kernels::accumulator::column_rows;
 use tally_kernels::group_values::{
@@ -15,13 +15,14 @@ use tally_kernels::group_values::{
 use tally_kernels::hash::hash_columns;
 
 mod cut;
+mod rows;
 
 use crate::error::{Error, Result};
 use crate::operator::accumulators::Accumulators;
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::local::FlushedPart;
 use crate::operator::local_ids::KnownIds;
-use crate::plan::{AggregatePlan, HOT_KEYS_METADATA, HotKeys};
+use crate::plan::AggregatePlan;
 
 /// A snapshot's `$last_write_ms` for a group written without a TTL.
 pub(crate) const UNSTAMPED: i64 = i64::MIN;
@@ -400,26 +401,6 @@ impl KeyedState {
             + self.known.size()
     }
 
-    /// The schema of [`KeyedState::export`]: the accumulator batch's (keys, accumulator columns,
-    /// `count1`), then `$last_write_ms` and `$input_rows`.
-    pub(crate) fn snapshot_schema(&self) -> SchemaRef {
-        let acc = accumulator_schema(&self.plan, &self.accs);
-        let mut fields: Vec<Field> = acc.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("$last_write_ms", DataType::Int64, false));
-        fields.push(Field::new("$input_rows", DataType::UInt64, false));
-        // A split PARTIAL's state holds a cold key under NULL buckets: its snapshot says which
-        // keys were hot, for the restoring run to route their rows the same way.
-        let metadata = match &self.plan.bucket_keys {
-            Some(b) => [(
-                HOT_KEYS_METADATA.to_string(),
-                HotKeys::describe(b.hot.as_deref()),
-            )]
-            .into(),
-            None => Default::default(),
-        };
-        Arc::new(Schema::new_with_metadata(fields, metadata))
-    }
-
     /// Takes `plan` (the same query, with other hot keys: [`AggregatePlan::with_hot_keys`])
     /// in place of its own, before any group is held.
     ///
@@ -433,117 +414,6 @@ impl KeyedState {
         }
         self.plan = plan;
         Ok(())
-    }
-
-    /// The snapshot rows of groups `ids` (all live), of `schema` ([`KeyedState::snapshot_schema`]).
-    pub(crate) fn export(&self, ids: &[u32], schema: &SchemaRef) -> Result<RecordBatch> {
-        let mut cols = self.key_columns(ids)?;
-        cols.extend(self.accs.state(ids)?);
-        let gather = |v: &[i64], none: i64| -> ArrayRef {
-            Arc::new(Int64Array::from_iter_values(
-                ids.iter()
-                    .map(|&g| v.get(g as usize).copied().unwrap_or(none)),
-            ))
-        };
-        cols.push(gather(&self.count1, 0));
-        cols.push(gather(&self.last_write, UNSTAMPED));
-        cols.push(Arc::new(UInt64Array::from_iter_values(
-            ids.iter().map(|&g| self.key_rows[g as usize]),
-        )));
-        RecordBatch::try_new(Arc::clone(schema), cols)
-            .map_err(|e| Error::internal(format!("snapshot batch: {e}")))
-    }
-
-    /// Interns the groups of a snapshot batch (with their key hashes over every key) as new
-    /// live groups; returns whether one was restored without a TTL timestamp. State that
-    /// merges a split PARTIAL's buckets merges each key's rows (of its buckets, a snapshot
-    /// being keyed by every key: [`KeyedState::export_cut`]) into one group, `seen` holding
-    /// the (group, hash) of every row imported so far.
-    ///
-    /// # Errors
-    /// A key present twice (or already in the table), columns of the wrong types.
-    pub(crate) fn import(
-        &mut self,
-        batch: &RecordBatch,
-        hashes: &[u64],
-        gids: &mut Vec<u32>,
-        seen: &mut HashSet<(u32, u64)>,
-    ) -> Result<bool> {
-        let n = batch.num_rows();
-        if n == 0 {
-            return Ok(false);
-        }
-        let k = self.plan.key_types.len();
-        let width = batch.num_columns();
-        let before = self.groups.len();
-        self.intern(&batch.columns()[..k], hashes, k, n, gids)?;
-        let twice = if self.merges_buckets() {
-            !gids.iter().zip(hashes).all(|(&g, &h)| seen.insert((g, h)))
-        } else {
-            self.groups.len() != before + n
-        };
-        if twice {
-            return Err(Error::invalid_input(
-                "snapshot holds a group key twice (or a key this operator already has)",
-            ));
-        }
-        self.grow();
-        self.accs
-            .merge(&batch.columns()[k..width - 3], gids, self.groups.len())?;
-        let int64 = |i: usize| -> Result<&Int64Array> {
-            batch
-                .column(i)
-                .as_primitive_opt()
-                .ok_or_else(|| Error::invalid_input(format!("snapshot column {i} is not Int64")))
-        };
-        let count1 = int64(width - 3)?;
-        let last_write = int64(width - 2)?;
-        let rows: &UInt64Array = batch
-            .column(width - 1)
-            .as_primitive_opt()
-            .ok_or_else(|| Error::invalid_input("snapshot column $input_rows is not UInt64"))?;
-        let mut unstamped = false;
-        for (i, &g) in gids.iter().enumerate() {
-            let g = g as usize;
-            // A group restored from several rows (of its buckets) sums their counts and was
-            // last written at the latest of their writes.
-            let first = !self.alive[g];
-            self.alive[g] = true;
-            if let Some(c) = self.count1.get_mut(g) {
-                *c = if first { 0 } else { *c } + count1.value(i);
-            }
-            if let Some(t) = self.last_write.get_mut(g) {
-                let written = last_write.value(i);
-                *t = if first { written } else { (*t).max(written) };
-                unstamped |= written == UNSTAMPED;
-            }
-            self.key_rows[g] = if first { 0 } else { self.key_rows[g] } + rows.value(i);
-        }
-        self.live += (self.groups.len() - before) as u64;
-        Ok(unstamped)
-    }
-
-    /// The same state with only its live groups, in id order (live group ids stay in their
-    /// relative order), exported and imported `chunk` groups at a time.
-    pub(crate) fn rebuilt(&self, chunk: usize) -> Result<Self> {
-        self.rebuilt_as(self.merges_buckets(), chunk)
-    }
-
-    /// [`KeyedState::rebuilt`] into state that merges a split PARTIAL's buckets or not
-    /// (`merge`, [`KeyedState::merge_buckets`]).
-    fn rebuilt_as(&self, merge: bool, chunk: usize) -> Result<Self> {
-        let mut fresh = Self::try_new(Arc::clone(&self.plan), self.ttl)?;
-        fresh.owner = self.owner.clone();
-        fresh.merge_buckets(merge)?;
-        let schema = self.snapshot_schema();
-        let all_hashes = self.groups.hashes();
-        let (mut gids, mut seen) = (vec![], HashSet::new());
-        for ids in self.live_groups().chunks(chunk) {
-            let batch = self.export(ids, &schema)?;
-            let hashes: Vec<u64> = ids.iter().map(|&g| all_hashes[g as usize]).collect();
-            fresh.import(&batch, &hashes, &mut gids, &mut seen)?;
-        }
-        Ok(fresh)
     }
 
     /// The `k` keys that received the most input rows, hottest first, with their row counts;

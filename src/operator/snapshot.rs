@@ -58,8 +58,12 @@ impl GroupAggregate {
             ));
         }
         let schema = self.snapshot_schema();
+        let live = self.keyed.live_groups();
+        if !self.keyed.merges_buckets() {
+            return self.keyed.export_chunks(&live, EXPORT_CHUNK, &schema);
+        }
         let mut out = vec![];
-        for chunk in self.keyed.live_groups().chunks(EXPORT_CHUNK) {
+        for chunk in live.chunks(EXPORT_CHUNK) {
             out.extend(self.keyed.export_cut(chunk, &schema)?);
         }
         Ok(out)

@@ -35,17 +35,17 @@ impl DistinctAccumulator {
         )))
     }
 
-    /// The distinct map of each of `groups` (one list of entries per group), in the order of
-    /// the values' bits (primitives) or ids (others), so that it does not depend on the table's
-    /// history; for groups `0..n` in any order (a local phase's flush, its groups ordered by
-    /// worker) only where the order can change a result (a floating-point sum), in the table's
-    /// order otherwise.
+    /// The distinct map of each of `groups` (one list of entries per group). A group listed
+    /// once has its entries in the table's order, or, only where the order of the values can
+    /// change a result (a floating-point sum), in the order of the values' bits (primitives)
+    /// or ids (others), so that the outcome does not depend on the table's history; where
+    /// some group is listed twice, every list is in that order.
     ///
     /// # Errors
     /// When the state cannot be built.
     pub fn state(&self, groups: &[u32]) -> Result<ArrayRef, ArrowError> {
-        if let Some(slots) = permutation_slots(groups) {
-            return self.state_of_permutation(&slots);
+        if let Some(slots) = group_slots(groups) {
+            return self.state_of_slots(&slots, groups.len());
         }
         // Position of each requested group in the output.
         let mut slot: HashMap<u32, usize> = HashMap::with_capacity(groups.len());
@@ -72,6 +72,53 @@ impl DistinctAccumulator {
             offsets.push(bits.len() as i32);
         }
         self.lists(&bits, self.listed_counts(counters), offsets)
+    }
+
+    /// [`Self::state`] of `groups` cut into runs of `chunk` groups, one column per run (a
+    /// snapshot's chunks). Where each group is listed once, the table is read twice whatever
+    /// the runs (once to count each run's entries, once to place them), not once per run.
+    ///
+    /// # Errors
+    /// When the state cannot be built.
+    pub fn state_chunks(&self, groups: &[u32], chunk: usize) -> Result<Vec<ArrayRef>, ArrowError> {
+        let chunk = chunk.max(1);
+        let runs = groups.len().div_ceil(chunk);
+        let slots = match group_slots(groups) {
+            Some(slots) if runs > 1 => slots,
+            _ => return groups.chunks(chunk).map(|c| self.state(c)).collect(),
+        };
+        let run_of = |g: u32| -> Option<(usize, u32)> {
+            let row = *slots.get(g as usize).filter(|&&row| row != u32::MAX)? as usize;
+            Some((row / chunk, (row % chunk) as u32))
+        };
+        // Where each run's entries start.
+        let mut starts = vec![0usize; runs + 1];
+        self.pairs.for_each(|id, _, _| {
+            if let Some((run, _)) = self.live_group(id).and_then(run_of) {
+                starts[run + 1] += 1;
+            }
+        });
+        for k in 0..runs {
+            starts[k + 1] += starts[k];
+        }
+        let n = starts[runs];
+        let (mut rows, mut bits, mut counters) = (vec![0u32; n], vec![0u64; n], vec![0i64; n]);
+        let mut next = starts.clone();
+        self.pairs.for_each(|id, value, count| {
+            if let Some((run, row)) = self.live_group(id).and_then(run_of) {
+                let at = next[run];
+                next[run] += 1;
+                (rows[at], bits[at], counters[at]) =
+                    (row, value, self.counter_of(id, value, count));
+            }
+        });
+        (0..runs)
+            .map(|k| {
+                let r = starts[k]..starts[k + 1];
+                let in_run = chunk.min(groups.len() - k * chunk);
+                self.lists_in_rows(in_run, &rows[r.clone()], &bits[r.clone()], &counters[r])
+            })
+            .collect()
     }
 
     /// Every live entry, read in one pass over the table: its group, its value (one array of
@@ -119,18 +166,24 @@ impl DistinctAccumulator {
         self.lists_in_rows(rows, row_of, &entries.bits, &entries.counters)
     }
 
-    /// [`Self::state`] of groups `0..n` in the order `slots` gives (group `g` is output row
-    /// `slots[g]`; a local phase's flush): each live entry's row, value and counter read in one
-    /// pass over the table, then placed by row ([`Self::lists_in_rows`]), without a map or a
-    /// list per group.
-    fn state_of_permutation(&self, slots: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let (row_of, bits, counters) = self.entries_where(|g| slots.get(g as usize).copied());
-        if slots.len() == 1 && !self.order_matters {
+    /// [`Self::state`] of `rows` groups, each listed once, group `g` in output row `slots[g]`
+    /// (`u32::MAX`, or past the end: not listed): each live entry's row, value and counter read
+    /// in one pass over the table, then placed by row ([`Self::lists_in_rows`]), without a map
+    /// or a list per group. A local phase's flush lists groups `0..n`, ordered by worker; a
+    /// snapshot, its live groups a chunk at a time.
+    fn state_of_slots(&self, slots: &[u32], rows: usize) -> Result<ArrayRef, ArrowError> {
+        let (row_of, bits, counters) = self.entries_where(|g| {
+            slots
+                .get(g as usize)
+                .copied()
+                .filter(|&row| row != u32::MAX)
+        });
+        if rows == 1 && !self.order_matters {
             // One row (one hot key's flush): the entries as the walk gave them, not copied.
             let offsets = vec![0, bits.len() as i32];
             return self.lists(&bits, self.listed_counts(counters), offsets);
         }
-        self.lists_in_rows(slots.len(), &row_of, &bits, &counters)
+        self.lists_in_rows(rows, &row_of, &bits, &counters)
     }
 
     /// In one pass over the table, each live entry whose group `at` gives a place (None: left
@@ -449,12 +502,13 @@ impl Unplaced<'_> {
     }
 }
 
-/// Where `groups` is an order of `0..n` (each once), the output row of each group
-/// (`slots[g]`); `None` otherwise.
-fn permutation_slots(groups: &[u32]) -> Option<Vec<u32>> {
-    let mut slots = vec![u32::MAX; groups.len()];
+/// Where each of `groups` is listed once, the output row of each group id (`slots[g]`, for
+/// ids up to the largest listed; `u32::MAX` for one not listed); `None` otherwise.
+fn group_slots(groups: &[u32]) -> Option<Vec<u32>> {
+    let len = groups.iter().max().map_or(0, |&g| g as usize + 1);
+    let mut slots = vec![u32::MAX; len];
     for (i, &g) in groups.iter().enumerate() {
-        let slot = slots.get_mut(g as usize)?;
+        let slot = &mut slots[g as usize];
         if *slot != u32::MAX {
             return None;
         }
