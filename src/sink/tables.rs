@@ -2,12 +2,12 @@
 //! ([`FinalTable`]), as a multiset ([`MultisetTable`]), or whichever of the two a query's
 //! changelog calls for ([`ResultTable`]).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use arrow_row::{OwnedRow, RowConverter, SortField};
+use arrow_row::{RowConverter, SortField};
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::checkpoint::Checkpoint;
@@ -24,6 +24,17 @@ fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
         )));
     }
     changes.row_kinds()
+}
+
+/// Rows (or keys) as the bytes of their arrow-row form, which compare as the rows do: looked
+/// up by a batch's row without copying it, and sorted only when the table is read.
+type ByRowBytes<V> = HashMap<Box<[u8]>, V, ahash::RandomState>;
+
+/// The entries of `map` in the order of their keys' bytes (the rows' order).
+fn sorted<V>(map: &ByRowBytes<V>) -> Vec<(&[u8], &V)> {
+    let mut entries: Vec<(&[u8], &V)> = map.iter().map(|(k, v)| (&k[..], v)).collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    entries
 }
 
 fn converter(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter> {
@@ -66,8 +77,9 @@ pub struct FinalTable {
     value_columns: Vec<usize>,
     keys: RowConverter,
     values: RowConverter,
-    /// Key row bytes (empty for a global aggregate) → value row.
-    rows: BTreeMap<Vec<u8>, OwnedRow>,
+    /// Key row bytes (empty for a global aggregate) → value row bytes, overwritten in place by
+    /// the key's next row.
+    rows: ByRowBytes<Vec<u8>>,
 }
 
 impl std::fmt::Debug for FinalTable {
@@ -102,7 +114,7 @@ impl FinalTable {
             key_columns: keys.to_vec(),
             value_columns,
             schema,
-            rows: BTreeMap::new(),
+            rows: ByRowBytes::default(),
         })
     }
 
@@ -124,17 +136,24 @@ impl FinalTable {
             .transpose()?;
         let values = self.values.convert_columns(&pick(&self.value_columns))?;
         for (i, kind) in kinds.into_iter().enumerate() {
-            let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data()).to_vec();
+            let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
+            let value = values.row(i);
             match kind {
-                RowKind::Insert | RowKind::UpdateAfter => {
-                    self.rows.insert(key, values.row(i).owned());
-                }
-                RowKind::UpdateBefore => match self.rows.get(&key) {
-                    Some(v) if v.row() == values.row(i) => {}
+                RowKind::Insert | RowKind::UpdateAfter => match self.rows.get_mut(key) {
+                    Some(v) => {
+                        v.clear();
+                        v.extend_from_slice(value.data());
+                    }
+                    None => {
+                        self.rows.insert(key.into(), value.data().to_vec());
+                    }
+                },
+                RowKind::UpdateBefore => match self.rows.get(key) {
+                    Some(v) if v[..] == *value.data() => {}
                     _ => return Err(Error::invalid_input("-U of a row that is not in the table")),
                 },
                 RowKind::Delete => {
-                    if self.rows.remove(&key).is_none() {
+                    if self.rows.remove(key).is_none() {
                         return Err(Error::invalid_input("-D of a key that is not in the table"));
                     }
                 }
@@ -163,16 +182,18 @@ impl FinalTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
+        let rows = sorted(&self.rows);
         let keys = if self.key_columns.is_empty() {
             vec![]
         } else {
             let parser = self.keys.parser();
             self.keys
-                .convert_rows(self.rows.keys().map(|k| parser.parse(k)))?
+                .convert_rows(rows.iter().map(|(k, _)| parser.parse(k)))?
         };
+        let parser = self.values.parser();
         let values = self
             .values
-            .convert_rows(self.rows.values().map(|v| v.row()))?;
+            .convert_rows(rows.iter().map(|(_, v)| parser.parse(v)))?;
         let mut cols: Vec<Option<ArrayRef>> = vec![None; self.schema.fields().len()];
         for (&i, c) in self.key_columns.iter().zip(keys) {
             cols[i] = Some(c);
@@ -191,7 +212,8 @@ impl FinalTable {
 pub struct MultisetTable {
     schema: SchemaRef,
     converter: RowConverter,
-    rows: BTreeMap<OwnedRow, i64>,
+    /// Row bytes → the row's multiplicity (above 0).
+    rows: ByRowBytes<i64>,
 }
 
 impl std::fmt::Debug for MultisetTable {
@@ -215,7 +237,7 @@ impl MultisetTable {
         Ok(Self {
             converter: converter(&schema, &all)?,
             schema,
-            rows: BTreeMap::new(),
+            rows: ByRowBytes::default(),
         })
     }
 
@@ -227,23 +249,22 @@ impl MultisetTable {
         let kinds = kinds(changes, &self.schema)?;
         let rows = self.converter.convert_columns(changes.data.columns())?;
         for (i, kind) in kinds.into_iter().enumerate() {
-            let row = rows.row(i).owned();
-            if kind.is_retract() {
-                match self.rows.get_mut(&row) {
-                    Some(c) => {
-                        *c -= 1;
-                        if *c == 0 {
-                            self.rows.remove(&row);
-                        }
-                    }
-                    None => {
-                        return Err(Error::invalid_input(format!(
-                            "{kind} of a row that is not in the result"
-                        )));
-                    }
+            let row = rows.row(i);
+            let row = row.data();
+            match (kind.is_retract(), self.rows.get_mut(row)) {
+                (false, Some(c)) => *c += 1,
+                (false, None) => {
+                    self.rows.insert(row.into(), 1);
                 }
-            } else {
-                *self.rows.entry(row).or_insert(0) += 1;
+                (true, Some(c)) if *c > 1 => *c -= 1,
+                (true, Some(_)) => {
+                    self.rows.remove(row);
+                }
+                (true, None) => {
+                    return Err(Error::invalid_input(format!(
+                        "{kind} of a row that is not in the result"
+                    )));
+                }
             }
         }
         Ok(())
@@ -264,10 +285,10 @@ impl MultisetTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let rows = self
-            .rows
-            .iter()
-            .flat_map(|(r, &c)| std::iter::repeat_n(r.row(), c.max(0) as usize));
+        let parser = self.converter.parser();
+        let rows = sorted(&self.rows)
+            .into_iter()
+            .flat_map(|(r, &c)| std::iter::repeat_n(parser.parse(r), c.max(0) as usize));
         let cols = self.converter.convert_rows(rows)?;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("final table: {e}")))
@@ -352,5 +373,157 @@ impl Sink for ResultTable {
         chk.entries
             .push((TABLE_ENTRY.into(), current.schema(), vec![current]));
         Ok(chk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow::array::{Array, Int8Array, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+        ]))
+    }
+
+    /// Changes of `(kind, k, n)` rows.
+    fn changes(rows: &[(RowKind, Option<&str>, Option<i64>)]) -> ChangeBatch {
+        let data = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap();
+        let kinds = Int8Array::from_iter_values(rows.iter().map(|r| r.0 as i8));
+        ChangeBatch::try_new(Some(Arc::new(kinds)), data).unwrap()
+    }
+
+    /// `(k, n)` rows of a table's batch, in its order.
+    fn rows_of(batch: &RecordBatch) -> Vec<(Option<String>, Option<i64>)> {
+        let k = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let n = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        (0..batch.num_rows())
+            .map(|i| {
+                (
+                    (!k.is_null(i)).then(|| k.value(i).to_string()),
+                    (!n.is_null(i)).then(|| n.value(i)),
+                )
+            })
+            .collect()
+    }
+
+    /// A seeded changelog of inserts and retractions of rows already in the table (NULLs among
+    /// them, rows repeated) gives the multiset a count per row gives, sorted as the rows sort.
+    #[test]
+    fn a_multiset_counts_each_row_and_sorts_them() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let names = [None, Some("a"), Some("b"), Some("ab"), Some("")];
+        let mut table = MultisetTable::try_new(schema()).unwrap();
+        let mut model: BTreeMap<(Option<String>, Option<i64>), i64> = BTreeMap::new();
+        for _ in 0..40 {
+            let mut batch = vec![];
+            for _ in 0..next(30) {
+                let held: Vec<_> = model
+                    .iter()
+                    .filter(|e| *e.1 > 0)
+                    .map(|e| e.0.clone())
+                    .collect();
+                if !held.is_empty() && next(3) == 0 {
+                    let (k, n) = held[next(held.len() as u64) as usize].clone();
+                    *model.get_mut(&(k.clone(), n)).unwrap() -= 1;
+                    let kind = [RowKind::UpdateBefore, RowKind::Delete][next(2) as usize];
+                    batch.push((kind, k, n));
+                } else {
+                    let k = names[next(5) as usize].map(str::to_string);
+                    let n = (next(6) > 0).then(|| next(4) as i64 - 1);
+                    *model.entry((k.clone(), n)).or_insert(0) += 1;
+                    let kind = [RowKind::Insert, RowKind::UpdateAfter][next(2) as usize];
+                    batch.push((kind, k, n));
+                }
+            }
+            let rows: Vec<_> = batch
+                .iter()
+                .map(|(r, k, n)| (*r, k.as_deref(), *n))
+                .collect();
+            table.apply(&changes(&rows)).unwrap();
+        }
+        // The model's order is the rows' order: NULLs first, then by value.
+        let expected: Vec<_> = model
+            .iter()
+            .flat_map(|(row, &c)| std::iter::repeat_n(row.clone(), c as usize))
+            .collect();
+        assert!(expected.len() > 50, "{}", expected.len());
+        assert_eq!(table.len(), expected.len());
+        assert_eq!(rows_of(&table.to_batch().unwrap()), expected);
+        // A row retracted as often as it was added is gone: retracting it again is an error,
+        // as is retracting a row never added.
+        let once = [
+            (RowKind::Insert, Some("zz"), Some(1)),
+            (RowKind::Delete, Some("zz"), Some(1)),
+        ];
+        table.apply(&changes(&once)).unwrap();
+        for never in [Some("zz"), Some("yy")] {
+            let e = table
+                .apply(&changes(&[(RowKind::Delete, never, Some(1))]))
+                .unwrap_err();
+            assert!(e.to_string().contains("not in the result"), "{e}");
+        }
+    }
+
+    /// An upsert table keeps each key's last row, checks a `-U` against it, and sorts by key.
+    #[test]
+    fn a_final_table_keeps_each_keys_last_row() {
+        use RowKind::{Delete, Insert, UpdateAfter, UpdateBefore};
+        let mut table = FinalTable::try_new(schema(), &[0]).unwrap();
+        table
+            .apply(&changes(&[
+                (Insert, Some("b"), Some(1)),
+                (Insert, None, Some(5)),
+                (Insert, Some("a"), None),
+                (UpdateBefore, Some("b"), Some(1)),
+                (UpdateAfter, Some("b"), Some(22)),
+                (UpdateAfter, Some("a"), Some(3)),
+                (Insert, Some("c"), Some(4)),
+                (Delete, Some("c"), Some(4)),
+            ]))
+            .unwrap();
+        assert_eq!(
+            rows_of(&table.to_batch().unwrap()),
+            [
+                (None, Some(5)),
+                (Some("a".into()), Some(3)),
+                (Some("b".into()), Some(22))
+            ]
+        );
+        for (bad, why) in [
+            ((UpdateBefore, Some("b"), Some(1)), "-U of a row"),
+            ((UpdateBefore, Some("q"), Some(1)), "-U of a row"),
+            ((Delete, Some("q"), None), "-D of a key"),
+        ] {
+            let e = table.apply(&changes(&[bad])).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 }
