@@ -1,5 +1,9 @@
 //! Checkpoints of a [`Job`]: the policy, writing one at a barrier (every pending mini-batch
-//! fired first, the sink made durable), and restoring one into a fresh job.
+//! fired first, the sink made durable; on the pipelined runtime the files are written on a
+//! thread of their own while the run goes on), and restoring one into a fresh job.
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
 
 use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::error::{Error, Result};
@@ -85,12 +89,13 @@ impl Job {
         stats: &mut RunStats,
         sink: &mut impl Sink,
     ) -> Result<usize> {
-        let meta = self
+        let mut meta = self
             .checkpoint_meta()
             .ok_or_else(|| Error::internal("a checkpoint without a checkpoint directory"))?;
         let out = self.pipeline.finish()?;
         let rows = deliver(sink, out, stats)?;
         meta.write(position, self.pipeline.snapshot()?, stats, sink)?;
+        meta.finish()?;
         Ok(rows)
     }
 
@@ -112,22 +117,40 @@ impl Job {
         for (key, value) in &self.state_settings {
             fixed.push((format!("setting.{key}"), value.clone()));
         }
-        Some(CheckpointMeta { dir, fixed })
+        Some(CheckpointMeta {
+            dir,
+            fixed,
+            writing: None,
+            written: None,
+        })
     }
 }
 
 /// A job's checkpoint directory and the metadata every checkpoint of the run records (taken
-/// before the run, which borrows the pipeline).
+/// before the run, which borrows the pipeline), and the checkpoint being written.
 pub(super) struct CheckpointMeta {
     pub(super) dir: CheckpointDir,
     fixed: Vec<(String, String)>,
+    /// The checkpoint being written on a thread of its own, while the run goes on, and the
+    /// source rows its state holds.
+    writing: Option<(u64, JoinHandle<Result<PathBuf>>)>,
+    /// The source rows and folder of the last checkpoint written.
+    written: Option<(u64, PathBuf)>,
 }
 
 impl CheckpointMeta {
-    /// Makes the sink durable ([`Sink::checkpoint`]) and writes a checkpoint of `stages` after
-    /// `position` source rows, with the output rows delivered so far.
+    /// Makes the sink durable ([`Sink::checkpoint`]) and starts writing a checkpoint of
+    /// `stages` after `position` source rows, with the output rows delivered so far, on a
+    /// thread of its own (encoding, checksums and fsyncs off the thread that delivers the
+    /// run's changes), once the previous one is written: one at a time, so that ids follow
+    /// each other and at most one checkpoint's state is held besides the run's.
+    /// [`CheckpointMeta::finish`] waits for it.
+    ///
+    /// # Errors
+    /// The previous checkpoint's write failed; the sink cannot be made durable; the next id
+    /// cannot be found.
     pub(super) fn write(
-        &self,
+        &mut self,
         position: u64,
         stages: Vec<(
             String,
@@ -137,6 +160,7 @@ impl CheckpointMeta {
         stats: &mut RunStats,
         sink: &mut impl Sink,
     ) -> Result<()> {
+        self.finish()?;
         let mut chk = sink.checkpoint()?;
         chk.meta.insert("source.rows".into(), position.to_string());
         chk.meta.extend(self.fixed.iter().cloned());
@@ -144,8 +168,41 @@ impl CheckpointMeta {
             .insert("output.rows".into(), stats.rows_out.to_string());
         chk.id = self.dir.next_id()?;
         chk.entries.extend(stages);
-        self.dir.write(&chk)?;
+        let dir = self.dir.clone();
+        let writer = std::thread::Builder::new()
+            .name("tally-checkpoint".into())
+            .spawn(move || dir.write(&chk))
+            .map_err(|e| Error::internal(format!("cannot start the checkpoint writer: {e}")))?;
+        self.writing = Some((position, writer));
         stats.checkpoints += 1;
         Ok(())
+    }
+
+    /// Waits for the checkpoint being written, if any.
+    ///
+    /// # Errors
+    /// Its write failed (named by [`CheckpointDir::write`]).
+    pub(super) fn finish(&mut self) -> Result<()> {
+        let Some((position, writer)) = self.writing.take() else {
+            return Ok(());
+        };
+        let folder = writer
+            .join()
+            .map_err(|_| Error::internal("the checkpoint writer panicked"))??;
+        self.written = Some((position, folder));
+        Ok(())
+    }
+
+    /// The source rows and folder of the last checkpoint this run wrote (after
+    /// [`CheckpointMeta::finish`]).
+    pub(super) fn written(&self) -> Option<(u64, PathBuf)> {
+        self.written.clone()
+    }
+}
+
+impl Drop for CheckpointMeta {
+    /// A run that stops early still leaves the checkpoint it started whole (or none).
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }

@@ -26,6 +26,7 @@ use crate::source::{FileTable, Format, SourceReader};
 
 mod checkpoints;
 
+use checkpoints::CheckpointMeta;
 pub use checkpoints::CheckpointPolicy;
 
 /// Source batches decoded ahead of the pipeline, on the source's own thread (BENCHMARKS.md,
@@ -409,9 +410,8 @@ impl Job {
         mut on_progress: impl FnMut(u64, Option<u64>),
     ) -> Result<()> {
         let resumed = std::mem::take(&mut self.resume_rows);
-        let checkpoints = self.checkpoint_meta();
+        let mut checkpoints = self.checkpoint_meta();
         let every = self.checkpoints.as_ref().map(|p| p.every_rows);
-        let mut last_checkpoint = None;
         let total_rows = splits.first().and_then(|s| s.total_rows);
         stats.runtime = match splits.len() {
             1 => "pipelined (1 split)".to_string(),
@@ -440,17 +440,20 @@ impl Job {
                     Ok(())
                 }
                 Output::Checkpoint { rows, stages } => {
-                    let meta = checkpoints.as_ref().ok_or_else(|| {
+                    let meta = checkpoints.as_mut().ok_or_else(|| {
                         Error::internal("a checkpoint without a checkpoint directory")
                     })?;
-                    last_checkpoint = Some(resumed + rows);
                     meta.write(resumed + rows, stages, stats, sink)
                 }
             });
         stats.rows_in = read.load(Ordering::Relaxed);
+        // The last checkpoint started is written (or failed) before the run ends or says where
+        // its state is saved.
+        let written = checkpoints.as_mut().map_or(Ok(()), CheckpointMeta::finish);
+        let result = result.and(written);
         if let Err(e) = result {
             // Bad input after a checkpoint: the rows before it are in that state.
-            let saved = last_checkpoint.zip(checkpoints.and_then(|m| m.dir.latest().ok()?));
+            let saved = checkpoints.as_ref().and_then(CheckpointMeta::written);
             return Err(match saved {
                 Some((position, path)) => e.with_note(format!(
                     "the state after the first {position} rows is saved in checkpoint {}; resume from it with --restore once the input is fixed",

@@ -210,3 +210,52 @@ fn bad_input_mid_file(pipelined: bool, n: usize, bad_at: usize, every: &str, sav
     assert_eq!(got, want, "pipelined {pipelined}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A checkpoint that cannot be written fails the run with one line naming the folder, on
+/// either runtime (the pipelined one writes checkpoints while the run goes on, and waits for
+/// the last before it ends), and claims no saved state.
+#[test]
+fn a_checkpoint_that_cannot_be_written_fails_the_run() {
+    for pipelined in [true, false] {
+        let dir = scratch(&format!("unwritable-{pipelined}"));
+        let csv = dir.join("t.csv");
+        let mut text = String::from("k,v\n");
+        for i in 0..5000 {
+            text.push_str(&format!("k{},{}\n", i % 17, i % 10));
+        }
+        std::fs::write(&csv, text).unwrap();
+        // The checkpoint directory is a file.
+        let chk = dir.join("chk");
+        std::fs::write(&chk, "not a directory").unwrap();
+        let script = format!(
+            "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+             SET 'table.exec.mini-batch.enabled' = 'true';
+             SET 'table.exec.mini-batch.allow-latency' = '1 s';
+             SET 'table.exec.mini-batch.size' = '300';
+             SET 'table.exec.resource.default-parallelism' = '2';
+             SET 'tally.exec.pipelined' = '{pipelined}';
+             SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k",
+            csv.display()
+        );
+        let chk = chk.display().to_string();
+        let (code, _, err) = tally(&[
+            "-e",
+            &script,
+            "--emit",
+            "final",
+            "--checkpoint-dir",
+            &chk,
+            "--checkpoint-every",
+            "1000",
+            "--output",
+            &dir.join("out.csv").display().to_string(),
+        ]);
+        assert_eq!(code, 1, "pipelined {pipelined}: {err}");
+        assert_eq!(err.lines().count(), 1, "pipelined {pipelined}: {err}");
+        assert!(
+            err.contains(&chk) && !err.contains("saved in checkpoint"),
+            "pipelined {pipelined}: {err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
