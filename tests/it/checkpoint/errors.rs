@@ -132,6 +132,21 @@ fn bad_input_mid_file_keeps_the_accepted_rows_in_a_checkpoint() {
     }
 }
 
+/// `COUNT(*)` and `SUM(v)` by `k` over the CSV file `csv` of `k,v` rows, at P = 2 on the
+/// pipelined runtime or the ordered one.
+fn count_and_sum(csv: &Path, pipelined: bool) -> String {
+    format!(
+        "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         SET 'table.exec.mini-batch.enabled' = 'true';
+         SET 'table.exec.mini-batch.allow-latency' = '1 s';
+         SET 'table.exec.mini-batch.size' = '300';
+         SET 'table.exec.resource.default-parallelism' = '2';
+         SET 'tally.exec.pipelined' = '{pipelined}';
+         SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k",
+        csv.display()
+    )
+}
+
 /// The test above on one runtime: `saved` is how its message names the checkpoint's position.
 fn bad_input_mid_file(pipelined: bool, n: usize, bad_at: usize, every: &str, saved: &str) {
     let dir = scratch(&format!("badinput-{pipelined}"));
@@ -151,16 +166,7 @@ fn bad_input_mid_file(pipelined: bool, n: usize, bad_at: usize, every: &str, sav
         std::fs::write(&csv, text).unwrap();
     };
     write(true);
-    let script = format!(
-        "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
-         SET 'table.exec.mini-batch.enabled' = 'true';
-         SET 'table.exec.mini-batch.allow-latency' = '1 s';
-         SET 'table.exec.mini-batch.size' = '300';
-         SET 'table.exec.resource.default-parallelism' = '2';
-         SET 'tally.exec.pipelined' = '{pipelined}';
-         SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k",
-        csv.display()
-    );
+    let script = count_and_sum(&csv, pipelined);
     let chk = dir.join("chk").display().to_string();
     let out = dir.join("out.csv").display().to_string();
     let common = [
@@ -227,16 +233,7 @@ fn a_checkpoint_that_cannot_be_written_fails_the_run() {
         // The checkpoint directory is a file.
         let chk = dir.join("chk");
         std::fs::write(&chk, "not a directory").unwrap();
-        let script = format!(
-            "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
-             SET 'table.exec.mini-batch.enabled' = 'true';
-             SET 'table.exec.mini-batch.allow-latency' = '1 s';
-             SET 'table.exec.mini-batch.size' = '300';
-             SET 'table.exec.resource.default-parallelism' = '2';
-             SET 'tally.exec.pipelined' = '{pipelined}';
-             SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k",
-            csv.display()
-        );
+        let script = count_and_sum(&csv, pipelined);
         let chk = chk.display().to_string();
         let (code, _, err) = tally(&[
             "-e",
