@@ -56,6 +56,22 @@ pub(super) fn from_bits(bits: &[u64], dt: &DataType) -> Result<ArrayRef, ArrowEr
     )
 }
 
+/// [`from_bits`] of bits the caller gives up: for 64-bit types the array takes their buffer as
+/// it is (a value's bits are its own), for narrower ones the values are written over it.
+pub(super) fn from_bits_owned(bits: Vec<u64>, dt: &DataType) -> Result<ArrayRef, ArrowError> {
+    with_bits_type!(
+        dt,
+        |T, _to, from| {
+            let values: Vec<_> = bits.into_iter().map(from).collect();
+            let a = PrimitiveArray::<T>::from(values).with_data_type(dt.clone());
+            Ok(Arc::new(a) as ArrayRef)
+        },
+        Err(ArrowError::InvalidArgumentError(format!(
+            "DISTINCT values of {dt} are not kept as bits"
+        )))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +103,14 @@ mod tests {
             let back = from_bits(&bits, a.data_type()).unwrap();
             assert_eq!(back.data_type(), a.data_type());
             assert_eq!(back.to_data().buffers(), a.to_data().buffers(), "{a:?}");
+            let at = bits.as_ptr() as usize;
+            let owned = from_bits_owned(bits, a.data_type()).unwrap();
+            assert_eq!(owned.data_type(), a.data_type());
+            assert_eq!(owned.to_data().buffers(), a.to_data().buffers(), "{a:?}");
+            if a.data_type().primitive_width() == Some(8) {
+                // 64-bit values keep the bits' buffer.
+                assert_eq!(owned.to_data().buffers()[0].as_ptr() as usize, at, "{a:?}");
+            }
         }
         // -0.0 and 0.0 are two keys, as for group keys.
         let mut bits = vec![];

@@ -1,6 +1,7 @@
 //! The state of a DISTINCT argument as a column: one list of `{value, count0, …}` entries per
 //! group, what a local phase flushes, a snapshot holds and [`DistinctAccumulator::merge`] reads.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -9,7 +10,7 @@ use arrow_array::{Array, ArrayRef, Int64Array};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use hashbrown::HashMap;
 
-use super::bits::from_bits;
+use super::bits::{from_bits, from_bits_owned};
 use super::lines::for_each_pair;
 use super::pairs::Pairs;
 use super::{DistinctAccumulator, Values, insert_only};
@@ -71,7 +72,7 @@ impl DistinctAccumulator {
             counters.extend(per_slot[s].iter().map(|p| p.1));
             offsets.push(bits.len() as i32);
         }
-        self.lists(&bits, self.listed_counts(counters), offsets)
+        self.lists(bits, self.listed_counts(counters), offsets)
     }
 
     /// [`Self::state`] of `groups` cut into runs of `chunk` groups, one column per run (a
@@ -116,7 +117,12 @@ impl DistinctAccumulator {
             .map(|k| {
                 let r = starts[k]..starts[k + 1];
                 let in_run = chunk.min(groups.len() - k * chunk);
-                self.lists_in_rows(in_run, &rows[r.clone()], &bits[r.clone()], &counters[r])
+                self.lists_in_rows(
+                    in_run,
+                    rows[r.clone()].into(),
+                    bits[r.clone()].into(),
+                    counters[r].into(),
+                )
             })
             .collect()
     }
@@ -163,7 +169,12 @@ impl DistinctAccumulator {
                 entries.groups.len()
             )));
         }
-        self.lists_in_rows(rows, row_of, &entries.bits, &entries.counters)
+        self.lists_in_rows(
+            rows,
+            row_of.into(),
+            entries.bits[..].into(),
+            entries.counters[..].into(),
+        )
     }
 
     /// [`Self::state`] of `rows` groups, each listed once, group `g` in output row `slots[g]`
@@ -178,12 +189,7 @@ impl DistinctAccumulator {
                 .copied()
                 .filter(|&row| row != u32::MAX)
         });
-        if rows == 1 && !self.order_matters {
-            // One row (one hot key's flush): the entries as the walk gave them, not copied.
-            let offsets = vec![0, bits.len() as i32];
-            return self.lists(&bits, self.listed_counts(counters), offsets);
-        }
-        self.lists_in_rows(rows, &row_of, &bits, &counters)
+        self.lists_in_rows(rows, row_of.into(), bits.into(), counters.into())
     }
 
     /// In one pass over the table, each live entry whose group `at` gives a place (None: left
@@ -209,19 +215,21 @@ impl DistinctAccumulator {
     /// [`Self::counter_of`], `counters[i]`) in row `row_of[i]` (each below `rows`), in the
     /// entries' order within a row, each row's sorted by value (as [`Self::state`] orders them)
     /// only where the order of the values can change a result (a floating-point sum), so that
-    /// the outcome does not depend on the table's history.
+    /// the outcome does not depend on the table's history. Entries given owned are freed once
+    /// placed (a snapshot's export would otherwise hold them beside their placed copies and the
+    /// lists), and in one row they are the lists' own, not copied.
     fn lists_in_rows(
         &self,
         rows: usize,
-        row_of: &[u32],
-        bits: &[u64],
-        counters: &[i64],
+        row_of: Cow<'_, [u32]>,
+        bits: Cow<'_, [u64]>,
+        counters: Cow<'_, [i64]>,
     ) -> Result<ArrayRef, ArrowError> {
         let mut per_row = vec![0u64; rows];
         if rows == 1 {
             per_row[0] = row_of.len() as u64;
         } else {
-            count_ids(row_of, &mut per_row);
+            count_ids(&row_of, &mut per_row);
         }
         let mut offsets = Vec::with_capacity(rows + 1);
         offsets.push(0i32);
@@ -230,14 +238,17 @@ impl DistinctAccumulator {
             offsets.push(offsets[offsets.len() - 1] + c as i32);
         }
         let (mut bits, mut counters) = if rows == 1 {
-            (bits.to_vec(), counters.to_vec())
+            drop(row_of);
+            (bits.into_owned(), counters.into_owned())
         } else {
             let entries = Unplaced {
-                bits,
-                counters,
-                rows: row_of,
+                bits: &bits,
+                counters: &counters,
+                rows: &row_of,
             };
-            entries.placed(&offsets)
+            let placed = entries.placed(&offsets);
+            drop((row_of, bits, counters));
+            placed
         };
         if self.order_matters {
             for s in offsets.windows(2) {
@@ -253,7 +264,7 @@ impl DistinctAccumulator {
                 }
             }
         }
-        self.lists(&bits, self.listed_counts(counters), offsets)
+        self.lists(bits, self.listed_counts(counters), offsets)
     }
 
     /// Each aggregate's counters of entries whose [`Self::counter_of`] are `counters`, a column
@@ -383,15 +394,20 @@ impl DistinctAccumulator {
         }
     }
 
-    /// The list column of entries: values from their `bits`, the counters `cols`, cut by
-    /// `offsets`.
+    /// The list column of entries: values from their `bits` (whose buffer the values take
+    /// where they are the bits themselves: a snapshot holds no second copy of them), the
+    /// counters `cols`, cut by `offsets`.
     pub(super) fn lists(
         &self,
-        bits: &[u64],
+        bits: Vec<u64>,
         cols: Vec<Vec<i64>>,
         offsets: Vec<i32>,
     ) -> Result<ArrayRef, ArrowError> {
-        let mut columns: Vec<ArrayRef> = vec![self.values_of(bits)?];
+        let values = match &self.values {
+            Values::Bits => from_bits_owned(bits, &self.arg_type)?,
+            Values::Interned { .. } => self.values_of(&bits)?,
+        };
+        let mut columns: Vec<ArrayRef> = vec![values];
         columns.extend(
             cols.into_iter()
                 .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),

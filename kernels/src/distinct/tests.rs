@@ -39,7 +39,7 @@ fn counters_past_32_bits_are_exact() {
     let mut acc =
         DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], true).unwrap();
     let one = |acc: &DistinctAccumulator, g: u32, value: u64, count: i64| {
-        acc.lists(&[value], vec![vec![count]], vec![0, 1])
+        acc.lists(vec![value], vec![vec![count]], vec![0, 1])
             .map(|s| (s, g))
     };
     let merge = |acc: &mut DistinctAccumulator, g: u32, value: u64, count: i64| {
@@ -339,7 +339,7 @@ fn insert_only_pairs_keep_no_counts() {
         assert_eq!(err.is_err(), k <= MAX_FLAGGED, "k = {k}");
         // A negative counter in a state is refused likewise.
         let neg = counted_local
-            .lists(&[5], vec![vec![-1]; k], vec![0, 1])
+            .lists(vec![5], vec![vec![-1]; k], vec![0, 1])
             .unwrap();
         assert_eq!(
             global.merge(&neg, &[0], groups as usize).is_err(),
