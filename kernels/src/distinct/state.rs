@@ -239,7 +239,11 @@ impl DistinctAccumulator {
         }
         let (mut bits, mut counters) = if rows == 1 {
             drop(row_of);
-            (bits.into_owned(), counters.into_owned())
+            // A walk reserves room for every pair of the table: the list keeps only its own.
+            let (mut bits, mut counters) = (bits.into_owned(), counters.into_owned());
+            bits.shrink_to_fit();
+            counters.shrink_to_fit();
+            (bits, counters)
         } else {
             let entries = Unplaced {
                 bits: &bits,

@@ -177,6 +177,26 @@ fn a_flush_orders_values_where_the_order_can_change_a_sum() {
     assert_eq!(a, (0..100).collect::<Vec<i64>>());
 }
 
+/// One group's list, among many groups' pairs, holds only its own entries' memory: the walk
+/// that found them reserved room for every pair of the table.
+#[test]
+fn one_groups_list_keeps_only_its_own_entries() {
+    let mut acc =
+        DistinctAccumulator::try_new(&DataType::Int64, &[AggregateKind::Count], false).unwrap();
+    let n = 100_000;
+    let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..n as i64));
+    // Group 1 gets 10 values, group 0 the rest.
+    let groups: Vec<u32> = (0..n).map(|i| u32::from(i % 10_000 == 0)).collect();
+    acc.apply(&values, &groups, &[None], 2, 1).unwrap();
+    let one = acc.state(&[1]).unwrap();
+    assert_eq!(listed(&one).len(), 10);
+    assert!(
+        one.get_array_memory_size() < 4096,
+        "{} bytes for 10 entries",
+        one.get_array_memory_size()
+    );
+}
+
 /// A local phase's DISTINCT, which leaves its inner aggregates alone, flushes the same state
 /// as one that updates them: a global phase fed by either holds the same results and counters,
 /// with two aggregates (one FILTERed), retractions and NULLs, mini-batch after mini-batch.
