@@ -2,12 +2,13 @@
 //! ([`FinalTable`]), as a multiset ([`MultisetTable`]), or whichever of the two a query's
 //! changelog calls for ([`ResultTable`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow_row::{RowConverter, SortField};
+use hashbrown::HashMap;
+use hashbrown::hash_map::EntryRef;
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::checkpoint::Checkpoint;
@@ -27,7 +28,8 @@ fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
 }
 
 /// Rows (or keys) as the bytes of their arrow-row form, which compare as the rows do: looked
-/// up by a batch's row without copying it, and sorted only when the table is read.
+/// up by a batch's row without copying it (hashed once, whether it is found or inserted), and
+/// sorted only when the table is read.
 type ByRowBytes<V> = HashMap<Box<[u8]>, V, ahash::RandomState>;
 
 /// The entries of `map` in the order of their keys' bytes (the rows' order).
@@ -139,13 +141,14 @@ impl FinalTable {
             let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             let value = values.row(i);
             match kind {
-                RowKind::Insert | RowKind::UpdateAfter => match self.rows.get_mut(key) {
-                    Some(v) => {
+                RowKind::Insert | RowKind::UpdateAfter => match self.rows.entry_ref(key) {
+                    EntryRef::Occupied(mut held) => {
+                        let v = held.get_mut();
                         v.clear();
                         v.extend_from_slice(value.data());
                     }
-                    None => {
-                        self.rows.insert(key.into(), value.data().to_vec());
+                    EntryRef::Vacant(slot) => {
+                        slot.insert_with_key(key.into(), value.data().to_vec());
                     }
                 },
                 RowKind::UpdateBefore => match self.rows.get(key) {
@@ -251,16 +254,16 @@ impl MultisetTable {
         for (i, kind) in kinds.into_iter().enumerate() {
             let row = rows.row(i);
             let row = row.data();
-            match (kind.is_retract(), self.rows.get_mut(row)) {
-                (false, Some(c)) => *c += 1,
-                (false, None) => {
-                    self.rows.insert(row.into(), 1);
+            match (kind.is_retract(), self.rows.entry_ref(row)) {
+                (false, EntryRef::Occupied(mut held)) => *held.get_mut() += 1,
+                (false, EntryRef::Vacant(slot)) => {
+                    slot.insert_with_key(row.into(), 1);
                 }
-                (true, Some(c)) if *c > 1 => *c -= 1,
-                (true, Some(_)) => {
-                    self.rows.remove(row);
+                (true, EntryRef::Occupied(mut held)) if *held.get() > 1 => *held.get_mut() -= 1,
+                (true, EntryRef::Occupied(held)) => {
+                    held.remove();
                 }
-                (true, None) => {
+                (true, EntryRef::Vacant(_)) => {
                     return Err(Error::invalid_input(format!(
                         "{kind} of a row that is not in the result"
                     )));

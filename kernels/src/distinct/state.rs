@@ -84,10 +84,16 @@ impl DistinctAccumulator {
     pub fn state_chunks(&self, groups: &[u32], chunk: usize) -> Result<Vec<ArrayRef>, ArrowError> {
         let chunk = chunk.max(1);
         let runs = groups.len().div_ceil(chunk);
-        let slots = match group_slots(groups) {
-            Some(slots) if runs > 1 => slots,
-            _ => return groups.chunks(chunk).map(|c| self.state(c)).collect(),
+        let Some(slots) = group_slots(groups) else {
+            return groups.chunks(chunk).map(|c| self.state(c)).collect();
         };
+        if runs <= 1 {
+            // One run (or none): the walk of `state`, without finding the slots again.
+            return groups
+                .chunks(chunk)
+                .map(|c| self.state_of_slots(&slots, c.len()))
+                .collect();
+        }
         let run_of = |g: u32| -> Option<(usize, u32)> {
             let row = *slots.get(g as usize).filter(|&&row| row != u32::MAX)? as usize;
             Some((row / chunk, (row % chunk) as u32))
