@@ -444,6 +444,8 @@ fn run_query(
             .checkpoint_every(CheckpointDir::new(dir), args.checkpoint_every)?;
     }
     let checkpointing = args.checkpoint_dir.is_some() || args.restore.is_some();
+    // The time a CSV changelog's writer waited for its pool during the run.
+    let mut sink_waited = None;
     let stats = match args.emit {
         Emit::Changelog => {
             let mut sink = if checkpointing {
@@ -457,6 +459,7 @@ fn run_query(
                 ChangelogWriter::try_new(format, &args.output, &query.output_schema(), stdout)?
             };
             let stats = run_or_replay(query.job(), args, &mut sink, progress, &mut replay)?;
+            sink_waited = sink.waited();
             sink.finish()?;
             stats
         }
@@ -497,6 +500,13 @@ fn run_query(
     if args.metrics {
         for (i, m) in stats.aggregates.iter().enumerate() {
             eprint!("aggregate {i}: {m}");
+        }
+        if let Some(waited) = sink_waited {
+            eprintln!(
+                "sink: CSV formatted on {} pool threads; the consumer waited {:.1} ms for them (counted in its busy time)",
+                rayon::current_num_threads(),
+                waited.as_secs_f64() * 1e3
+            );
         }
     }
     Ok(())

@@ -1,6 +1,8 @@
 //! Where a query's changes go: the [`Sink`] a run hands them to, the tables a changelog
-//! materializes ([`tables`]), and the files results are written to ([`writer`]).
+//! materializes ([`tables`]), and the files results are written to ([`writer`]; CSV formatted
+//! on rayon's pool, [`csv`]).
 
+pub mod csv;
 pub mod tables;
 pub mod writer;
 
@@ -8,6 +10,7 @@ use crate::changelog::ChangeBatch;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 
+pub use csv::CsvWriter;
 pub use tables::{FinalTable, MultisetTable, ResultTable};
 pub use writer::{ChangelogWriter, OutputFormat, TrackedFile, Writer};
 

@@ -13,6 +13,7 @@ use crate::changelog::{ChangeBatch, OP_COLUMN, RowKind};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::sink::Sink;
+use crate::sink::csv::CsvWriter;
 
 /// The checkpoint metadata key of a changelog file's length.
 const SINK_BYTES: &str = "sink.bytes";
@@ -95,8 +96,8 @@ pub fn changelog_batch(changes: &ChangeBatch, text_kinds: bool) -> Result<Record
 
 /// Writes record batches in one format, to a file or to standard output.
 pub enum Writer<'a> {
-    /// CSV.
-    Csv(arrow::csv::Writer<Box<dyn Write + 'a>>),
+    /// CSV, formatted on rayon's pool.
+    Csv(CsvWriter<'a>),
     /// Parquet.
     Parquet(parquet::arrow::ArrowWriter<File>),
     /// Arrow IPC file.
@@ -159,11 +160,7 @@ impl<'a> Writer<'a> {
 
     /// A CSV writer to `out`, with or without the header line.
     pub fn csv(out: Box<dyn Write + 'a>, header: bool) -> Self {
-        Writer::Csv(
-            arrow::csv::WriterBuilder::new()
-                .with_header(header)
-                .build(out),
-        )
+        Writer::Csv(CsvWriter::new(out, header))
     }
 
     /// Writes one batch.
@@ -186,7 +183,7 @@ impl<'a> Writer<'a> {
     /// I/O and encoding errors.
     pub fn finish(self) -> Result<()> {
         match self {
-            Writer::Csv(w) => w.into_inner().flush()?,
+            Writer::Csv(w) => w.finish()?,
             Writer::Parquet(w) => {
                 w.close()?;
             }
@@ -331,6 +328,14 @@ impl<'a> ChangelogWriter<'a> {
         })
     }
 
+    /// The time spent waiting for batches formatting on the pool (CSV only, [`CsvWriter`]).
+    pub fn waited(&self) -> Option<std::time::Duration> {
+        match &self.writer {
+            Writer::Csv(csv) => Some(csv.waited()),
+            _ => None,
+        }
+    }
+
     /// Ends the output.
     ///
     /// # Errors
@@ -346,14 +351,24 @@ impl<'a> ChangelogWriter<'a> {
 
 impl Sink for ChangelogWriter<'_> {
     fn write(&mut self, changes: &ChangeBatch) -> Result<()> {
-        self.writer
-            .write(&changelog_batch(changes, self.text_kinds)?)
+        match &mut self.writer {
+            // The op column's text is made on the pool too, with the rest of the formatting.
+            Writer::Csv(csv) => csv.write_with(changes.clone(), changes.num_rows(), |c| {
+                changelog_batch(&c, true)
+            }),
+            writer => writer.write(&changelog_batch(changes, self.text_kinds)?),
+        }
     }
 
     fn checkpoint(&mut self) -> Result<Checkpoint> {
         let mut chk = Checkpoint::default();
         match &self.file {
             Some(file) => {
+                // Every change before the checkpoint is in the file before its length is
+                // taken: the batches still formatting are written first.
+                if let Writer::Csv(csv) = &mut self.writer {
+                    csv.flush()?;
+                }
                 chk.meta.insert(SINK_BYTES.into(), file.sync()?.to_string());
             }
             None => {
@@ -363,5 +378,47 @@ impl Sink for ChangelogWriter<'_> {
             }
         }
         Ok(chk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    fn changes(start: i64, rows: usize) -> ChangeBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let v: Int64Array = (0..rows as i64).map(|i| start + i).collect();
+        ChangeBatch::inserts(RecordBatch::try_new(schema, vec![Arc::new(v)]).unwrap())
+    }
+
+    /// A checkpoint of a durable changelog records the length of a file that holds every
+    /// change written before it, batches formatting on the pool included; a resumed writer
+    /// truncates to that length and appends.
+    #[test]
+    fn a_checkpoint_counts_every_change_written_before_it() {
+        let dir = std::env::temp_dir().join(format!("tally-durable-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("changes.csv");
+        let path = path.to_str().unwrap();
+        let mut w = ChangelogWriter::durable_csv(path, None).unwrap();
+        for (start, rows) in [(0, 3_000), (10_000, 5), (20_000, 4_000)] {
+            w.write(&changes(start, rows)).unwrap();
+        }
+        let chk = w.checkpoint().unwrap();
+        let len: u64 = chk.meta(SINK_BYTES).unwrap().parse().unwrap();
+        let on_disk = std::fs::read_to_string(path).unwrap();
+        assert_eq!(len, on_disk.len() as u64);
+        assert_eq!(on_disk.lines().count(), 1 + 3_000 + 5 + 4_000);
+        assert!(on_disk.ends_with("+I,23999\n"));
+        // Changes after the checkpoint are cut off by a resume, which appends after it.
+        w.write(&changes(30_000, 2_000)).unwrap();
+        drop(w);
+        let mut resumed = ChangelogWriter::durable_csv(path, Some(&chk)).unwrap();
+        resumed.write(&changes(40_000, 1)).unwrap();
+        resumed.finish().unwrap();
+        let after = std::fs::read_to_string(path).unwrap();
+        assert_eq!(after, format!("{on_disk}+I,40000\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
