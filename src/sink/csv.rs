@@ -18,6 +18,18 @@ use crate::error::{Error, Result};
 /// pool and taking its bytes back costs more than formatting it.
 const POOL_MIN_ROWS: usize = 256;
 
+/// Batches of more rows than this are formatted in pieces of this many, side by side on the
+/// pool (a final table written at the end is one batch).
+pub const PIECE_ROWS: usize = 16_384;
+
+/// The pieces (offset, rows) a batch of `rows` rows is formatted in: one for an empty batch,
+/// which still carries the header line where it is the first.
+pub fn pieces(rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..rows.max(1))
+        .step_by(PIECE_ROWS)
+        .map(move |off| (off, PIECE_ROWS.min(rows - off)))
+}
+
 /// A batch's CSV bytes: formatted already, or still being formatted on the pool.
 enum Formatted {
     Done(Result<Vec<u8>>),
@@ -76,11 +88,15 @@ impl<'a> CsvWriter<'a> {
     /// # Errors
     /// An error formatting or writing an earlier batch.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.write_with(batch.clone(), batch.num_rows(), Ok)
+        for (off, rows) in pieces(batch.num_rows()) {
+            self.write_with(batch.slice(off, rows), rows, Ok)?;
+        }
+        Ok(())
     }
 
     /// Takes `item` (of `rows` rows), which `to_batch` turns into the batch to write: on the
-    /// pool, with its formatting, where the batch is large enough to go there.
+    /// pool, with its formatting, where the batch is large enough to go there. One item is
+    /// formatted as one piece: a caller cuts large ones ([`pieces`]).
     ///
     /// # Errors
     /// As [`CsvWriter::write`].
@@ -268,7 +284,7 @@ mod tests {
     /// the bytes are one arrow-csv writer's, in order, the header once.
     #[test]
     fn bytes_are_one_writers_in_order() {
-        let sizes = [0, 1, 300, 5, 2_000, 255, 256, 3, 700, 1, 1, 4_096, 0, 9];
+        let sizes = [0, 1, 300, 5, 2_000, 255, 256, 3, 40_000, 1, 1, 4_096, 0, 9];
         let batches: Vec<RecordBatch> = sizes
             .iter()
             .enumerate()
@@ -286,6 +302,23 @@ mod tests {
                 let got = out.0.lock().unwrap().clone();
                 assert_eq!(got, one_writer(&batches, header), "window {window}");
             }
+        }
+    }
+
+    /// Pieces cover a batch's rows once, in order, none longer than [`PIECE_ROWS`].
+    #[test]
+    fn pieces_cover_a_batch() {
+        assert_eq!(pieces(0).collect::<Vec<_>>(), vec![(0, 0)]);
+        assert_eq!(pieces(5).collect::<Vec<_>>(), vec![(0, 5)]);
+        for rows in [PIECE_ROWS, PIECE_ROWS + 1, 3 * PIECE_ROWS - 7] {
+            let p: Vec<_> = pieces(rows).collect();
+            assert!(p.iter().all(|&(_, n)| n > 0 && n <= PIECE_ROWS));
+            let mut next = 0;
+            for (off, n) in p {
+                assert_eq!(off, next);
+                next += n;
+            }
+            assert_eq!(next, rows);
         }
     }
 

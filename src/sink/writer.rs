@@ -353,9 +353,14 @@ impl Sink for ChangelogWriter<'_> {
     fn write(&mut self, changes: &ChangeBatch) -> Result<()> {
         match &mut self.writer {
             // The op column's text is made on the pool too, with the rest of the formatting.
-            Writer::Csv(csv) => csv.write_with(changes.clone(), changes.num_rows(), |c| {
-                changelog_batch(&c, true)
-            }),
+            Writer::Csv(csv) => {
+                for (off, rows) in crate::sink::csv::pieces(changes.num_rows()) {
+                    csv.write_with(changes.slice(off, rows), rows, |c| {
+                        changelog_batch(&c, true)
+                    })?;
+                }
+                Ok(())
+            }
             writer => writer.write(&changelog_batch(changes, self.text_kinds)?),
         }
     }
