@@ -32,11 +32,37 @@ fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
 /// sorted only when the table is read.
 type ByRowBytes<V> = HashMap<Box<[u8]>, V, ahash::RandomState>;
 
+/// Tables of at least this many entries are sorted on rayon's pool.
+const PAR_SORT_ENTRIES: usize = 1 << 16;
+
 /// The entries of `map` in the order of their keys' bytes (the rows' order).
-fn sorted<V>(map: &ByRowBytes<V>) -> Vec<(&[u8], &V)> {
-    let mut entries: Vec<(&[u8], &V)> = map.iter().map(|(k, v)| (&k[..], v)).collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    entries
+///
+/// Each entry is sorted by its first 16 bytes, read once into an integer (zeros past a short
+/// key), and only where those tie by all its bytes: comparing keys' bytes follows a pointer
+/// into the table's heap, a cache miss per comparison over a large table (a final table of
+/// 5.3M rows took seconds to sort that way). Integers compare as the bytes do, and a key that
+/// ends within the 16 bytes ties only with keys it is a prefix of (or that are its prefix),
+/// which the bytes then order.
+fn sorted<V: Sync>(map: &ByRowBytes<V>) -> Vec<(&[u8], &V)> {
+    let mut entries: Vec<(u128, &[u8], &V)> =
+        map.iter().map(|(k, v)| (prefix(k), &k[..], v)).collect();
+    let order =
+        |a: &(u128, &[u8], &V), b: &(u128, &[u8], &V)| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1));
+    if entries.len() >= PAR_SORT_ENTRIES {
+        use rayon::slice::ParallelSliceMut;
+        entries.par_sort_unstable_by(order);
+    } else {
+        entries.sort_unstable_by(order);
+    }
+    entries.into_iter().map(|(_, k, v)| (k, v)).collect()
+}
+
+/// The first 16 bytes of `bytes` as a big-endian integer, zeros past its end.
+fn prefix(bytes: &[u8]) -> u128 {
+    let mut head = [0u8; 16];
+    let n = bytes.len().min(16);
+    head[..n].copy_from_slice(&bytes[..n]);
+    u128::from_be_bytes(head)
 }
 
 fn converter(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter> {
@@ -383,6 +409,8 @@ impl Sink for ResultTable {
 mod tests {
     use std::collections::BTreeMap;
 
+    use rand::{Rng, SeedableRng};
+
     use arrow::array::{Array, Int8Array, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
 
@@ -527,6 +555,30 @@ mod tests {
         ] {
             let e = table.apply(&changes(&[bad])).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
+        }
+    }
+
+    /// Entries come out in their keys' byte order, as a plain sort of the bytes gives, for keys
+    /// shorter and longer than the 16 bytes read ahead, keys that are others' prefixes, zero
+    /// bytes, and tables sorted on the pool and off it.
+    #[test]
+    fn entries_sort_as_their_bytes() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        for n in [0, 1, 500, PAR_SORT_ENTRIES + 3] {
+            let mut map = ByRowBytes::<usize>::default();
+            while map.len() < n {
+                let len = rng.random_range(0..24);
+                // Few byte values: long shared prefixes, zeros, keys that are others' prefixes.
+                let key: Vec<u8> = (0..len).map(|_| rng.random_range(0..3u8)).collect();
+                let i = map.len();
+                map.entry(key.into_boxed_slice()).or_insert(i);
+            }
+            let got: Vec<&[u8]> = sorted(&map).into_iter().map(|(k, _)| k).collect();
+            let mut want: Vec<&[u8]> = map.keys().map(|k| &k[..]).collect();
+            want.sort();
+            assert_eq!(got, want, "{n} entries");
+            // Each key keeps its own value.
+            assert!(sorted(&map).into_iter().all(|(k, v)| map[k] == *v));
         }
     }
 }
