@@ -1,7 +1,7 @@
 //! CSV output formatted off the writing thread ([`CsvWriter`]): each batch is formatted on
 //! rayon's pool as it comes, and its bytes are written in the order the batches came.
 //!
-//! A changelog written as CSV is formatted on the caller's thread otherwise, the pipelined
+//! Without it a changelog written as CSV is formatted on the caller's thread, the pipelined
 //! runtime's one serial stage: formatting q16's changelog took most of that thread's time
 //! (BENCHMARKS.md, "The changelog formatted on the pool").
 
@@ -109,12 +109,15 @@ impl<'a> CsvWriter<'a> {
         self.check()?;
         let header = std::mem::take(&mut self.header);
         let format = move || to_batch(item).and_then(|b| format(&b, header));
-        if rows < POOL_MIN_ROWS && self.pending.is_empty() {
+        // A writer on a thread of a rayon pool formats on it: waiting there for a job of the
+        // same pool could wait for ever (a pool of one thread).
+        let here = rows < POOL_MIN_ROWS || rayon::current_thread_index().is_some();
+        if here && self.pending.is_empty() {
             let written = format().and_then(|bytes| Ok(self.out.write_all(&bytes)?));
             self.failed = written.is_err();
             return written;
         }
-        if rows < POOL_MIN_ROWS {
+        if here {
             self.pending.push_back(Formatted::Done(format()));
         } else {
             let (tx, rx) = sync_channel(1);
@@ -320,6 +323,26 @@ mod tests {
             }
             assert_eq!(next, rows);
         }
+    }
+
+    /// A writer on a thread of a pool of one formats there rather than wait for its own pool.
+    #[test]
+    fn a_writer_inside_a_pool_of_one_thread_formats_there() {
+        let batches = [batch(0, 1_000), batch(1, 3_000)];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let out = Shared::default();
+        pool.install(|| {
+            let mut w = CsvWriter::new(Box::new(out.clone()), true);
+            w.window = 1;
+            for b in &batches {
+                w.write(b).unwrap();
+            }
+            w.finish().unwrap();
+        });
+        assert_eq!(*out.0.lock().unwrap(), one_writer(&batches, true));
     }
 
     /// A writer dropped without `finish` (the run failed elsewhere) still writes what it took.
