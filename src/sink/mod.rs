@@ -1,8 +1,10 @@
 //! Where a query's changes go: the [`Sink`] a run hands them to, the tables a changelog
-//! materializes ([`tables`]), and the files results are written to ([`writer`]; CSV formatted
+//! materializes ([`tables`], kept in hash tables cut into shards that a batch is applied to side
+//! by side, `shards.rs`), and the files results are written to ([`writer`]; CSV formatted
 //! on rayon's pool, [`csv`]).
 
 pub mod csv;
+mod shards;
 pub mod tables;
 pub mod writer;
 

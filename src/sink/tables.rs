@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow_row::{RowConverter, SortField};
-use hashbrown::HashMap;
-use hashbrown::hash_map::EntryRef;
+use hashbrown::hash_table::Entry;
+use rayon::prelude::*;
 
 use crate::changelog::{ChangeBatch, RowKind};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::sink::Sink;
+use crate::sink::shards::RowShards;
 
 /// The row kinds of `changes` (all `+I` when it has none), checked against `schema`.
 fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
@@ -27,42 +28,29 @@ fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
     changes.row_kinds()
 }
 
-/// Rows (or keys) as the bytes of their arrow-row form, which compare as the rows do: looked
-/// up by a batch's row without copying it (hashed once, whether it is found or inserted), and
-/// sorted only when the table is read.
-type ByRowBytes<V> = HashMap<Box<[u8]>, V, ahash::RandomState>;
+/// Rows decoded in pieces of this many, side by side on rayon's pool.
+const DECODE_PIECE_ROWS: usize = 1 << 16;
 
-/// Tables of at least this many entries are sorted on rayon's pool.
-const PAR_SORT_ENTRIES: usize = 1 << 16;
-
-/// The entries of `map` in the order of their keys' bytes (the rows' order).
-///
-/// Each entry is sorted by its first 16 bytes, read once into an integer (zeros past a short
-/// key), and only where those tie by all its bytes: comparing keys' bytes follows a pointer
-/// into the table's heap, a cache miss per comparison over a large table (a final table of
-/// 5.3M rows took seconds to sort that way). Integers compare as the bytes do, and a key that
-/// ends within the 16 bytes ties only with keys it is a prefix of (or that are its prefix),
-/// which the bytes then order.
-fn sorted<V: Sync>(map: &ByRowBytes<V>) -> Vec<(&[u8], &V)> {
-    let mut entries: Vec<(u128, &[u8], &V)> =
-        map.iter().map(|(k, v)| (prefix(k), &k[..], v)).collect();
-    let order =
-        |a: &(u128, &[u8], &V), b: &(u128, &[u8], &V)| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1));
-    if entries.len() >= PAR_SORT_ENTRIES {
-        use rayon::slice::ParallelSliceMut;
-        entries.par_sort_unstable_by(order);
-    } else {
-        entries.sort_unstable_by(order);
+/// The columns of `rows` (bytes `converter` made), in order: decoded in pieces on the pool
+/// and joined, where they are many.
+fn decode(converter: &RowConverter, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
+    let piece = |rows: &[&[u8]]| -> Result<Vec<ArrayRef>> {
+        let parser = converter.parser();
+        Ok(converter.convert_rows(rows.iter().map(|r| parser.parse(r)))?)
+    };
+    if rows.len() <= DECODE_PIECE_ROWS {
+        return piece(rows);
     }
-    entries.into_iter().map(|(_, k, v)| (k, v)).collect()
-}
-
-/// The first 16 bytes of `bytes` as a big-endian integer, zeros past its end.
-fn prefix(bytes: &[u8]) -> u128 {
-    let mut head = [0u8; 16];
-    let n = bytes.len().min(16);
-    head[..n].copy_from_slice(&bytes[..n]);
-    u128::from_be_bytes(head)
+    let pieces: Vec<Vec<ArrayRef>> = rows
+        .par_chunks(DECODE_PIECE_ROWS)
+        .map(piece)
+        .collect::<Result<_>>()?;
+    (0..pieces[0].len())
+        .map(|c| {
+            let column: Vec<&dyn Array> = pieces.iter().map(|p| p[c].as_ref()).collect();
+            Ok(arrow::compute::concat(&column)?)
+        })
+        .collect()
 }
 
 fn converter(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter> {
@@ -107,7 +95,7 @@ pub struct FinalTable {
     values: RowConverter,
     /// Key row bytes (empty for a global aggregate) → value row bytes, overwritten in place by
     /// the key's next row.
-    rows: ByRowBytes<Vec<u8>>,
+    rows: RowShards<Vec<u8>>,
 }
 
 impl std::fmt::Debug for FinalTable {
@@ -142,7 +130,7 @@ impl FinalTable {
             key_columns: keys.to_vec(),
             value_columns,
             schema,
-            rows: ByRowBytes::default(),
+            rows: RowShards::default(),
         })
     }
 
@@ -163,32 +151,32 @@ impl FinalTable {
             .then(|| self.keys.convert_columns(&pick(&self.key_columns)))
             .transpose()?;
         let values = self.values.convert_columns(&pick(&self.value_columns))?;
-        for (i, kind) in kinds.into_iter().enumerate() {
-            let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
+        let key = |i: usize| keys.as_ref().map_or(&[][..], |k| k.row(i).data());
+        self.rows.apply(kinds.len(), key, |i, entry| {
             let value = values.row(i);
-            match kind {
-                RowKind::Insert | RowKind::UpdateAfter => match self.rows.entry_ref(key) {
-                    EntryRef::Occupied(mut held) => {
-                        let v = held.get_mut();
-                        v.clear();
-                        v.extend_from_slice(value.data());
-                    }
-                    EntryRef::Vacant(slot) => {
-                        slot.insert_with_key(key.into(), value.data().to_vec());
-                    }
-                },
-                RowKind::UpdateBefore => match self.rows.get(key) {
-                    Some(v) if v[..] == *value.data() => {}
-                    _ => return Err(Error::invalid_input("-U of a row that is not in the table")),
-                },
-                RowKind::Delete => {
-                    if self.rows.remove(key).is_none() {
-                        return Err(Error::invalid_input("-D of a key that is not in the table"));
-                    }
+            match (kinds[i], entry) {
+                (RowKind::Insert | RowKind::UpdateAfter, Entry::Occupied(mut held)) => {
+                    let v = &mut held.get_mut().1;
+                    v.clear();
+                    v.extend_from_slice(value.data());
+                }
+                (RowKind::Insert | RowKind::UpdateAfter, Entry::Vacant(slot)) => {
+                    slot.insert((key(i).into(), value.data().to_vec()));
+                }
+                (RowKind::UpdateBefore, Entry::Occupied(held))
+                    if held.get().1[..] == *value.data() => {}
+                (RowKind::UpdateBefore, _) => {
+                    return Err(Error::invalid_input("-U of a row that is not in the table"));
+                }
+                (RowKind::Delete, Entry::Occupied(held)) => {
+                    held.remove();
+                }
+                (RowKind::Delete, Entry::Vacant(_)) => {
+                    return Err(Error::invalid_input("-D of a key that is not in the table"));
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The schema of the rows.
@@ -211,18 +199,15 @@ impl FinalTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let rows = sorted(&self.rows);
+        let rows = self.rows.sorted();
         let keys = if self.key_columns.is_empty() {
             vec![]
         } else {
-            let parser = self.keys.parser();
-            self.keys
-                .convert_rows(rows.iter().map(|(k, _)| parser.parse(k)))?
+            let keys: Vec<&[u8]> = rows.iter().map(|(k, _)| *k).collect();
+            decode(&self.keys, &keys)?
         };
-        let parser = self.values.parser();
-        let values = self
-            .values
-            .convert_rows(rows.iter().map(|(_, v)| parser.parse(v)))?;
+        let values: Vec<&[u8]> = rows.iter().map(|(_, v)| &v[..]).collect();
+        let values = decode(&self.values, &values)?;
         let mut cols: Vec<Option<ArrayRef>> = vec![None; self.schema.fields().len()];
         for (&i, c) in self.key_columns.iter().zip(keys) {
             cols[i] = Some(c);
@@ -242,7 +227,7 @@ pub struct MultisetTable {
     schema: SchemaRef,
     converter: RowConverter,
     /// Row bytes → the row's multiplicity (above 0).
-    rows: ByRowBytes<i64>,
+    rows: RowShards<i64>,
 }
 
 impl std::fmt::Debug for MultisetTable {
@@ -266,7 +251,7 @@ impl MultisetTable {
         Ok(Self {
             converter: converter(&schema, &all)?,
             schema,
-            rows: ByRowBytes::default(),
+            rows: RowShards::default(),
         })
     }
 
@@ -277,26 +262,26 @@ impl MultisetTable {
     pub fn apply(&mut self, changes: &ChangeBatch) -> Result<()> {
         let kinds = kinds(changes, &self.schema)?;
         let rows = self.converter.convert_columns(changes.data.columns())?;
-        for (i, kind) in kinds.into_iter().enumerate() {
-            let row = rows.row(i);
-            let row = row.data();
-            match (kind.is_retract(), self.rows.entry_ref(row)) {
-                (false, EntryRef::Occupied(mut held)) => *held.get_mut() += 1,
-                (false, EntryRef::Vacant(slot)) => {
-                    slot.insert_with_key(row.into(), 1);
+        let row = |i: usize| rows.row(i).data();
+        self.rows.apply(kinds.len(), row, |i, entry| {
+            let kind = kinds[i];
+            match (kind.is_retract(), entry) {
+                (false, Entry::Occupied(mut held)) => held.get_mut().1 += 1,
+                (false, Entry::Vacant(slot)) => {
+                    slot.insert((row(i).into(), 1));
                 }
-                (true, EntryRef::Occupied(mut held)) if *held.get() > 1 => *held.get_mut() -= 1,
-                (true, EntryRef::Occupied(held)) => {
+                (true, Entry::Occupied(mut held)) if held.get().1 > 1 => held.get_mut().1 -= 1,
+                (true, Entry::Occupied(held)) => {
                     held.remove();
                 }
-                (true, EntryRef::Vacant(_)) => {
+                (true, Entry::Vacant(_)) => {
                     return Err(Error::invalid_input(format!(
                         "{kind} of a row that is not in the result"
                     )));
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Rows in the table, with multiplicity.
@@ -314,11 +299,14 @@ impl MultisetTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let parser = self.converter.parser();
-        let rows = sorted(&self.rows)
-            .into_iter()
-            .flat_map(|(r, &c)| std::iter::repeat_n(parser.parse(r), c.max(0) as usize));
-        let cols = self.converter.convert_rows(rows)?;
+        let mut rows: Vec<&[u8]> = Vec::with_capacity(self.len());
+        rows.extend(
+            self.rows
+                .sorted()
+                .into_iter()
+                .flat_map(|(r, &c)| std::iter::repeat_n(r, c.max(0) as usize)),
+        );
+        let cols = decode(&self.converter, &rows)?;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
             .map_err(|e| Error::internal(format!("final table: {e}")))
     }
@@ -408,8 +396,6 @@ impl Sink for ResultTable {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-
-    use rand::{Rng, SeedableRng};
 
     use arrow::array::{Array, Int8Array, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -558,27 +544,36 @@ mod tests {
         }
     }
 
-    /// Entries come out in their keys' byte order, as a plain sort of the bytes gives, for keys
-    /// shorter and longer than the 16 bytes read ahead, keys that are others' prefixes, zero
-    /// bytes, and tables sorted on the pool and off it.
+    /// Tables of more rows than a decoded piece, filled on the pool (batches past its
+    /// threshold) and read back in pieces: every row once, in order, the same for the keyed
+    /// table and the multiset (each row once).
     #[test]
-    fn entries_sort_as_their_bytes() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-        for n in [0, 1, 500, PAR_SORT_ENTRIES + 3] {
-            let mut map = ByRowBytes::<usize>::default();
-            while map.len() < n {
-                let len = rng.random_range(0..24);
-                // Few byte values: long shared prefixes, zeros, keys that are others' prefixes.
-                let key: Vec<u8> = (0..len).map(|_| rng.random_range(0..3u8)).collect();
-                let i = map.len();
-                map.entry(key.into_boxed_slice()).or_insert(i);
-            }
-            let got: Vec<&[u8]> = sorted(&map).into_iter().map(|(k, _)| k).collect();
-            let mut want: Vec<&[u8]> = map.keys().map(|k| &k[..]).collect();
-            want.sort();
-            assert_eq!(got, want, "{n} entries");
-            // Each key keeps its own value.
-            assert!(sorted(&map).into_iter().all(|(k, v)| map[k] == *v));
+    fn large_tables_apply_and_decode_in_pieces() {
+        let n = DECODE_PIECE_ROWS + 4_321;
+        let names: Vec<String> = (0..n).map(|i| format!("k{:07}", (i * 7_919) % n)).collect();
+        let rows: Vec<(RowKind, Option<&str>, Option<i64>)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                (
+                    RowKind::Insert,
+                    Some(k.as_str()),
+                    (i % 9 != 0).then_some(i as i64),
+                )
+            })
+            .collect();
+        let mut keyed = FinalTable::try_new(schema(), &[0]).unwrap();
+        let mut multiset = MultisetTable::try_new(schema()).unwrap();
+        for part in rows.chunks(10_000) {
+            keyed.apply(&changes(part)).unwrap();
+            multiset.apply(&changes(part)).unwrap();
         }
+        let mut want: Vec<(Option<String>, Option<i64>)> = rows
+            .iter()
+            .map(|r| (r.1.map(str::to_string), r.2))
+            .collect();
+        want.sort();
+        assert_eq!(rows_of(&keyed.to_batch().unwrap()), want);
+        assert_eq!(rows_of(&multiset.to_batch().unwrap()), want);
     }
 }
