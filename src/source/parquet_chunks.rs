@@ -32,20 +32,40 @@ use crate::error::{Error, Result};
 /// The buffers a split's column chunks were read into, handed back once the decoder has let go
 /// of every slice of a chunk, for the next row group's chunks: memory already faulted in,
 /// where a fresh allocation of megabytes would have the kernel zero its pages again (with
-/// transparent huge pages, 2 MB at a time).
+/// transparent huge pages, 2 MB at a time). A chunk takes the smallest kept buffer that holds
+/// it, and a new buffer is made with room to spare ([`buffer_capacity`]): the same column's
+/// chunk in the next row group is seldom exactly as long, and a buffer a few bytes short of it
+/// (or one taken by a smaller chunk first) would be a fresh allocation, faulted in again.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ChunkBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
 /// The most buffers kept (a row group's projected columns, and the next's).
 const KEPT_BUFFERS: usize = 16;
 
+/// The capacity a new buffer for a chunk of `n` bytes is made with: an eighth more, rounded up
+/// to 64 KiB (a kept buffer then fits the same column's chunk of the next row groups, which
+/// differ by a few bytes to a few percent).
+fn buffer_capacity(n: usize) -> usize {
+    const GRAIN: usize = 1 << 16;
+    n.saturating_add(n / 8)
+        .checked_next_multiple_of(GRAIN)
+        .unwrap_or(n)
+}
+
 impl ChunkBuffers {
-    /// An empty buffer of at least `n` bytes of capacity: a kept one if one is large enough.
+    /// An empty buffer of at least `n` bytes of capacity: the smallest kept one that is large
+    /// enough, or a new one of [`buffer_capacity`].
     fn take(&self, n: usize) -> Vec<u8> {
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match kept.iter().position(|b| b.capacity() >= n) {
+        let best = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= n)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
             Some(i) => kept.swap_remove(i),
-            None => Vec::with_capacity(n),
+            None => Vec::with_capacity(buffer_capacity(n)),
         }
     }
 
@@ -435,12 +455,35 @@ mod tests {
         let again = buffers.take(64);
         assert_eq!((again.as_ptr(), again.len()), (at, 0));
         buffers.give_back(again);
-        assert!(buffers.take(1000).capacity() >= 1000);
+        assert!(buffers.take(1 << 20).capacity() >= 1 << 20);
         assert_eq!(
             buffers.0.lock().unwrap().len(),
             1,
             "the small one stays kept"
         );
+    }
+
+    /// A chunk takes the smallest kept buffer that holds it, and a new buffer has room for
+    /// the same column's slightly longer chunk of the next row group.
+    #[test]
+    fn chunks_take_the_smallest_buffer_that_fits() {
+        let buffers = ChunkBuffers::default();
+        let small = buffers.take(100_000);
+        assert!(small.capacity() >= 100_000 + 100_000 / 8);
+        let large = buffers.take(2_000_000);
+        let (small_at, large_at) = (small.as_ptr(), large.as_ptr());
+        buffers.give_back(large);
+        buffers.give_back(small);
+        // A little longer than the chunk the small one was made for: it still fits there, and
+        // the large one is left for a large chunk.
+        let next = buffers.take(100_500);
+        assert_eq!(next.as_ptr(), small_at);
+        let big = buffers.take(2_010_000);
+        assert_eq!(big.as_ptr(), large_at);
+        assert!(buffers.0.lock().unwrap().is_empty());
+        assert_eq!(buffer_capacity(0), 0);
+        assert_eq!(buffer_capacity(1), 1 << 16);
+        assert_eq!(buffer_capacity(usize::MAX), usize::MAX);
     }
 
     fn page(offset: i64, size: i32, first_row: i64) -> PageLocation {
