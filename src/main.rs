@@ -469,9 +469,10 @@ fn run_query(
                 table.restore(chk)?;
             }
             let stats = run_or_replay(query.job(), args, &mut table, progress, &mut replay)?;
-            let result = table.to_batch()?;
-            let mut writer = Writer::try_new(format, &args.output, &result.schema(), stdout)?;
-            writer.write(&result)?;
+            // Sorted and decoded in pieces, each written as it comes: the table is never
+            // decoded whole.
+            let mut writer = Writer::try_new(format, &args.output, &table.schema(), stdout)?;
+            table.for_each_sorted(|piece| writer.write(&piece))?;
             writer.finish()?;
             stats
         }

@@ -120,24 +120,34 @@ impl<V: Send + Sync> RowShards<V> {
     /// pointer into the table's heap, a cache miss per comparison over a large table (a final
     /// table of 5.3M rows took seconds to sort that way). Integers compare as the bytes do, and
     /// a key that ends within the 32 bytes ties only with keys it is a prefix of (or that are
-    /// its prefix), which the bytes then order.
-    pub(super) fn sorted(&self) -> Vec<(&[u8], &V)> {
-        let mut entries: Vec<(Prefix, &[u8], &V)> = Vec::with_capacity(self.len());
-        entries.extend(
-            self.shards
-                .iter()
-                .flat_map(|s| s.iter().map(|(k, v)| (prefix(k), &k[..], v))),
-        );
-        let order = |a: &(Prefix, &[u8], &V), b: &(Prefix, &[u8], &V)| {
-            a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1))
+    /// its prefix), which the bytes then order. The entries are returned as sorted, prefixes
+    /// and all: copying them out into pairs would hold a second vector of millions beside it.
+    pub(super) fn sorted(&self) -> Vec<Sorted<'_, V>> {
+        let mut entries: Vec<Sorted<'_, V>> = Vec::with_capacity(self.len());
+        entries.extend(self.shards.iter().flat_map(|s| {
+            s.iter().map(|(k, v)| Sorted {
+                prefix: prefix(k),
+                key: &k[..],
+                value: v,
+            })
+        }));
+        let order = |a: &Sorted<'_, V>, b: &Sorted<'_, V>| {
+            a.prefix.cmp(&b.prefix).then_with(|| a.key.cmp(b.key))
         };
         if entries.len() >= PAR_SORT_ENTRIES {
             entries.par_sort_unstable_by(order);
         } else {
             entries.sort_unstable_by(order);
         }
-        entries.into_iter().map(|(_, k, v)| (k, v)).collect()
+        entries
     }
+}
+
+/// An entry of [`RowShards::sorted`]: its key's bytes and value, and the prefix it sorted by.
+pub(super) struct Sorted<'a, V> {
+    prefix: Prefix,
+    pub(super) key: &'a [u8],
+    pub(super) value: &'a V,
 }
 
 /// The first [`PREFIX_BYTES`] bytes of a key as big-endian integers: they compare as the
@@ -249,7 +259,7 @@ mod tests {
             let got: Vec<(Vec<u8>, i64)> = table
                 .sorted()
                 .into_iter()
-                .map(|(k, &c)| (k.to_vec(), c))
+                .map(|e| (e.key.to_vec(), *e.value))
                 .collect();
             let want: Vec<(Vec<u8>, i64)> = model.iter().map(|(k, &c)| (k.clone(), c)).collect();
             assert_eq!(got, want, "after a batch of {n}");
@@ -298,7 +308,7 @@ mod tests {
                 )
                 .unwrap();
             let got: Vec<(&[u8], usize)> =
-                table.sorted().into_iter().map(|(k, &i)| (k, i)).collect();
+                table.sorted().iter().map(|e| (e.key, *e.value)).collect();
             let mut want: Vec<(&[u8], usize)> =
                 rows.iter().enumerate().map(|(i, k)| (&k[..], i)).collect();
             want.sort();

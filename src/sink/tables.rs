@@ -2,9 +2,10 @@
 //! ([`FinalTable`]), as a multiset ([`MultisetTable`]), or whichever of the two a query's
 //! changelog calls for ([`ResultTable`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow_row::{RowConverter, SortField};
 use hashbrown::hash_table::Entry;
@@ -14,7 +15,7 @@ use crate::changelog::{ChangeBatch, RowKind};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::sink::Sink;
-use crate::sink::shards::RowShards;
+use crate::sink::shards::{RowShards, Sorted};
 
 /// The row kinds of `changes` (all `+I` when it has none), checked against `schema`.
 fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
@@ -31,26 +32,53 @@ fn kinds(changes: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<RowKind>> {
 /// Rows decoded in pieces of this many, side by side on rayon's pool.
 const DECODE_PIECE_ROWS: usize = 1 << 16;
 
-/// The columns of `rows` (bytes `converter` made), in order: decoded in pieces on the pool
-/// and joined, where they are many.
-fn decode(converter: &RowConverter, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
-    let piece = |rows: &[&[u8]]| -> Result<Vec<ArrayRef>> {
-        let parser = converter.parser();
-        Ok(converter.convert_rows(rows.iter().map(|r| parser.parse(r)))?)
-    };
-    if rows.len() <= DECODE_PIECE_ROWS {
-        return piece(rows);
+/// The columns of `rows` (bytes `converter` made), in order.
+fn decode<'a>(
+    converter: &RowConverter,
+    rows: impl Iterator<Item = &'a [u8]>,
+) -> Result<Vec<ArrayRef>> {
+    let parser = converter.parser();
+    Ok(converter.convert_rows(rows.map(|r| parser.parse(r)))?)
+}
+
+/// Hands `f`, in order, the batches `decode` makes of the pieces of `n` sorted entries (at most
+/// `piece_rows` each; one empty piece when there are none). Pieces are decoded a
+/// window at a time, side by side on rayon's pool, and handed on before the next window: the
+/// decoded table is never whole in memory.
+fn for_each_piece(
+    n: usize,
+    piece_rows: usize,
+    decode: impl Fn(Range<usize>) -> Result<RecordBatch> + Sync,
+    mut f: impl FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let piece_rows = piece_rows.max(1);
+    if n <= piece_rows {
+        return f(decode(0..n)?);
     }
-    let pieces: Vec<Vec<ArrayRef>> = rows
-        .par_chunks(DECODE_PIECE_ROWS)
-        .map(piece)
-        .collect::<Result<_>>()?;
-    (0..pieces[0].len())
-        .map(|c| {
-            let column: Vec<&dyn Array> = pieces.iter().map(|p| p[c].as_ref()).collect();
-            Ok(arrow::compute::concat(&column)?)
-        })
-        .collect()
+    let pieces: Vec<Range<usize>> = (0..n)
+        .step_by(piece_rows)
+        .map(|start| start..(start + piece_rows).min(n))
+        .collect();
+    let window = 2 * rayon::current_num_threads().max(1);
+    for group in pieces.chunks(window) {
+        let batches: Vec<RecordBatch> = group
+            .par_iter()
+            .map(|r| decode(r.clone()))
+            .collect::<Result<_>>()?;
+        for b in batches {
+            f(b)?;
+        }
+    }
+    Ok(())
+}
+
+/// The pieces of a sorted table joined into one batch of `schema`.
+fn joined(schema: &SchemaRef, mut pieces: Vec<RecordBatch>) -> Result<RecordBatch> {
+    if pieces.len() == 1 {
+        return Ok(pieces.swap_remove(0));
+    }
+    arrow::compute::concat_batches(schema, &pieces)
+        .map_err(|e| Error::internal(format!("final table: {e}")))
 }
 
 fn converter(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter> {
@@ -199,15 +227,37 @@ impl FinalTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
+        let mut pieces = vec![];
+        self.for_each_sorted(|b| {
+            pieces.push(b);
+            Ok(())
+        })?;
+        joined(&self.schema, pieces)
+    }
+
+    /// Hands `f` the table sorted by its keys, in the schema's column order, in batches of at
+    /// most 65,536 rows (one empty batch for an empty table), decoded a few at a time side by
+    /// side on rayon's pool: a large table is written without being decoded whole.
+    ///
+    /// # Errors
+    /// When the rows cannot be decoded (a bug), and `f`'s errors.
+    pub fn for_each_sorted(&self, f: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
         let rows = self.rows.sorted();
+        for_each_piece(
+            rows.len(),
+            DECODE_PIECE_ROWS,
+            |r| self.decode_rows(&rows[r]),
+            f,
+        )
+    }
+
+    fn decode_rows(&self, rows: &[Sorted<'_, Vec<u8>>]) -> Result<RecordBatch> {
         let keys = if self.key_columns.is_empty() {
             vec![]
         } else {
-            let keys: Vec<&[u8]> = rows.iter().map(|(k, _)| *k).collect();
-            decode(&self.keys, &keys)?
+            decode(&self.keys, rows.iter().map(|e| e.key))?
         };
-        let values: Vec<&[u8]> = rows.iter().map(|(_, v)| &v[..]).collect();
-        let values = decode(&self.values, &values)?;
+        let values = decode(&self.values, rows.iter().map(|e| &e.value[..]))?;
         let mut cols: Vec<Option<ArrayRef>> = vec![None; self.schema.fields().len()];
         for (&i, c) in self.key_columns.iter().zip(keys) {
             cols[i] = Some(c);
@@ -299,16 +349,31 @@ impl MultisetTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let mut rows: Vec<&[u8]> = Vec::with_capacity(self.len());
-        rows.extend(
-            self.rows
-                .sorted()
-                .into_iter()
-                .flat_map(|(r, &c)| std::iter::repeat_n(r, c.max(0) as usize)),
-        );
-        let cols = decode(&self.converter, &rows)?;
-        RecordBatch::try_new(Arc::clone(&self.schema), cols)
-            .map_err(|e| Error::internal(format!("final table: {e}")))
+        let mut pieces = vec![];
+        self.for_each_sorted(|b| {
+            pieces.push(b);
+            Ok(())
+        })?;
+        joined(&self.schema, pieces)
+    }
+
+    /// Hands `f` the rows sorted by all columns, each repeated by its multiplicity, in batches
+    /// of the rows of at most 65,536 distinct rows (one empty batch for an empty table),
+    /// decoded a few at a time side by side on rayon's pool.
+    ///
+    /// # Errors
+    /// When the rows cannot be decoded (a bug), and `f`'s errors.
+    pub fn for_each_sorted(&self, f: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+        let rows = self.rows.sorted();
+        let decode_rows = |r: Range<usize>| {
+            let rows = rows[r]
+                .iter()
+                .flat_map(|e| std::iter::repeat_n(e.key, (*e.value).max(0) as usize));
+            let cols = decode(&self.converter, rows)?;
+            RecordBatch::try_new(Arc::clone(&self.schema), cols)
+                .map_err(|e| Error::internal(format!("final table: {e}")))
+        };
+        for_each_piece(rows.len(), DECODE_PIECE_ROWS, decode_rows, f)
     }
 }
 
@@ -374,6 +439,27 @@ impl ResultTable {
             ResultTable::Upsert(t) => t.to_batch(),
         }
     }
+
+    /// Hands `f` the table so far, sorted, in batches ([`FinalTable::for_each_sorted`],
+    /// [`MultisetTable::for_each_sorted`]): what [`ResultTable::to_batch`] returns, cut into
+    /// pieces, and never decoded whole.
+    ///
+    /// # Errors
+    /// When the rows cannot be decoded (a bug), and `f`'s errors.
+    pub fn for_each_sorted(&self, f: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+        match self {
+            ResultTable::Multiset(t) => t.for_each_sorted(f),
+            ResultTable::Upsert(t) => t.for_each_sorted(f),
+        }
+    }
+
+    /// The schema of the table's rows.
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            ResultTable::Multiset(t) => Arc::clone(&t.schema),
+            ResultTable::Upsert(t) => t.schema(),
+        }
+    }
 }
 
 /// The checkpoint entry that holds a final table.
@@ -394,186 +480,4 @@ impl Sink for ResultTable {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use arrow::array::{Array, Int8Array, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
-
-    use super::*;
-
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("n", DataType::Int64, true),
-        ]))
-    }
-
-    /// Changes of `(kind, k, n)` rows.
-    fn changes(rows: &[(RowKind, Option<&str>, Option<i64>)]) -> ChangeBatch {
-        let data = RecordBatch::try_new(
-            schema(),
-            vec![
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
-                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.2))),
-            ],
-        )
-        .unwrap();
-        let kinds = Int8Array::from_iter_values(rows.iter().map(|r| r.0 as i8));
-        ChangeBatch::try_new(Some(Arc::new(kinds)), data).unwrap()
-    }
-
-    /// `(k, n)` rows of a table's batch, in its order.
-    fn rows_of(batch: &RecordBatch) -> Vec<(Option<String>, Option<i64>)> {
-        let k = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap();
-        let n = batch
-            .column(1)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        (0..batch.num_rows())
-            .map(|i| {
-                (
-                    (!k.is_null(i)).then(|| k.value(i).to_string()),
-                    (!n.is_null(i)).then(|| n.value(i)),
-                )
-            })
-            .collect()
-    }
-
-    /// A seeded changelog of inserts and retractions of rows already in the table (NULLs among
-    /// them, rows repeated) gives the multiset a count per row gives, sorted as the rows sort.
-    #[test]
-    fn a_multiset_counts_each_row_and_sorts_them() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
-        let names = [None, Some("a"), Some("b"), Some("ab"), Some("")];
-        let mut table = MultisetTable::try_new(schema()).unwrap();
-        let mut model: BTreeMap<(Option<String>, Option<i64>), i64> = BTreeMap::new();
-        for _ in 0..40 {
-            let mut batch = vec![];
-            for _ in 0..next(30) {
-                let held: Vec<_> = model
-                    .iter()
-                    .filter(|e| *e.1 > 0)
-                    .map(|e| e.0.clone())
-                    .collect();
-                if !held.is_empty() && next(3) == 0 {
-                    let (k, n) = held[next(held.len() as u64) as usize].clone();
-                    *model.get_mut(&(k.clone(), n)).unwrap() -= 1;
-                    let kind = [RowKind::UpdateBefore, RowKind::Delete][next(2) as usize];
-                    batch.push((kind, k, n));
-                } else {
-                    let k = names[next(5) as usize].map(str::to_string);
-                    let n = (next(6) > 0).then(|| next(4) as i64 - 1);
-                    *model.entry((k.clone(), n)).or_insert(0) += 1;
-                    let kind = [RowKind::Insert, RowKind::UpdateAfter][next(2) as usize];
-                    batch.push((kind, k, n));
-                }
-            }
-            let rows: Vec<_> = batch
-                .iter()
-                .map(|(r, k, n)| (*r, k.as_deref(), *n))
-                .collect();
-            table.apply(&changes(&rows)).unwrap();
-        }
-        // The model's order is the rows' order: NULLs first, then by value.
-        let expected: Vec<_> = model
-            .iter()
-            .flat_map(|(row, &c)| std::iter::repeat_n(row.clone(), c as usize))
-            .collect();
-        assert!(expected.len() > 50, "{}", expected.len());
-        assert_eq!(table.len(), expected.len());
-        assert_eq!(rows_of(&table.to_batch().unwrap()), expected);
-        // A row retracted as often as it was added is gone: retracting it again is an error,
-        // as is retracting a row never added.
-        let once = [
-            (RowKind::Insert, Some("zz"), Some(1)),
-            (RowKind::Delete, Some("zz"), Some(1)),
-        ];
-        table.apply(&changes(&once)).unwrap();
-        for never in [Some("zz"), Some("yy")] {
-            let e = table
-                .apply(&changes(&[(RowKind::Delete, never, Some(1))]))
-                .unwrap_err();
-            assert!(e.to_string().contains("not in the result"), "{e}");
-        }
-    }
-
-    /// An upsert table keeps each key's last row, checks a `-U` against it, and sorts by key.
-    #[test]
-    fn a_final_table_keeps_each_keys_last_row() {
-        use RowKind::{Delete, Insert, UpdateAfter, UpdateBefore};
-        let mut table = FinalTable::try_new(schema(), &[0]).unwrap();
-        table
-            .apply(&changes(&[
-                (Insert, Some("b"), Some(1)),
-                (Insert, None, Some(5)),
-                (Insert, Some("a"), None),
-                (UpdateBefore, Some("b"), Some(1)),
-                (UpdateAfter, Some("b"), Some(22)),
-                (UpdateAfter, Some("a"), Some(3)),
-                (Insert, Some("c"), Some(4)),
-                (Delete, Some("c"), Some(4)),
-            ]))
-            .unwrap();
-        assert_eq!(
-            rows_of(&table.to_batch().unwrap()),
-            [
-                (None, Some(5)),
-                (Some("a".into()), Some(3)),
-                (Some("b".into()), Some(22))
-            ]
-        );
-        for (bad, why) in [
-            ((UpdateBefore, Some("b"), Some(1)), "-U of a row"),
-            ((UpdateBefore, Some("q"), Some(1)), "-U of a row"),
-            ((Delete, Some("q"), None), "-D of a key"),
-        ] {
-            let e = table.apply(&changes(&[bad])).unwrap_err().to_string();
-            assert!(e.contains(why), "{e}");
-        }
-    }
-
-    /// Tables of more rows than a decoded piece, filled on the pool (batches past its
-    /// threshold) and read back in pieces: every row once, in order, the same for the keyed
-    /// table and the multiset (each row once).
-    #[test]
-    fn large_tables_apply_and_decode_in_pieces() {
-        let n = DECODE_PIECE_ROWS + 4_321;
-        let names: Vec<String> = (0..n).map(|i| format!("k{:07}", (i * 7_919) % n)).collect();
-        let rows: Vec<(RowKind, Option<&str>, Option<i64>)> = names
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                (
-                    RowKind::Insert,
-                    Some(k.as_str()),
-                    (i % 9 != 0).then_some(i as i64),
-                )
-            })
-            .collect();
-        let mut keyed = FinalTable::try_new(schema(), &[0]).unwrap();
-        let mut multiset = MultisetTable::try_new(schema()).unwrap();
-        for part in rows.chunks(10_000) {
-            keyed.apply(&changes(part)).unwrap();
-            multiset.apply(&changes(part)).unwrap();
-        }
-        let mut want: Vec<(Option<String>, Option<i64>)> = rows
-            .iter()
-            .map(|r| (r.1.map(str::to_string), r.2))
-            .collect();
-        want.sort();
-        assert_eq!(rows_of(&keyed.to_batch().unwrap()), want);
-        assert_eq!(rows_of(&multiset.to_batch().unwrap()), want);
-    }
-}
+mod tests;
