@@ -72,8 +72,16 @@ fn for_each_piece(
     Ok(())
 }
 
-/// The pieces of a sorted table joined into one batch of `schema`.
-fn joined(schema: &SchemaRef, mut pieces: Vec<RecordBatch>) -> Result<RecordBatch> {
+/// The pieces a table's `for_each_sorted` hands on, joined into one batch of `schema`.
+fn joined(
+    schema: &SchemaRef,
+    for_each_sorted: impl FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()>,
+) -> Result<RecordBatch> {
+    let mut pieces = vec![];
+    for_each_sorted(&mut |b| {
+        pieces.push(b);
+        Ok(())
+    })?;
     if pieces.len() == 1 {
         return Ok(pieces.swap_remove(0));
     }
@@ -227,12 +235,7 @@ impl FinalTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let mut pieces = vec![];
-        self.for_each_sorted(|b| {
-            pieces.push(b);
-            Ok(())
-        })?;
-        joined(&self.schema, pieces)
+        joined(&self.schema, |f| self.for_each_sorted(f))
     }
 
     /// Hands `f` the table sorted by its keys, in the schema's column order, in batches of at
@@ -349,12 +352,7 @@ impl MultisetTable {
     /// # Errors
     /// When the rows cannot be decoded (a bug).
     pub fn to_batch(&self) -> Result<RecordBatch> {
-        let mut pieces = vec![];
-        self.for_each_sorted(|b| {
-            pieces.push(b);
-            Ok(())
-        })?;
-        joined(&self.schema, pieces)
+        joined(&self.schema, |f| self.for_each_sorted(f))
     }
 
     /// Hands `f` the rows sorted by all columns, each repeated by its multiplicity, in batches
