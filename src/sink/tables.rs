@@ -356,7 +356,7 @@ impl MultisetTable {
     }
 
     /// Hands `f` the rows sorted by all columns, each repeated by its multiplicity, in batches
-    /// of the rows of at most 65,536 distinct rows (one empty batch for an empty table),
+    /// that each hold at most 65,536 distinct rows (one empty batch for an empty table),
     /// decoded a few at a time side by side on rayon's pool.
     ///
     /// # Errors
