@@ -337,6 +337,11 @@ impl MultisetTable {
         })
     }
 
+    /// The schema of the rows.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
     /// Rows in the table, with multiplicity.
     pub fn len(&self) -> usize {
         self.rows.values().map(|&c| c as usize).sum()
@@ -454,7 +459,7 @@ impl ResultTable {
     /// The schema of the table's rows.
     pub fn schema(&self) -> SchemaRef {
         match self {
-            ResultTable::Multiset(t) => Arc::clone(&t.schema),
+            ResultTable::Multiset(t) => t.schema(),
             ResultTable::Upsert(t) => t.schema(),
         }
     }

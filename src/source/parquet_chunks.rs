@@ -43,8 +43,8 @@ pub(super) struct ChunkBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
 const KEPT_BUFFERS: usize = 16;
 
 /// The capacity a new buffer for a chunk of `n` bytes is made with: an eighth more, rounded up
-/// to 64 KiB (a kept buffer then fits the same column's chunk of the next row groups, which
-/// differ by a few bytes to a few percent).
+/// to 64 KiB (a kept buffer then fits the same column's chunk of the next row groups: in the
+/// generated orders file, the largest column's chunks differ by up to 520 bytes in 2.68 MB).
 fn buffer_capacity(n: usize) -> usize {
     const GRAIN: usize = 1 << 16;
     n.saturating_add(n / 8)

@@ -234,7 +234,9 @@ fn pieces_are_handed_on_in_order() {
     })
     .unwrap_err();
     assert!(err.to_string().contains("piece at 700"), "{err}");
-    assert!(taken <= 700, "{taken}");
+    // Every window before the failing piece's went out whole; its window's did not.
+    let window = 2 * rayon::current_num_threads().max(1);
+    assert_eq!(taken, 70 / window * window * 10, "{taken}");
     // `f`'s error ends it at once.
     let mut calls = 0;
     let err = for_each_piece(1_000, 10, decode, |_| {
