@@ -35,8 +35,8 @@ use entry_routes::EntryRoutes;
 mod entry_routes;
 mod flush;
 
-pub(crate) use flush::FlushedPart;
 pub use flush::RETAINED_KEYS;
+pub(crate) use flush::{FlushedPart, RetiredFlushes};
 
 /// The local phase: folds rows into accumulator rows, one per key, and forgets them on flush.
 #[derive(Debug)]

@@ -82,6 +82,11 @@ impl FlushedPart {
         &self.flush
     }
 
+    /// A handle on the whole flush, which keeps it alive (see [`RetiredFlushes`]).
+    pub(crate) fn handle(&self) -> Arc<Flushed> {
+        Arc::clone(&self.flush)
+    }
+
     /// The part's key hashes.
     pub(crate) fn hashes(&self) -> &[u64] {
         &self.flush.hashes[self.range.clone()]
@@ -103,6 +108,35 @@ impl FlushedPart {
     /// The part's accumulator rows as a batch of their own (zero-copy).
     pub(crate) fn batch(&self) -> RecordBatch {
         self.flush.batch.slice(self.range.start, self.range.len())
+    }
+}
+
+/// The flushes a source has routed, held until every worker has let go of its part, so that the
+/// source's own thread frees them: a flush's buffers are allocated there, and a worker that
+/// dropped the last part freed them across threads (a tenth of an orders-count worker's
+/// samples; BENCHMARKS.md, forty-second pass). Workers take their parts in flush order, so
+/// the flushes come back in order: the oldest go first.
+#[derive(Debug, Default)]
+pub(crate) struct RetiredFlushes(std::collections::VecDeque<Arc<Flushed>>);
+
+impl RetiredFlushes {
+    /// Holds `flush` until its parts come back, and frees the oldest flushes no worker holds.
+    pub(crate) fn hold(&mut self, flush: Arc<Flushed>) {
+        self.free_returned();
+        self.0.push_back(flush);
+    }
+
+    /// Frees the oldest flushes no worker holds any more.
+    pub(crate) fn free_returned(&mut self) {
+        while self.0.front().is_some_and(|f| Arc::strong_count(f) == 1) {
+            self.0.pop_front();
+        }
+    }
+
+    /// The flushes held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
 }
 

@@ -509,3 +509,43 @@ fn entries_routed_as_rows(
         }
     }
 }
+
+/// A source holds its routed flushes until the workers let go of every part, and frees them
+/// oldest first: a flush still held by a worker keeps the later ones, returned or not.
+#[test]
+fn retired_flushes_are_freed_once_returned_oldest_first() {
+    let (schema, plan) = plan_by_k(&[crate::aggregates::count_star()]);
+    let kg = KeyGroups::new(128, 2).unwrap();
+    let mut local = LocalGroupAggregate::try_new(plan).unwrap();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..64)),
+            Arc::new(Int64Array::from_iter_values(0..64)),
+        ],
+    )
+    .unwrap();
+    let mut flush = || {
+        local.push(&batch).unwrap();
+        local.flush_routed(&kg).unwrap().unwrap().parts
+    };
+    let mut retired = RetiredFlushes::default();
+    let first = flush();
+    retired.hold(first[0].handle());
+    let second = flush();
+    retired.hold(second[1].handle());
+    assert_eq!(retired.len(), 2);
+    // The second flush comes back whole; the first is still out: both are held.
+    drop(second);
+    retired.free_returned();
+    assert_eq!(retired.len(), 2);
+    // One of the first's parts comes back: still held.
+    let mut first = first.into_iter();
+    drop(first.next());
+    retired.free_returned();
+    assert_eq!(retired.len(), 2);
+    // The last part of the first comes back: both go, oldest first.
+    drop(first);
+    retired.free_returned();
+    assert_eq!(retired.len(), 0);
+}

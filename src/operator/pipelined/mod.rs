@@ -345,6 +345,7 @@ impl ParallelAggregate {
                     epoch_source_rows: 0,
                     epoch_folded: 0,
                     epoch_bypassed: 0,
+                    retired: Default::default(),
                     report: SourceReport::default(),
                 };
                 let handle = std::thread::Builder::new()

@@ -17,7 +17,7 @@ use crate::operator::adaptive::Adaptive;
 use crate::operator::exchange::{Hashed, Routed, Rows, route};
 use crate::operator::key_groups::KeyGroups;
 use crate::operator::keyed::{FirstKeyHashes, hash_keys, hash_keys_reusing};
-use crate::operator::local::FlushedPart;
+use crate::operator::local::{FlushedPart, RetiredFlushes};
 use crate::operator::metrics::{LocalPhaseMetrics, TaskMetrics};
 use crate::operator::mini_batch::Trigger;
 use crate::plan::{AggregatePlan, BucketFill};
@@ -141,6 +141,8 @@ pub(super) struct Source<'a> {
     pub(super) epoch_source_rows: u64,
     pub(super) epoch_folded: u64,
     pub(super) epoch_bypassed: u64,
+    /// The flushes routed, until the workers let go of them: freed on this thread.
+    pub(super) retired: RetiredFlushes,
     pub(super) report: SourceReport,
 }
 
@@ -422,6 +424,9 @@ impl Source<'_> {
             entries = f.entries;
             self.report.local_busy += start.elapsed().saturating_sub(f.routing);
             self.report.exchange_busy += f.routing;
+            if let Some(first) = f.parts.first() {
+                self.retired.hold(first.handle());
+            }
             parts = f.parts;
         }
         let mut parts = parts.into_iter();
