@@ -173,6 +173,14 @@ options! {
     /// whole. Replays and mini-batch off always run ordered.
     PIPELINED = "tally.exec.pipelined" => pipelined: bool = true,
         parse parse_bool, show show_value;
+    /// `tally.exec.pipelined.splits-per-worker` (default 1): the pipelined runtime reads a file
+    /// in this many splits per worker, and its P source threads take turns on them, the split
+    /// furthest behind first (`tally::operator::pipelined`), so that a thread the machine slows
+    /// down leaves no split behind at the end. More splits cost each thread the caches of the
+    /// split it left: BENCHMARKS.md ("Splits that take turns") has the measurements behind the
+    /// default.
+    SPLITS_PER_WORKER = "tally.exec.pipelined.splits-per-worker" => splits_per_worker: u32 = 1,
+        parse parse_positive, show show_value;
 }
 
 /// `table.optimizer.agg-phase-strategy`.
@@ -261,7 +269,8 @@ impl Config {
     }
 
     /// Settings that have no effect whatever the query (each a warning, an error under
-    /// `tally.strict`): a mini-batch size or latency while mini-batch is off, a bucket number
+    /// `tally.strict`): a mini-batch size or latency while mini-batch is off, splits per worker
+    /// off the pipelined runtime, a bucket number
     /// while split-distinct is off, a state TTL below the operator's 1 ms resolution.
     pub fn ineffective_settings(&self) -> Vec<String> {
         let mut out = vec![];
@@ -279,6 +288,12 @@ impl Config {
         if !self.mini_batch_enabled && self.pipelined && self.is_set(PIPELINED) {
             out.push(format!(
                 "'{PIPELINED}' = 'true' has no effect: '{MINI_BATCH_ENABLED}' is false, and without mini-batches rows are processed per record in input order (the ordered runtime)"
+            ));
+        }
+        if (!self.mini_batch_enabled || !self.pipelined) && self.is_set(SPLITS_PER_WORKER) {
+            out.push(format!(
+                "'{SPLITS_PER_WORKER}' = '{}' has no effect: only the pipelined runtime reads splits ('{MINI_BATCH_ENABLED}' and '{PIPELINED}' true)",
+                shown(SPLITS_PER_WORKER)
             ));
         }
         if self.split_auto && self.is_set(SPLIT_ENABLED) {

@@ -262,6 +262,26 @@ impl ParallelAggregate {
             && crate::plan::BucketFill::try_new(self.plan()).is_some()
     }
 
+    /// Makes sure there are at least `n` local phases (two-phase only), the new ones folding as
+    /// the first does: the pipelined runtime gives each split one.
+    ///
+    /// # Errors
+    /// As [`LocalGroupAggregate::try_new`].
+    pub(crate) fn add_locals(&mut self, n: usize) -> Result<()> {
+        let merged = self
+            .locals
+            .first()
+            .is_some_and(LocalGroupAggregate::merges_buckets);
+        while self.locals.len() < n {
+            let mut local = LocalGroupAggregate::try_new(Arc::clone(&self.plan))?;
+            if merged {
+                local.merge_buckets(Some(&self.key_groups))?;
+            }
+            self.locals.push(local);
+        }
+        Ok(())
+    }
+
     /// Keeps the settings that had no effect on this aggregate (see
     /// [`ParallelAggregate::warnings`]).
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Self {

@@ -51,6 +51,16 @@ impl Pipeline {
             .and_then(|s| s.as_aggregate())
     }
 
+    /// How many splits the pipelined runtime reads the source in: P times
+    /// `tally.exec.pipelined.splits-per-worker` of the aggregate the source feeds.
+    pub fn splits(&self) -> usize {
+        let per = self
+            .first_aggregate()
+            .map_or(1, |agg| agg.config().splits_per_worker);
+        self.parallelism()
+            .saturating_mul(usize::try_from(per).unwrap_or(1).max(1))
+    }
+
     /// How the splits of the pipelined runtime must cover the input ([`InputOrder`]): chunks in
     /// turn for a changelog input (each key's rows in input order; a chunk is a mini-batch of
     /// the whole input, [`crate::operator::pipelined::chunk_rows`]), any split otherwise.

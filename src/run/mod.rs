@@ -196,12 +196,15 @@ impl Job {
             Ok(()) => {
                 let p = self.pipeline.parallelism();
                 let order = self.input_order();
+                let splits = self.pipeline.splits();
                 let splits = match order {
-                    InputOrder::Any => self.source.open_splits(batch_size, p)?,
-                    InputOrder::Chunks(rows) => {
-                        self.source
-                            .open_chunked_splits(batch_size, p, rows, self.resume_rows)?
-                    }
+                    InputOrder::Any => self.source.open_splits(batch_size, splits)?,
+                    InputOrder::Chunks(rows) => self.source.open_chunked_splits(
+                        batch_size,
+                        splits,
+                        rows,
+                        self.resume_rows,
+                    )?,
                 };
                 if splits.len() > 1 || p == 1 || self.source.can_split()? {
                     self.run_pipelined(splits, order, &mut stats, sink, on_progress)?;

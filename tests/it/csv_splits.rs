@@ -17,6 +17,7 @@ fn settings(workers: usize) -> Settings {
         pipelined: true,
         batch: 64,
         filter: false,
+        splits: 1,
     }
 }
 

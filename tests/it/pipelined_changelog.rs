@@ -189,17 +189,17 @@ fn aggregate(config: Config) -> ParallelAggregate {
         .with_min_slice_rows(1)
 }
 
-/// Runs `agg` over the file (of `format`) in chunks of `chunk` rows; returns the changelog
-/// lines.
+/// Runs `agg` over the file (of `format`) in chunks of `chunk` rows dealt to `per_worker`
+/// splits per worker (its threads taking turns on them); returns the changelog lines.
 fn run_chunks(
     agg: &mut ParallelAggregate,
     path: &Path,
     format: Format,
-    chunk: usize,
+    (chunk, per_worker): (usize, usize),
     batch: usize,
 ) -> Vec<String> {
     let splits = table_of(path, format)
-        .open_chunked_splits(batch, agg.parallelism(), chunk, 0)
+        .open_chunked_splits(batch, agg.parallelism() * per_worker, chunk, 0)
         .unwrap();
     let splits: Vec<tally::operator::pipelined::Split> = splits
         .into_iter()
@@ -238,9 +238,12 @@ fn chunks_in_turn_keep_each_keys_rows_in_input_order() {
             let size = [1, 10, 300][rng.random_range(0..3)];
             let chunk = [3, 50, 400][rng.random_range(0..3)];
             let batch = [7, 128, 4096][rng.random_range(0..3)];
+            // More splits than workers: the threads take turns on them.
+            let per_worker = rng.random_range(1..=3);
             let what = format!(
-                "seed {seed}: P={workers} two-phase {two_phase} size {size} chunk {chunk} batch {batch}"
+                "seed {seed}: P={workers} two-phase {two_phase} size {size} chunk {chunk} batch {batch} splits per worker {per_worker}"
             );
+            let chunk = (chunk, per_worker);
             let mut agg = aggregate(config(workers, two_phase, size, true));
             let lines = run_chunks(&mut agg, &path, Format::Parquet, chunk, batch);
             assert_eq!(final_rows(&lines), expected, "{what}");

@@ -169,6 +169,8 @@ pub(super) fn keyed_task(
     if result.is_err() {
         stop.now();
     }
+    // The task ends: it no longer counts as busy.
+    activity.change(-1);
     task.busy = started
         .elapsed()
         .saturating_sub(task.waiting_input + task.waiting_output);

@@ -7,7 +7,8 @@
 //!   file), runs the Calc stages before the aggregate, evaluates and hashes the keys, and folds
 //!   the rows into its own local phase (two-phase), or routes them to the workers (one-phase, or
 //!   a bypassed local phase): decoding, Calc and the local phase run on the same thread, on the
-//!   data it just decoded.
+//!   data it just decoded. There are at most P **source threads**: with more splits than
+//!   workers, the threads take turns on them, the split furthest behind first (`units.rs`).
 //! - One **keyed task** per worker: the global phase (or the one-phase keyed aggregate) of the
 //!   keys that hash to it.
 //! - The **caller's thread** collects the workers' changes and hands them on (the rest of the
@@ -55,8 +56,9 @@
 //! # Where the time goes
 //!
 //! Each task measures its busy time, and the time it waited on input (an empty channel) and on
-//! output (a full one); an [`crate::runtime::Activity`] counts how many tasks are busy at each moment, which
-//! gives the share of the run in which at most one was (the serial fraction).
+//! output (a full one); an [`crate::runtime::Activity`] counts how many threads are busy at each
+//! moment (one that waits or has ended is not), which gives the share of the run in which at
+//! most one was (the serial fraction).
 
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
@@ -75,10 +77,12 @@ use crate::runtime::Activity;
 mod aligner;
 mod keyed_task;
 mod tasks;
+mod units;
 
 use aligner::Aligner;
 use keyed_task::{KeyedRun, WorkerOutput, keyed_task};
 use tasks::{EpochPart, Source, SourceReport, Stop};
+use units::{SourceReports, Unit, Units, source_thread};
 
 /// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
 /// that take turns on a core run many epochs apart; some 64 epochs of slack let them without
@@ -193,7 +197,8 @@ pub type PostFiring<'a> = &'a (dyn Fn() -> Result<FiringFold> + Sync);
 
 impl ParallelAggregate {
     /// Runs the aggregate over `splits` of its input on the pipelined runtime (see the module
-    /// docs): one source task per split (at most P), each running `pre` (the stages before the
+    /// docs): one source task per split (on at most P threads, which take turns on the splits
+    /// where they are more), each running `pre` (the stages before the
     /// aggregate) and the local phase on what it reads, and one keyed task per worker; `emit`
     /// gets the changes on the caller's thread, epoch by epoch, in worker order. Fires
     /// everything: at the end nothing is pending.
@@ -266,14 +271,13 @@ impl ParallelAggregate {
             deliver(Delivery::Changes(pending))?;
         }
         let p = self.workers.len();
-        if splits.len() > p {
-            return Err(Error::internal(format!(
-                "{} splits for {p} workers",
-                splits.len()
-            )));
-        }
         let sources = splits.len();
-        let activity = Activity::new(sources + p + 1);
+        // P threads take turns on the splits (`units.rs`), each split with a local phase.
+        let threads = sources.min(p);
+        if self.two_phase {
+            self.add_locals(sources)?;
+        }
+        let activity = Activity::new(threads + p + 1);
         let stop = Stop::new();
         let (size, latency, chunk) = match order {
             InputOrder::Any => (
@@ -317,41 +321,55 @@ impl ParallelAggregate {
         let mut locals = self.locals.iter_mut();
         let workers = &mut self.workers;
         let key_groups = &self.key_groups;
+        let mut units = Vec::with_capacity(sources);
+        for (split, senders) in splits.into_iter().zip(from_sources) {
+            let local = if two_phase { locals.next() } else { None };
+            let source = Source {
+                plan,
+                local,
+                bucket_fill: bucket_fill.clone(),
+                adaptive: adaptive.clone(),
+                trigger: Trigger::new(size, latency),
+                clock,
+                senders,
+                gone: vec![false; p],
+                pending: (0..p).map(|_| vec![]).collect(),
+                unsent_rows: 0,
+                key_groups,
+                one_worker_hashes_keys,
+                activity: &activity,
+                stop: &stop,
+                cut_short: false,
+                first_key: None,
+                routed: (0..p).map(|_| vec![]).collect(),
+                chunk,
+                in_chunk: 0,
+                epoch_source_rows: 0,
+                epoch_folded: 0,
+                epoch_bypassed: 0,
+                retired: Default::default(),
+                report: SourceReport::default(),
+            };
+            units.push(Unit { source, split });
+        }
+        let units = Units::new(units);
         let (collected, source_reports, keyed_reports) = std::thread::scope(|scope| {
             let activity = &activity;
             let stop = &stop;
-            let mut source_handles = Vec::with_capacity(sources);
-            for (index, (split, senders)) in splits.into_iter().zip(from_sources).enumerate() {
-                let local = if two_phase { locals.next() } else { None };
-                let source = Source {
-                    plan,
-                    local,
-                    bucket_fill: bucket_fill.clone(),
-                    adaptive: adaptive.clone(),
-                    trigger: Trigger::new(size, latency),
-                    clock,
-                    senders,
-                    gone: vec![false; p],
-                    pending: (0..p).map(|_| vec![]).collect(),
-                    unsent_rows: 0,
-                    key_groups,
-                    one_worker_hashes_keys,
-                    activity,
-                    stop,
-                    cut_short: false,
-                    first_key: None,
-                    routed: (0..p).map(|_| vec![]).collect(),
-                    chunk,
-                    epoch_source_rows: 0,
-                    epoch_folded: 0,
-                    epoch_bypassed: 0,
-                    retired: Default::default(),
-                    report: SourceReport::default(),
-                };
+            let units = &units;
+            let mut source_handles = Vec::with_capacity(threads);
+            for index in 0..threads {
                 let handle = std::thread::Builder::new()
                     .name(format!("tally-source-{index}"))
-                    .spawn_scoped(scope, move || source.run(split, pre));
+                    .spawn_scoped(scope, move || source_thread(units, pre, activity));
+                if handle.is_err() {
+                    activity.change(-1);
+                }
                 source_handles.push(handle);
+            }
+            if source_handles.iter().all(std::io::Result::is_err) {
+                // No thread reads the splits: their channels close, and the workers stop.
+                units.abandon();
             }
             let run = KeyedRun {
                 per_source: chunk.is_some(),
@@ -373,8 +391,7 @@ impl ParallelAggregate {
                 keyed_handles.push(handle);
             }
             let collected = collect(outputs, deliver, activity, stop);
-            let sources: Vec<Result<SourceReport>> =
-                source_handles.into_iter().map(join_task).collect();
+            let sources = split_reports(sources, source_handles);
             let keyed: Vec<Result<TaskMetrics>> =
                 keyed_handles.into_iter().map(join_task).collect();
             (collected, sources, keyed)
@@ -448,6 +465,37 @@ impl ParallelAggregate {
             None => Ok(()),
         }
     }
+}
+
+/// Each split's report (or error), in split order, from the source threads that ended them (a
+/// thread that panicked answers for the first split it leaves without one).
+fn split_reports(
+    splits: usize,
+    threads: Vec<std::io::Result<std::thread::ScopedJoinHandle<'_, Result<SourceReports>>>>,
+) -> Vec<Result<SourceReport>> {
+    let mut reports: Vec<Option<Result<SourceReport>>> = (0..splits).map(|_| None).collect();
+    let mut failed = vec![];
+    for h in threads {
+        match join_task(h) {
+            Ok(ended) => {
+                for (i, r) in ended {
+                    reports[i] = Some(r);
+                }
+            }
+            Err(e) => failed.push(e),
+        }
+    }
+    let mut failed = failed.into_iter();
+    reports
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(failed
+                    .next()
+                    .unwrap_or_else(|| Error::internal("a split that no source thread ended")))
+            })
+        })
+        .collect()
 }
 
 /// The result of a task, or why there is none.

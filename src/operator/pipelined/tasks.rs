@@ -137,6 +137,8 @@ pub(super) struct Source<'a> {
     pub(super) routed: Vec<Vec<Routed>>,
     /// With [`InputOrder::Chunks`], the chunk's rows: its epochs end by source rows.
     pub(super) chunk: Option<usize>,
+    /// With chunks, the source rows read of the current chunk.
+    pub(super) in_chunk: usize,
     /// Source rows of the current epoch (counted with chunks).
     pub(super) epoch_source_rows: u64,
     pub(super) epoch_folded: u64,
@@ -147,9 +149,21 @@ pub(super) struct Source<'a> {
 }
 
 impl Source<'_> {
-    pub(super) fn run(mut self, split: Split, pre: PreStages<'_>) -> Result<SourceReport> {
-        let started = Instant::now();
-        let result = self.read(split, pre);
+    /// Reads the split until the source sends the workers a run of epochs (`false`: the split
+    /// goes on, another turn reads on from there) or the split ends (`true`: its last epoch
+    /// ended and went out). Its busy time is counted.
+    pub(super) fn turn(&mut self, split: &mut Split, pre: PreStages<'_>) -> Result<bool> {
+        let (started, waited) = (Instant::now(), self.report.task.waiting_output);
+        let result = self.read_turn(split, pre);
+        let waited = self.report.task.waiting_output.saturating_sub(waited);
+        self.report.task.busy += started.elapsed().saturating_sub(waited);
+        result
+    }
+
+    /// Ends the source after its last turn (`result`: `Ok` where the split ended, or the
+    /// turn's error): tells the workers its epochs are all sent, or on an error stops the
+    /// other sources ([`Stop`]). Returns its report, or the error.
+    pub(super) fn finish(mut self, result: Result<()>) -> Result<SourceReport> {
         match result {
             Ok(()) => self.send_end(),
             Err(_) if self.chunk.is_some() => {
@@ -160,48 +174,55 @@ impl Source<'_> {
             }
             Err(_) => self.stop.now(),
         }
-        self.report.task.busy = started
-            .elapsed()
-            .saturating_sub(self.report.task.waiting_output);
         self.report.adaptive = self.adaptive.m.clone();
         result.map(|()| self.report)
     }
 
-    fn read(&mut self, split: Split, pre: PreStages<'_>) -> Result<()> {
-        if let Some(chunk) = self.chunk {
-            return self.read_chunks(split, pre, chunk);
-        }
-        self.read_any(split, pre)
-    }
-
-    /// Reads a split of chunks of `chunk` source rows, ending an epoch at the end of each (even
-    /// one whose rows a filter dropped: the workers count the epochs to keep chunk order).
-    fn read_chunks(&mut self, mut split: Split, pre: PreStages<'_>, chunk: usize) -> Result<()> {
-        let mut in_chunk = 0usize;
-        while let Some(batch) = self.next_batch(&mut split)? {
+    fn read_turn(&mut self, split: &mut Split, pre: PreStages<'_>) -> Result<bool> {
+        while let Some(batch) = self.next_batch(split)? {
             let n = batch.num_rows();
-            let mut off = 0;
-            while off < n {
-                let take = (chunk - in_chunk).min(n - off);
-                let piece = if take == n {
-                    batch.clone()
-                } else {
-                    batch.slice(off, take)
-                };
-                (off, in_chunk) = (off + take, in_chunk + take);
-                self.epoch_source_rows += take as u64;
-                self.push_all(pre(piece)?)?;
-                if in_chunk == chunk {
-                    self.end_epoch(false)?;
-                    in_chunk = 0;
-                }
+            match self.chunk {
+                Some(chunk) => self.push_chunked(batch, chunk, pre)?,
+                None => self.push_all(pre(batch)?)?,
             }
-            self.send_if_due(n);
+            if self.send_if_due(n) {
+                return Ok(false);
+            }
         }
-        if in_chunk > 0 && !self.cut_short {
+        // The end of the split: its last epoch ends (with chunks, even one whose rows a filter
+        // dropped: the workers count the epochs to keep chunk order).
+        let open = match self.chunk {
+            Some(_) => self.in_chunk > 0,
+            None => self.epoch_folded + self.epoch_bypassed > 0,
+        };
+        if open && !self.cut_short {
             self.end_epoch(false)?;
         }
         self.send_pending();
+        Ok(true)
+    }
+
+    /// Takes one batch of a split of chunks of `chunk` source rows, ending an epoch at the end
+    /// of each chunk.
+    fn push_chunked(&mut self, batch: ChangeBatch, chunk: usize, pre: PreStages<'_>) -> Result<()> {
+        let n = batch.num_rows();
+        let mut off = 0;
+        while off < n {
+            let take = (chunk - self.in_chunk).min(n - off);
+            let piece = if take == n {
+                batch.clone()
+            } else {
+                batch.slice(off, take)
+            };
+            off += take;
+            self.in_chunk += take;
+            self.epoch_source_rows += take as u64;
+            self.push_all(pre(piece)?)?;
+            if self.in_chunk == chunk {
+                self.end_epoch(false)?;
+                self.in_chunk = 0;
+            }
+        }
         Ok(())
     }
 
@@ -222,20 +243,6 @@ impl Source<'_> {
         Ok(Some(batch))
     }
 
-    /// Reads a split of any rows, ending an epoch after every mini-batch of them.
-    fn read_any(&mut self, mut split: Split, pre: PreStages<'_>) -> Result<()> {
-        while let Some(batch) = self.next_batch(&mut split)? {
-            let n = batch.num_rows();
-            self.push_all(pre(batch)?)?;
-            self.send_if_due(n);
-        }
-        if self.epoch_folded + self.epoch_bypassed > 0 && !self.cut_short {
-            self.end_epoch(false)?;
-        }
-        self.send_pending();
-        Ok(())
-    }
-
     /// Tells every worker that the split's epochs are all sent (an empty run, see
     /// [`Aligner`](super::Aligner)), unless the source was cut short or the run stopped.
     fn send_end(&mut self) {
@@ -252,14 +259,17 @@ impl Source<'_> {
     /// where one of them the latency trigger ended, where the source has read [`SEND_ROWS`]
     /// rows since the last send, or where they are [`MAX_HELD_EPOCHS`]. Which epochs a message
     /// holds changes only when the workers wake, not what they merge, nor in what order.
-    fn send_if_due(&mut self, rows: usize) {
+    /// Returns whether it sent (a turn ends there).
+    fn send_if_due(&mut self, rows: usize) -> bool {
         self.unsent_rows += rows as u64;
         // Every worker holds a part of every epoch: the first worker's tell them all.
         let held = self.pending.first().map_or(&[][..], Vec::as_slice);
         let latency = held.iter().any(|e| e.by_latency);
-        if send_due(self.unsent_rows, held.len(), latency) {
+        let due = send_due(self.unsent_rows, held.len(), latency);
+        if due {
             self.send_pending();
         }
+        due
     }
 
     /// Sends each worker the parts of the epochs ended since the last send (none when none

@@ -26,6 +26,7 @@ fn an_error_in_one_split_ends_the_run_with_it() {
             pipelined: true,
             batch: 128,
             filter: false,
+            splits: 1,
         };
         let mut sink = |_: &ChangeBatch| -> tally::Result<()> { Ok(()) };
         let err = job(table(&path, Format::Parquet), &s)
@@ -53,6 +54,7 @@ fn a_failing_sink_stops_the_run() {
         pipelined: true,
         batch: 64,
         filter: true,
+        splits: 1,
     };
     let mut written = 0;
     let mut sink = |_: &ChangeBatch| -> tally::Result<()> {

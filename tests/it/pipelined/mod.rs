@@ -173,6 +173,8 @@ pub(crate) struct Settings {
     pub(crate) batch: usize,
     /// A Calc stage before the aggregate: `WHERE v IS NULL OR v <> 3`.
     pub(crate) filter: bool,
+    /// `tally.exec.pipelined.splits-per-worker` (set where `pipelined`).
+    pub(crate) splits: usize,
 }
 
 pub(crate) fn job(table: FileTable, s: &Settings) -> Job {
@@ -200,6 +202,12 @@ fn grouped_job(table: FileTable, s: &Settings, keys: Vec<Expr>, aggs: Vec<Expr>)
         ),
         ("tally.exec.pipelined".into(), s.pipelined.to_string()),
     ];
+    if s.pipelined {
+        pairs.push((
+            "tally.exec.pipelined.splits-per-worker".into(),
+            s.splits.to_string(),
+        ));
+    }
     if s.adaptive_probe {
         for (k, v) in [
             ("tally.exec.local-agg.adaptive.threshold", "0.05"),

@@ -60,6 +60,7 @@ fn every_split_and_strategy_matches_the_reference() {
                     pipelined: true,
                     batch: [5, 64, 4096][rng.random_range(0..3)],
                     filter: rng.random_bool(0.5),
+                    splits: rng.random_range(1..=3),
                 };
                 let what = format!("seed {seed}, {} {s:?}", path.display());
                 let (stats, lines) = run(table(&path, format), &s);
@@ -81,7 +82,10 @@ fn every_split_and_strategy_matches_the_reference() {
                     .iter()
                     .filter(|t| t.role == tally::operator::TaskRole::Source)
                     .count();
-                assert!(sources >= 1 && sources <= s.workers, "{what}: {sources}");
+                assert!(
+                    sources >= 1 && sources <= s.workers * s.splits,
+                    "{what}: {sources}"
+                );
                 assert_eq!(r.tasks.len(), sources + s.workers + 1, "{what}");
                 assert!((0.0..=1.0).contains(&r.serial_fraction), "{what}");
                 let read: u64 = r
@@ -153,6 +157,7 @@ fn two_keys_match_the_reference_while_the_local_phase_steps_aside() {
                 pipelined: true,
                 batch: [64, 4096][rng.random_range(0..2)],
                 filter: false,
+                splits: 1,
             };
             let what = format!("seed {seed}, {s:?}");
             let aggs = vec![count_star().alias("n"), sum(col("v")).alias("total")];
@@ -211,6 +216,7 @@ fn a_global_phase_fires_after_a_mini_batch_of_accumulator_rows() {
         pipelined: true,
         batch: 1000,
         filter: false,
+        splits: 1,
     };
     let (stats, lines) = run(table(&path, Format::Parquet), &s);
     assert_eq!(stats.rows_out, 4 + 3 * 8, "changes: {}", lines.len());
