@@ -21,11 +21,28 @@ pub(super) struct WorkerOutput {
     pub(super) changes: Vec<ChangeBatch>,
     pub(super) fired_rows: u64,
     pub(super) state: Option<(u64, Vec<RecordBatch>)>,
+    /// Whether the latency trigger ended the epoch.
+    pub(super) by_latency: bool,
 }
 
-/// The most epochs' changes a keyed task holds before it sends them to the caller, when its
-/// sources are far ahead of it (their channels full).
+impl WorkerOutput {
+    /// Whether the caller should have it before the keyed task waits for input: it carries
+    /// changes or a checkpoint's state, or ends an epoch the latency trigger ended. An empty
+    /// output only keeps the caller's epochs aligned, and waits for the next one that counts.
+    fn prompt(&self) -> bool {
+        !self.changes.is_empty() || self.state.is_some() || self.by_latency
+    }
+}
+
+/// The most epochs' outputs a keyed task holds before it sends them to the caller, when one of
+/// them is prompt ([`WorkerOutput::prompt`]) and its sources are far ahead of it (their
+/// channels full).
 const MAX_FIRED_RUN: usize = 16;
+
+/// The most epochs' outputs a keyed task holds before it sends them, when none is prompt: the
+/// epochs in which it did not fire (most of them: a worker fires once its input records reach
+/// a mini-batch) wake the caller once per this many, or with the next prompt one.
+const MAX_HELD_OUTPUTS: usize = 256;
 
 /// What every keyed task of a run shares: how it applies epochs, checkpoints and folds, and
 /// the run's accounting and stop flag.
@@ -102,19 +119,32 @@ pub(super) fn keyed_task(
     };
     let mut position = 0u64;
     let mut bundle = Bundle::new(worker);
-    // The outputs of the epochs fired since the last send: sent when the next round would
-    // wait, or once they are [`MAX_FIRED_RUN`] (one wake-up of the caller per run of epochs,
-    // not per epoch, and the changes never held back for long).
+    // The outputs of the epochs since the last send, and whether one of them is prompt: sent
+    // when the next round would wait and one is prompt, or once they are [`MAX_FIRED_RUN`]
+    // with one prompt or [`MAX_HELD_OUTPUTS`] (one wake-up of the caller per firing or run of
+    // firings, not per epoch or input message, and the changes never held back for long).
     let mut fired: Vec<WorkerOutput> = vec![];
+    let mut prompt = false;
     let result = (|| -> Result<()> {
         loop {
-            if fired.len() >= MAX_FIRED_RUN && !send_fired(&out, &mut fired, activity, &mut task) {
-                return Ok(());
+            let full = fired.len()
+                >= if prompt {
+                    MAX_FIRED_RUN
+                } else {
+                    MAX_HELD_OUTPUTS
+                };
+            if full {
+                prompt = false;
+                if !send_fired(&out, &mut fired, activity, &mut task) {
+                    return Ok(());
+                }
             }
             let parts = match sources.try_round() {
                 Some(parts) => parts,
                 None => {
-                    if !send_fired(&out, &mut fired, activity, &mut task) {
+                    if std::mem::take(&mut prompt)
+                        && !send_fired(&out, &mut fired, activity, &mut task)
+                    {
                         return Ok(());
                     }
                     match sources.round(activity, &mut task) {
@@ -134,17 +164,21 @@ pub(super) fn keyed_task(
             let last = steps.len() - 1;
             for (i, parts) in steps.into_iter().enumerate() {
                 let checkpoint = (due && i == last).then_some(position);
-                fired.push(apply_and_fire(
+                let output = apply_and_fire(
                     worker,
                     parts,
                     checkpoint,
                     fold.as_mut(),
                     &mut bundle,
                     &mut task,
-                )?);
+                )?;
+                prompt |= output.prompt();
+                fired.push(output);
             }
         }
         if sources.broken() {
+            // What the other workers fired in these epochs reaches the caller with them.
+            send_fired(&out, &mut fired, activity, &mut task);
             return Ok(());
         }
         // The end of the input fires what the last epochs left (every worker sends this output,
@@ -265,5 +299,33 @@ fn apply_and_fire(
         changes,
         fired_rows,
         state,
+        by_latency,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(changes: usize, state: bool, by_latency: bool) -> WorkerOutput {
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::empty());
+        let batch = ChangeBatch::inserts(RecordBatch::new_empty(schema));
+        WorkerOutput {
+            changes: vec![batch; changes],
+            fired_rows: 0,
+            state: state.then(|| (0, vec![])),
+            by_latency,
+        }
+    }
+
+    /// An output goes to the caller before the keyed task waits where it carries changes, a
+    /// checkpoint's state, or the end of an epoch the latency trigger ended; an empty one waits
+    /// for the next that does.
+    #[test]
+    fn only_outputs_that_count_are_prompt() {
+        assert!(!output(0, false, false).prompt());
+        assert!(output(1, false, false).prompt());
+        assert!(output(0, true, false).prompt());
+        assert!(output(0, false, true).prompt());
+    }
 }
