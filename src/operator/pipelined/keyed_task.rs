@@ -114,6 +114,7 @@ pub(super) fn keyed_task(
         Ok(f) => f,
         Err(e) => {
             stop.now();
+            activity.change(-1);
             return Err(e);
         }
     };

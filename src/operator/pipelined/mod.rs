@@ -84,10 +84,10 @@ use keyed_task::{KeyedRun, WorkerOutput, keyed_task};
 use tasks::{EpochPart, Source, SourceReport, Stop};
 use units::{SourceReports, Unit, Units, source_thread};
 
-/// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Sources
-/// that take turns on a core run many epochs apart; some 64 epochs of slack let them without
-/// stalling (BENCHMARKS.md, "CHANNEL_DEPTH", measured when a message held one epoch), and a
-/// source's message holds up to 16 epochs. Memory: at most this many messages per
+/// Messages (runs of epochs) a channel holds before its sender waits (backpressure). Source
+/// threads that the OS runs by turns on one core run many epochs apart; some 64 epochs of slack
+/// let them without stalling (BENCHMARKS.md, "CHANNEL_DEPTH", measured when a message held one
+/// epoch), and a source's message holds up to 16 epochs. Memory: at most this many messages per
 /// source-worker pair, each a worker's share of the mini-batches some 65,536 source rows ended.
 pub const CHANNEL_DEPTH: usize = 8;
 
