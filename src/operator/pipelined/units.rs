@@ -17,8 +17,9 @@
 //! A thread blocks only on a full channel to a worker (backpressure), which holds
 //! [`CHANNEL_DEPTH`](super::CHANNEL_DEPTH) runs of the split's epochs that the worker has not
 //! merged: the worker waits for an earlier epoch of another split. Each turn sends at most one
-//! run to each worker, so a thread blocked on a split that it took with `c` epochs ended waits
-//! for a split with fewer than `c` epochs. That split is not in the pool: the thread would have
+//! run to each worker (and, at the split's end, the empty run that ends it; the depth is more
+//! than one), so a thread blocked on a split that it took with `c` epochs ended waits for a
+//! split with fewer than `c` epochs. That split is not in the pool: the thread would have
 //! taken it instead (a split's count changes only in a turn), and a split put back after the
 //! thread took its own is taken at once by the thread that put it back (or one with fewer
 //! epochs is). So it is being read by another thread, which in turn waits only for a split
