@@ -143,7 +143,9 @@ pub(super) struct Source<'a> {
     pub(super) epoch_source_rows: u64,
     pub(super) epoch_folded: u64,
     pub(super) epoch_bypassed: u64,
-    /// The flushes routed, until the workers let go of them: freed on this thread.
+    /// The flushes routed, until the workers let go of them: the source thread's own, which it
+    /// swaps in for each turn (`units.rs`), so that they are freed on the thread that made them
+    /// whichever split they came from.
     pub(super) retired: RetiredFlushes,
     pub(super) report: SourceReport,
 }
@@ -259,7 +261,7 @@ impl Source<'_> {
     /// where one of them the latency trigger ended, where the source has read [`SEND_ROWS`]
     /// rows since the last send, or where they are [`MAX_HELD_EPOCHS`]. Which epochs a message
     /// holds changes only when the workers wake, not what they merge, nor in what order.
-    /// Returns whether it sent (a turn ends there).
+    /// Returns whether a send was due (a turn ends there, even where no epoch had ended).
     fn send_if_due(&mut self, rows: usize) -> bool {
         self.unsent_rows += rows as u64;
         // Every worker holds a part of every epoch: the first worker's tell them all.

@@ -40,10 +40,24 @@ pub(super) struct Unit<'a> {
     pub(super) split: Split,
 }
 
+impl Unit<'_> {
+    /// How far the split has got: its epochs ended, then the source rows it read.
+    fn position(&self) -> (u64, u64) {
+        let task = &self.source.report.task;
+        (task.epochs, task.rows)
+    }
+}
+
+/// Of splits at `positions` (index, [`Unit::position`]), the one furthest behind: the fewest
+/// epochs ended, then the fewest rows read, then the first.
+fn furthest_behind(positions: impl Iterator<Item = (usize, (u64, u64))>) -> Option<usize> {
+    positions.min_by_key(|&(i, at)| (at, i)).map(|(i, _)| i)
+}
+
 /// Where each split is.
 enum Slot<'a> {
-    /// Waiting for a turn: its epochs ended and the source rows it read, when it was put back.
-    Pooled(Box<Unit<'a>>, (u64, u64)),
+    /// Waiting for a turn.
+    Pooled(Box<Unit<'a>>),
     /// A thread is reading it.
     Taken,
     /// Ended (or failed).
@@ -59,7 +73,7 @@ impl<'a> Units<'a> {
     pub(super) fn new(units: Vec<Unit<'a>>) -> Self {
         let slots = units
             .into_iter()
-            .map(|u| Slot::Pooled(Box::new(u), (0, 0)))
+            .map(|u| Slot::Pooled(Box::new(u)))
             .collect();
         Self {
             slots: Mutex::new(slots),
@@ -73,19 +87,14 @@ impl<'a> Units<'a> {
         // channels closed with it, which stops the run), the others are whole.
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((i, unit)) = held {
-            let at = (unit.source.report.task.epochs, unit.source.report.task.rows);
-            slots[i] = Slot::Pooled(unit, at);
+            slots[i] = Slot::Pooled(unit);
         }
-        let (i, _) = slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Slot::Pooled(_, at) => Some((i, *at)),
-                _ => None,
-            })
-            .min_by_key(|&(i, at)| (at, i))?;
+        let i = furthest_behind(slots.iter().enumerate().filter_map(|(i, s)| match s {
+            Slot::Pooled(unit) => Some((i, unit.position())),
+            _ => None,
+        }))?;
         match std::mem::replace(&mut slots[i], Slot::Taken) {
-            Slot::Pooled(unit, _) => Some((i, unit)),
+            Slot::Pooled(unit) => Some((i, unit)),
             _ => None,
         }
     }
@@ -153,5 +162,21 @@ impl Drop for AbandonOnPanic<'_, '_> {
         if std::thread::panicking() {
             self.0.abandon();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread takes the split with the fewest epochs ended, then the fewest rows read, then
+    /// the first: the rule the deadlock argument rests on.
+    #[test]
+    fn the_split_furthest_behind_is_taken() {
+        let pick = |at: &[(usize, (u64, u64))]| furthest_behind(at.iter().copied());
+        assert_eq!(pick(&[]), None);
+        assert_eq!(pick(&[(0, (3, 10)), (2, (2, 900)), (5, (4, 0))]), Some(2));
+        assert_eq!(pick(&[(1, (2, 50)), (3, (2, 40))]), Some(3));
+        assert_eq!(pick(&[(4, (2, 40)), (1, (2, 40))]), Some(1));
     }
 }
