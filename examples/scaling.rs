@@ -23,7 +23,7 @@
 //! step); `pipelined` hands the workers contiguous shares of the batches as input splits
 //! (`ParallelAggregate::run_splits`: a source task per split, mini-batches per worker, no
 //! barrier), and the table adds its serial fraction (the share of the wall time with at most
-//! one task busy).
+//! one task busy) and the mean number of tasks busy.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -188,9 +188,9 @@ fn main() {
         args.rows, args.repeat, args.mini_batch, args.batch_size
     );
     println!(
-        "| dataset | strategy | runtime | workers | M rows/s | vs 1 worker | skew ratio | local phase | state MB | serial % |"
+        "| dataset | strategy | runtime | workers | M rows/s | vs 1 worker | skew ratio | local phase | state MB | serial % | busy tasks |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|");
     for dataset in &args.datasets {
         let (batches, key) = match data(dataset, args.rows, args.batch_size) {
             Ok(d) => d,
@@ -289,8 +289,12 @@ fn main() {
                 let serial = m.runtime.as_ref().map_or("-".to_string(), |r| {
                     format!("{:.1}", r.serial_fraction * 100.0)
                 });
+                let busy = m
+                    .runtime
+                    .as_ref()
+                    .map_or("-".to_string(), |r| format!("{:.2}", r.mean_busy_tasks));
                 println!(
-                    "| {dataset} | {strategy} | {runtime} | {workers} | {rate:.1} | {:.2}x | {:.2} | {local} | {:.1} | {serial} |",
+                    "| {dataset} | {strategy} | {runtime} | {workers} | {rate:.1} | {:.2}x | {:.2} | {local} | {:.1} | {serial} | {busy} |",
                     rate / base_rate,
                     m.skew_ratio,
                     m.state_bytes as f64 / 1e6

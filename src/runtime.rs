@@ -110,7 +110,7 @@ impl Runtime {
 }
 
 /// How many tasks are busy, over time: the serial fraction is the share of the run in which at
-/// most one task was busy.
+/// most one task was busy, and the mean of the count is the parallelism the run got.
 #[derive(Debug)]
 pub struct Activity {
     inner: Mutex<ActivityState>,
@@ -123,6 +123,8 @@ struct ActivityState {
     busy: usize,
     /// Time during which at most one task was busy.
     serial: Duration,
+    /// The busy tasks' time, summed over the tasks (the count integrated over time).
+    task_time: Duration,
 }
 
 impl Activity {
@@ -135,6 +137,7 @@ impl Activity {
                 last: now,
                 busy,
                 serial: Duration::ZERO,
+                task_time: Duration::ZERO,
             }),
         }
     }
@@ -143,10 +146,12 @@ impl Activity {
         // A poisoned lock only means another task panicked; the counts are still usable.
         let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        let since = now - s.last;
         if s.busy <= 1 {
-            let since = now - s.last;
             s.serial += since;
         }
+        let busy = u32::try_from(s.busy).unwrap_or(u32::MAX);
+        s.task_time += since.saturating_mul(busy);
         s.last = now;
         s.busy = s.busy.saturating_add_signed(delta);
     }
@@ -195,6 +200,20 @@ impl Activity {
         };
         (wall, share)
     }
+
+    /// The mean number of tasks busy over the wall time so far: the parallelism the run got
+    /// (a task that a core could not take at once counts as busy too, so more tasks than
+    /// cores can show above the cores).
+    pub fn mean_busy_tasks(&self) -> f64 {
+        self.change(0);
+        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let wall = s.last - s.start;
+        if wall.is_zero() {
+            0.0
+        } else {
+            s.task_time.as_secs_f64() / wall.as_secs_f64()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +225,22 @@ mod tests {
     /// its receiver takes a message (how long depends on the scheduler, so it is not
     /// asserted); messages arrive in order; a closed channel hands the value back (send) or
     /// reports the end (receive).
+    /// The mean of the busy count lies between its least and its greatest over the run: two
+    /// tasks busy for a while, then one, give more than one and less than two, however long
+    /// each lasted.
+    #[test]
+    fn the_mean_busy_count_weighs_each_count_by_its_time() {
+        let activity = Activity::new(2);
+        std::thread::sleep(Duration::from_millis(5));
+        activity.change(-1);
+        std::thread::sleep(Duration::from_millis(5));
+        let mean = activity.mean_busy_tasks();
+        assert!(mean > 1.0 && mean < 2.0, "{mean}");
+        // The serial fraction counts the second stretch only.
+        let (_, serial) = activity.serial_fraction();
+        assert!(serial > 0.0 && serial < 1.0, "{serial}");
+    }
+
     #[test]
     fn sends_and_receives_wait_only_when_they_must() {
         let activity = Arc::new(Activity::new(1));

@@ -222,6 +222,11 @@ pub struct RuntimeMetrics {
     /// The share of the wall time in which at most one task was busy: the part of the run
     /// that more workers cannot shorten.
     pub serial_fraction: f64,
+    /// The mean number of tasks busy over the wall time: the parallelism the run got. Beside
+    /// the serial fraction it says how far more workers could go: at P = 1 the keyed task and
+    /// the consumer already run beside the source. A task waiting for a core counts as busy,
+    /// so it can exceed the cores.
+    pub mean_busy_tasks: f64,
     /// Every task: sources, keyed tasks, the consumer.
     pub tasks: Vec<TaskMetrics>,
 }
@@ -418,9 +423,10 @@ impl fmt::Display for AggregateMetrics {
         if let Some(r) = &self.runtime {
             writeln!(
                 f,
-                "  pipelined runtime: wall {}, serial fraction {:.1} % (share of the wall time with at most one task busy)",
+                "  pipelined runtime: wall {}, serial fraction {:.1} % (share of the wall time with at most one task busy), {:.2} tasks busy on average",
                 ms(r.wall),
-                r.serial_fraction * 100.0
+                r.serial_fraction * 100.0,
+                r.mean_busy_tasks
             )?;
             for t in &r.tasks {
                 writeln!(

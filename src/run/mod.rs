@@ -51,6 +51,9 @@ pub struct RunStats {
     /// runtime the source, keyed and caller tasks; on the ordered one the caller's thread, the
     /// source's reading thread and the pool's tasks.
     pub serial_fraction: Option<f64>,
+    /// The mean number of those tasks busy over the wall time: the parallelism the run got
+    /// (a task waiting for a core counts as busy).
+    pub mean_busy_tasks: Option<f64>,
 }
 
 /// A pipeline over a file source, ready to run (and to checkpoint, restore and replay).
@@ -230,6 +233,7 @@ impl Job {
         let result = self.run_ordered(reader, replayer, &mut stats, sink, on_progress);
         self.pipeline.runtime().watch(None);
         stats.serial_fraction = Some(activity.serial_fraction().1);
+        stats.mean_busy_tasks = Some(activity.mean_busy_tasks());
         let replay = result?;
         Ok((stats, replay))
     }
@@ -467,11 +471,9 @@ impl Job {
         }
         on_progress(stats.rows_in, total_rows);
         stats.aggregates = self.pipeline.metrics()?;
-        stats.serial_fraction = stats
-            .aggregates
-            .first()
-            .and_then(|m| m.runtime.as_ref())
-            .map(|r| r.serial_fraction);
+        let runtime = stats.aggregates.first().and_then(|m| m.runtime.as_ref());
+        stats.serial_fraction = runtime.map(|r| r.serial_fraction);
+        stats.mean_busy_tasks = runtime.map(|r| r.mean_busy_tasks);
         Ok(())
     }
 

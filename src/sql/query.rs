@@ -126,7 +126,9 @@ impl PlannedQuery {
             stats.serial_fraction.map_or(String::new(), |f| format!(
                 ", at most one task busy {:.1} % of it",
                 f * 100.0
-            ))
+            )) + &stats
+                .mean_busy_tasks
+                .map_or(String::new(), |m| format!(", {m:.2} tasks busy on average"))
         ));
         for (i, m) in stats.aggregates.iter().enumerate() {
             text.push_str(&format!("aggregate {i}: {m}"));

@@ -397,6 +397,7 @@ impl ParallelAggregate {
             (collected, sources, keyed)
         });
         let (wall, serial_fraction) = activity.serial_fraction();
+        let mean_busy_tasks = activity.mean_busy_tasks();
         // Errors in data-flow order: a source's first, then a worker's, then the consumer's.
         let mut tasks = vec![];
         let mut first_error = None;
@@ -458,6 +459,7 @@ impl ParallelAggregate {
         self.runtime_metrics = Some(RuntimeMetrics {
             wall,
             serial_fraction,
+            mean_busy_tasks,
             tasks,
         });
         match first_error {

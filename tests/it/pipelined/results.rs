@@ -88,6 +88,13 @@ fn every_split_and_strategy_matches_the_reference() {
                 );
                 assert_eq!(r.tasks.len(), sources + s.workers + 1, "{what}");
                 assert!((0.0..=1.0).contains(&r.serial_fraction), "{what}");
+                // The mean count of busy tasks: never more than the tasks there are.
+                let mean = r.mean_busy_tasks;
+                assert!(
+                    mean >= 0.0 && mean <= r.tasks.len() as f64,
+                    "{what}: {mean}"
+                );
+                assert_eq!(stats.mean_busy_tasks, Some(mean), "{what}");
                 let read: u64 = r
                     .tasks
                     .iter()
@@ -109,6 +116,10 @@ fn every_split_and_strategy_matches_the_reference() {
                     .serial_fraction
                     .expect("the ordered runtime's serial fraction");
                 assert!((0.0..=1.0).contains(&serial), "{what}: {serial}");
+                let mean = stats
+                    .mean_busy_tasks
+                    .expect("the ordered runtime's busy tasks");
+                assert!(mean.is_finite() && mean >= 0.0, "{what}: {mean}");
                 if ordered.workers == 1 {
                     // One worker: the caller's thread alone, but while the reader decodes.
                     assert!(serial > 0.0, "{what}: {serial}");
