@@ -221,10 +221,6 @@ mod tests {
     use super::*;
     use std::sync::mpsc::sync_channel;
 
-    /// A send with room goes through without waiting; a send to a full channel waits until
-    /// its receiver takes a message (how long depends on the scheduler, so it is not
-    /// asserted); messages arrive in order; a closed channel hands the value back (send) or
-    /// reports the end (receive).
     /// The mean of the busy count lies between its least and its greatest over the run: two
     /// tasks busy for a while, then one, give more than one and less than two, however long
     /// each lasted.
@@ -241,6 +237,10 @@ mod tests {
         assert!(serial > 0.0 && serial < 1.0, "{serial}");
     }
 
+    /// A send with room goes through without waiting; a send to a full channel waits until
+    /// its receiver takes a message (how long depends on the scheduler, so it is not
+    /// asserted); messages arrive in order; a closed channel hands the value back (send) or
+    /// reports the end (receive).
     #[test]
     fn sends_and_receives_wait_only_when_they_must() {
         let activity = Arc::new(Activity::new(1));
