@@ -188,32 +188,37 @@ impl Activity {
         }
     }
 
-    /// The wall time so far and the share of it in which at most one task was busy.
-    pub fn serial_fraction(&self) -> (Duration, f64) {
+    /// What the counts give so far, read at one instant.
+    pub fn reading(&self) -> ActivityReading {
         self.change(0);
         let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let wall = s.last - s.start;
-        let share = if wall.is_zero() {
-            0.0
-        } else {
-            s.serial.as_secs_f64() / wall.as_secs_f64()
+        let per_wall = |d: Duration| {
+            if wall.is_zero() {
+                0.0
+            } else {
+                d.as_secs_f64() / wall.as_secs_f64()
+            }
         };
-        (wall, share)
-    }
-
-    /// The mean number of tasks busy over the wall time so far: the parallelism the run got
-    /// (a task that a core could not take at once counts as busy too, so more tasks than
-    /// cores can show above the cores).
-    pub fn mean_busy_tasks(&self) -> f64 {
-        self.change(0);
-        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let wall = s.last - s.start;
-        if wall.is_zero() {
-            0.0
-        } else {
-            s.task_time.as_secs_f64() / wall.as_secs_f64()
+        ActivityReading {
+            wall,
+            serial_fraction: per_wall(s.serial),
+            mean_busy_tasks: per_wall(s.task_time),
         }
     }
+}
+
+/// What an [`Activity`] counted over a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActivityReading {
+    /// The wall time so far.
+    pub wall: Duration,
+    /// The share of it in which at most one task was busy.
+    pub serial_fraction: f64,
+    /// The mean number of tasks busy over it: the parallelism the run got (a task that a core
+    /// could not take at once counts as busy too, so more tasks than cores can show above the
+    /// cores).
+    pub mean_busy_tasks: f64,
 }
 
 #[cfg(test)]
@@ -230,10 +235,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         activity.change(-1);
         std::thread::sleep(Duration::from_millis(5));
-        let mean = activity.mean_busy_tasks();
+        let read = activity.reading();
+        let mean = read.mean_busy_tasks;
         assert!(mean > 1.0 && mean < 2.0, "{mean}");
         // The serial fraction counts the second stretch only.
-        let (_, serial) = activity.serial_fraction();
+        let serial = read.serial_fraction;
         assert!(serial > 0.0 && serial < 1.0, "{serial}");
     }
 

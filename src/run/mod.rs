@@ -232,8 +232,9 @@ impl Job {
         self.pipeline.runtime().watch(Some(Arc::clone(&activity)));
         let result = self.run_ordered(reader, replayer, &mut stats, sink, on_progress);
         self.pipeline.runtime().watch(None);
-        stats.serial_fraction = Some(activity.serial_fraction().1);
-        stats.mean_busy_tasks = Some(activity.mean_busy_tasks());
+        let read = activity.reading();
+        stats.serial_fraction = Some(read.serial_fraction);
+        stats.mean_busy_tasks = Some(read.mean_busy_tasks);
         let replay = result?;
         Ok((stats, replay))
     }

@@ -396,8 +396,11 @@ impl ParallelAggregate {
                 keyed_handles.into_iter().map(join_task).collect();
             (collected, sources, keyed)
         });
-        let (wall, serial_fraction) = activity.serial_fraction();
-        let mean_busy_tasks = activity.mean_busy_tasks();
+        let crate::runtime::ActivityReading {
+            wall,
+            serial_fraction,
+            mean_busy_tasks,
+        } = activity.reading();
         // Errors in data-flow order: a source's first, then a worker's, then the consumer's.
         let mut tasks = vec![];
         let mut first_error = None;
